@@ -1,0 +1,116 @@
+"""``jevmem bench locomo``: build a fresh memory per conversation, run every question with
+evidence through the read path (no System Two) and the static baselines on the same indexes."""
+
+from __future__ import annotations
+
+import math
+import statistics
+import tempfile
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from jevmem import locomo
+from jevmem.settings import Settings
+from jevmem.wiring import build_embedded
+from query_api import baselines
+from topology.embedding import Embedder
+from topology.schemas import Scope
+
+KS = (5, 10, 20)
+METHODS = ("jevmem", "bm25", "vector", "hybrid_rrf")
+CATS = ("overall", "multi_hop", "temporal", "open_domain", "single_hop", "adversarial")
+
+
+def recall(retrieved: Sequence[str], evidence: Sequence[str], k: int) -> float:
+    """Fraction of evidence ids among the first ``k`` retrieved ids."""
+    top = set(retrieved[:k])
+    return sum(1 for e in evidence if e in top) / len(evidence)
+
+
+def percentile(values: Sequence[float], q: float) -> float:
+    """Nearest-rank percentile (q in [0, 100])."""
+    if not values:
+        return 0.0
+    ordered = sorted(values)
+    return ordered[max(0, math.ceil(q / 100 * len(ordered)) - 1)]
+
+
+@dataclass
+class _Acc:
+    per: dict[tuple[str, int, str], list[float]] = field(default_factory=dict)
+
+    def add(self, method: str, k: int, category: str, value: float) -> None:
+        for cat in ("overall", category):
+            self.per.setdefault((method, k, cat), []).append(value)
+
+    def table(self) -> dict[str, dict[str, dict[str, float | None]]]:
+        out: dict[str, dict[str, dict[str, float | None]]] = {}
+        for m in METHODS:
+            out[m] = {}
+            for k in KS:
+                out[m][str(k)] = {c: (round(statistics.fmean(v), 4) if (v := self.per.get((m, k, c))) else None)
+                                  for c in CATS}
+        return out
+
+
+async def run_locomo(directory: Path, settings: Settings, embedder: Embedder,
+                     progress: Callable[[str, int, int], None] | None = None) -> dict[str, Any]:
+    files = sorted(directory.glob("*.json"))
+    if not files:
+        raise FileNotFoundError(f"no conversation files (*.json) in {directory}")
+    acc = _Acc()
+    n_obs = n_q = 0
+    build_s = 0.0
+    write_calls = consolidation_calls = query_calls = 0
+    latencies: list[float] = []
+    for path in files:
+        data = locomo.load(path)
+        conv = f"locomo-{path.stem}"
+        obs = locomo.observations(data, "bench", conv)
+        qs = locomo.questions(data)
+        with tempfile.TemporaryDirectory() as tmp:
+            mem = build_embedded(settings, embedder=embedder, data_dir=tmp)
+            try:
+                t0 = time.perf_counter()
+                for i in range(0, len(obs), settings.write_batch):
+                    rep = await mem.pipeline.ingest(obs[i: i + settings.write_batch])
+                    write_calls += rep.write_calls
+                    consolidation_calls += rep.consolidation_calls
+                    if progress:
+                        progress(f"build {conv}", min(i + settings.write_batch, len(obs)), len(obs))
+                build_s += time.perf_counter() - t0
+                n_obs += len(obs)
+                scope = Scope(tenant_id="bench", conversation_id=conv)
+                static = baselines.StaticRetriever(mem.embedder, mem.stores.vectors, mem.stores.lexical,
+                                                   mem.stores.nodes, settings.params)
+                for j, q in enumerate(qs):
+                    t1 = time.perf_counter()
+                    res = await mem.controller.retrieve(scope, q.question, top_k=max(KS))
+                    latencies.append((time.perf_counter() - t1) * 1000)
+                    query_calls += res.trace.controller_calls
+                    got = {"jevmem": [e.event_id for e in res.evidence]}
+                    got.update(await static.all(scope, q.question, max(KS)))
+                    for method, ids in got.items():
+                        for k in KS:
+                            acc.add(method, k, q.category, recall(ids, q.evidence, k))
+                    if progress:
+                        progress(f"query {conv}", j + 1, len(qs))
+                n_q += len(qs)
+            finally:
+                await mem.close()
+    return {
+        "observations": n_obs,
+        "questions": n_q,
+        "build_seconds": round(build_s, 3),
+        "observations_per_second": round(n_obs / build_s, 2) if build_s else None,
+        "query_ms": {"p50": round(percentile(latencies, 50), 2), "p95": round(percentile(latencies, 95), 2)},
+        "controller_calls": {
+            "per_write": round(write_calls / n_obs, 4) if n_obs else None,
+            "per_write_with_consolidation": round((write_calls + consolidation_calls) / n_obs, 4) if n_obs else None,
+            "per_query": round(query_calls / n_q, 3) if n_q else None,
+        },
+        "recall": acc.table(),
+    }

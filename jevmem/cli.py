@@ -1,0 +1,194 @@
+"""``jevmem``: ingest, query, serve, bench (and, in distributed mode, worker/produce/replay)."""
+
+from __future__ import annotations
+
+import asyncio
+import sys
+from collections.abc import Coroutine
+from pathlib import Path
+from typing import Annotated, Any, TypeVar
+
+import orjson
+import typer
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.table import Table
+
+from jevmem import locomo
+from jevmem.settings import Settings
+
+app = typer.Typer(help="Streaming System-One memory for AI agents.", no_args_is_help=True)
+bench_app = typer.Typer(help="Benchmarks.", no_args_is_help=True)
+app.add_typer(bench_app, name="bench")
+console = Console(stderr=True)
+T = TypeVar("T")
+
+DataDir = Annotated[Path | None, typer.Option("--data-dir", help="Embedded store directory [env JEVMEM_DATA_DIR].")]
+Tenant = Annotated[str | None, typer.Option("--tenant", help="Tenant id [env JEVMEM_TENANT].")]
+
+
+def _settings(data_dir: Path | None = None, tenant: str | None = None) -> Settings:
+    s = Settings()
+    updates: dict[str, Any] = {}
+    if data_dir is not None:
+        updates["data_dir"] = data_dir
+    if tenant is not None:
+        updates["tenant"] = tenant
+    return s.model_copy(update=updates)
+
+
+def _run(coro: Coroutine[Any, Any, T]) -> T:
+    return asyncio.run(coro)
+
+
+def _progress() -> Progress:
+    return Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                    console=console, transient=True)
+
+
+def read_observation_payloads(path: Path, tenant: str, conversation: str | None) -> list[bytes]:
+    """A LoCoMo file becomes observations; a JSONL file is read line by line (raw bytes, so
+    invalid lines can be dead-lettered). ``tenant`` fills lines that omit ``tenant_id``."""
+    raw = path.read_bytes()
+    if path.suffix == ".json":
+        data = orjson.loads(raw)
+        if locomo.is_locomo(data):
+            conv = conversation or f"locomo-{path.stem}"
+            return [o.model_dump_json().encode() for o in locomo.observations(data, tenant, conv)]
+    out = []
+    for line in raw.splitlines():
+        if not line.strip():
+            continue
+        try:
+            obj = orjson.loads(line)
+        except orjson.JSONDecodeError:
+            out.append(line)
+            continue
+        if isinstance(obj, dict):
+            obj.setdefault("tenant_id", tenant)
+            if conversation:
+                obj.setdefault("conversation_id", conversation)
+            out.append(orjson.dumps(obj))
+        else:
+            out.append(line)
+    return out
+
+
+@app.command()
+def ingest(path: Path, data_dir: DataDir = None, tenant: Tenant = None,
+           conversation: Annotated[str | None, typer.Option(help="Conversation id for lines without one.")] = None) -> None:
+    """Ingest JSONL observations or a LoCoMo conversation file into the embedded memory."""
+    from jevmem.wiring import build_embedded
+
+    settings = _settings(data_dir, tenant)
+    payloads = read_observation_payloads(path, settings.tenant, conversation)
+
+    async def go() -> None:
+        mem = build_embedded(settings)
+        accepted = new = edges = dead = 0
+        try:
+            with _progress() as bar:
+                task = bar.add_task(f"ingest {path.name}", total=len(payloads))
+                for i in range(0, len(payloads), settings.write_batch):
+                    rep = await mem.pipeline.ingest_raw(payloads[i: i + settings.write_batch], source=str(path.name))
+                    accepted, new, edges = accepted + rep.accepted, new + rep.new_nodes, edges + rep.edges
+                    dead += len(rep.dead_letters)
+                    for d in rep.dead_letters:
+                        console.print(f"[yellow]dead letter[/] {d.source}: {d.reason}")
+                    bar.update(task, advance=len(payloads[i: i + settings.write_batch]))
+        finally:
+            await mem.close()
+        console.print(f"accepted {accepted} ({new} new nodes), {edges} edges, {dead} dead letters "
+                      f"-> {settings.data_dir}")
+
+    _run(go())
+
+
+@app.command()
+def query(question: str, conversation: Annotated[str, typer.Option("--conversation", "-c")],
+          data_dir: DataDir = None, tenant: Tenant = None, top_k: int = 10,
+          as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object.")] = False) -> None:
+    """Retrieve evidence for QUESTION from a conversation (and an answer if System Two is set)."""
+    from jevmem.wiring import build_embedded, system_two
+    from topology.schemas import Scope
+
+    settings = _settings(data_dir, tenant)
+
+    async def go() -> dict[str, Any]:
+        mem = build_embedded(settings)
+        s2 = system_two(settings)
+        try:
+            res = await mem.controller.retrieve(Scope(tenant_id=settings.tenant, conversation_id=conversation),
+                                                question, top_k=top_k)
+            out: dict[str, Any] = res.model_dump(mode="json")
+            if s2 is not None:
+                out["answer"] = await s2.answer(question, [e.content for e in res.evidence])
+                await s2.aclose()
+            return out
+        finally:
+            await mem.close()
+
+    out = _run(go())
+    if as_json:
+        sys.stdout.write(orjson.dumps(out).decode() + "\n")
+        return
+    table = Table(title=question)
+    for col in ("#", "score", "via", "speaker", "when", "memory"):
+        table.add_column(col)
+    for i, e in enumerate(out["evidence"], start=1):
+        when = (e["observed_at"] or "")[:10]
+        table.add_row(str(i), f"{e['score']:.3f}", e["via"], e["speaker"] or "", when, e["content"])
+    Console().print(table)
+    tr = out["trace"]
+    console.print(f"route {tr['route']}  depth {tr['depth']}  stop {tr['stop_reason']}  "
+                  f"calls {tr['controller_calls']}  {tr['timings_ms']['total']:.0f} ms")
+    if "answer" in out:
+        Console().print(f"[bold]answer:[/] {out['answer']}")
+
+
+@app.command()
+def serve(host: str = "127.0.0.1", port: int = 8080, data_dir: DataDir = None) -> None:
+    """Run the embedded pipeline behind the HTTP API (OpenAPI at /docs)."""
+    import uvicorn
+
+    from query_api.http import create_app
+    from jevmem.wiring import EmbeddedService
+
+    settings = _settings(data_dir)
+    uvicorn.run(create_app(EmbeddedService(settings)), host=host, port=port)
+
+
+@bench_app.command("locomo")
+def bench_locomo(directory: Path,
+                 as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object.")] = False) -> None:
+    """Evidence recall@5/10/20 of jevmem vs bm25/vector/hybrid_rrf on LoCoMo conversation files."""
+    from jevmem.bench import CATS, KS, METHODS, run_locomo
+    from topology.embedding import default_embedder
+
+    settings = _settings()
+    with _progress() as bar:
+        tasks: dict[str, Any] = {}
+
+        def progress(label: str, done: int, total: int) -> None:
+            if label not in tasks:
+                tasks[label] = bar.add_task(label, total=total)
+            bar.update(tasks[label], completed=done)
+
+        out = _run(run_locomo(directory, settings, default_embedder(), progress))
+    if as_json:
+        sys.stdout.write(orjson.dumps(out).decode() + "\n")
+        return
+    for k in KS:
+        table = Table(title=f"evidence recall@{k}")
+        table.add_column("method")
+        for c in CATS:
+            table.add_column(c)
+        for m in METHODS:
+            row = out["recall"][m][str(k)]
+            table.add_row(m, *[("-" if row[c] is None else f"{row[c]:.3f}") for c in CATS])
+        Console().print(table)
+    Console().print({k: v for k, v in out.items() if k != "recall"})
+
+
+def main() -> None:
+    app()

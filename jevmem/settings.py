@@ -1,0 +1,32 @@
+"""One settings object, built at the edge from ``JEVMEM_*`` environment variables and flags."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Literal
+
+from pydantic import SecretStr
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+from topology.params import Params
+
+
+class Settings(BaseSettings):
+    model_config = SettingsConfigDict(env_prefix="JEVMEM_", env_nested_delimiter="__", extra="ignore")
+
+    data_dir: Path = Path(".jevmem")
+    tenant: str = "default"
+    system_one: Literal["local", "typesafe"] = "local"
+    typesafe_base_url: str | None = None
+    typesafe_api_key: SecretStr | None = None
+    typesafe_model: str | None = None
+    system_two_url: str | None = None
+    system_two_model: str = "gpt-4o-mini"
+    system_two_api_key: SecretStr | None = None
+    write_batch: int = 64
+    # distributed mode
+    kafka_bootstrap: str = "127.0.0.1:9092"
+    qdrant_url: str | None = None
+    elasticsearch_url: str | None = None
+    params: Params = Params()
+    mode: Literal["embedded", "distributed"] = "embedded"

@@ -1,0 +1,127 @@
+"""Builds the embedded product from :class:`Settings`: stores, System One, write and read paths."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from jevmem.settings import Settings
+from query_api.controller import Retrieval, RetrievalController
+from query_api.system_two import OpenAICompatibleSystemTwo
+from storage.qdrant import QdrantVectorIndex
+from storage.reader import StoreReader
+from storage.sqlite import SqliteDeadLetters, SqliteEdgeStore, SqliteLexicalIndex, SqliteNodeStore, connect
+from streams.embedded import EmbeddedPipeline, Stores
+from topology.embedding import default_embedder
+from topology.ports import Embedder
+from topology.pipeline import WritePath
+from topology.schemas import DeadLetter, EdgeEvent, MemoryNode, Observation, Scope
+from topology.systemone.local import LocalSystemOne
+from topology.systemone.port import CountingSystemOne, SystemOne
+
+
+def system_one(settings: Settings) -> SystemOne:
+    if settings.system_one == "local":
+        return LocalSystemOne()
+    from typesafe_sdk import AsyncTypeSafeClient
+
+    from topology.systemone.typesafe import TypeSafeSystemOne
+
+    key = settings.typesafe_api_key.get_secret_value() if settings.typesafe_api_key else None
+    client = AsyncTypeSafeClient(api_key=key, base_url=settings.typesafe_base_url, model=settings.typesafe_model)
+    return TypeSafeSystemOne(client, model=settings.typesafe_model)
+
+
+def system_two(settings: Settings) -> OpenAICompatibleSystemTwo | None:
+    if not settings.system_two_url:
+        return None
+    key = settings.system_two_api_key.get_secret_value() if settings.system_two_api_key else None
+    return OpenAICompatibleSystemTwo(settings.system_two_url, settings.system_two_model, key)
+
+
+def embedded_stores(data_dir: Path | str, dim: int) -> Stores:
+    """SQLite (nodes, edges, lexical, dead letters) + Qdrant local mode under ``data_dir``;
+    ``":memory:"`` keeps everything in RAM."""
+    mem = str(data_dir) == ":memory:"
+    db = ":memory:" if mem else Path(data_dir) / "memory.sqlite3"
+    conns = [connect(db) for _ in range(4)] if not mem else [connect(":memory:")] * 4
+    return Stores(
+        nodes=SqliteNodeStore(conns[0]), edges=SqliteEdgeStore(conns[1]),
+        vectors=QdrantVectorIndex.local(":memory:" if mem else str(Path(data_dir) / "qdrant"), dim),
+        lexical=SqliteLexicalIndex(conns[2]), dead_letters=SqliteDeadLetters(conns[3]),
+    )
+
+
+@dataclass
+class Embedded:
+    pipeline: EmbeddedPipeline
+    controller: RetrievalController
+    embedder: Embedder
+    stores: Stores
+
+    async def close(self) -> None:
+        await self.pipeline.close()
+
+
+def build_embedded(settings: Settings, embedder: Embedder | None = None, data_dir: Path | str | None = None) -> Embedded:
+    emb = embedder or default_embedder()
+    stores = embedded_stores(data_dir if data_dir is not None else settings.data_dir, emb.dim)
+    so = CountingSystemOne(system_one(settings))
+    reader = StoreReader(stores.vectors, stores.lexical, stores.nodes)
+    write_path = WritePath(emb, so, reader, settings.params, summariser=system_two(settings))
+    controller = RetrievalController(emb, so.inner, stores.vectors, stores.lexical, stores.nodes, stores.edges,
+                                     settings.params)
+    return Embedded(EmbeddedPipeline(stores, write_path, so), controller, emb, stores)
+
+
+class EmbeddedService:
+    """:class:`query_api.http.MemoryService` over the embedded pipeline (one process owns the store)."""
+
+    def __init__(self, settings: Settings, embedder: Embedder | None = None, data_dir: Path | str | None = None) -> None:
+        self.settings, self._embedder, self._data_dir = settings, embedder, data_dir
+        self._mem: Embedded | None = None
+        self._s2 = system_two(settings)
+
+    @property
+    def mem(self) -> Embedded:
+        if self._mem is None:
+            raise RuntimeError("service not started")
+        return self._mem
+
+    async def start(self) -> None:
+        self._mem = build_embedded(self.settings, self._embedder, self._data_dir)
+
+    async def stop(self) -> None:
+        if self._mem is not None:
+            await self._mem.close()
+            self._mem = None
+        if self._s2 is not None:
+            await self._s2.aclose()
+
+    async def submit(self, observations: Sequence[Observation]) -> None:
+        for i in range(0, len(observations), self.settings.write_batch):
+            await self.mem.pipeline.ingest(observations[i: i + self.settings.write_batch])
+
+    async def reject(self, letters: Sequence[DeadLetter]) -> None:
+        await self.mem.stores.dead_letters.put(letters)
+
+    async def retrieve(self, scope: Scope, question: str, top_k: int) -> Retrieval:
+        return await self.mem.controller.retrieve(scope, question, top_k)
+
+    async def answer(self, question: str, evidence: Sequence[str]) -> str | None:
+        return None if self._s2 is None else await self._s2.answer(question, evidence)
+
+    async def nodes(self, scope: Scope) -> list[MemoryNode]:
+        return await self.mem.stores.nodes.list(scope)
+
+    async def edges(self, scope: Scope) -> list[EdgeEvent]:
+        return await self.mem.stores.edges.list(scope)
+
+    async def dead_letters(self, limit: int) -> list[DeadLetter]:
+        return await self.mem.stores.dead_letters.list(limit)
+
+    async def health(self) -> dict[str, Any]:
+        return {"status": "ok", "mode": "embedded", "embedder": self.mem.embedder.name,
+                "system_one": self.settings.system_one, "system_two": self._s2 is not None}

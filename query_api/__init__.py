@@ -1,0 +1,1 @@
+"""The read path: the retrieval controller (pure decisions), System Two, and the HTTP API."""

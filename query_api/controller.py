@@ -1,0 +1,250 @@
+"""The retrieval controller: route -> anchors -> (assess -> expand -> score)* -> top-K evidence.
+
+Decisions come from System One (route, assess, score); arithmetic lives in
+:mod:`query_api.formulas`. Hard limits (depth, visited nodes, examined edges, controller calls,
+time) are enforced here whatever the controller answers. Gold answers and benchmark labels never
+enter any state sent to System One.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import re
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+from pydantic import BaseModel
+
+from query_api import formulas
+from storage.ports import EdgeStore, LexicalIndex, NodeStore, VectorIndex
+from topology import text
+from topology.params import Params
+from topology.ports import Embedder
+from topology.schemas import MemoryNode, Scope, TemporalRef
+from topology.stages.candidates import cosine
+from topology.systemone.catalog import ASSESS, ROUTE, SCORE
+from topology.systemone.port import CountingSystemOne, Item, SystemOne
+
+_NAME = re.compile(r"\b[A-Z][a-zA-Z'-]+")
+
+
+class Evidence(BaseModel):
+    node_id: str
+    event_id: str
+    content: str
+    speaker: str | None
+    score: float
+    relevance: float
+    via: str
+    seq: int
+    observed_at: datetime | None
+    event_time: str | None
+    temporal_refs: list[TemporalRef]
+    provenance: dict[str, str]
+
+
+class RoundTrace(BaseModel):
+    round: int
+    assess: dict[str, float]
+    expanded: list[str]
+    examined_edges: int
+    added: int
+    stop: str | None = None
+
+
+class Trace(BaseModel):
+    route: dict[str, float]
+    active_views: list[str]
+    budgets: dict[str, int]
+    depth: int
+    anchors: int
+    rounds: list[RoundTrace]
+    stop_reason: str
+    controller_calls: int
+    visited: int
+    examined_edges: int
+    timings_ms: dict[str, float]
+
+
+class Retrieval(BaseModel):
+    question: str
+    evidence: list[Evidence]
+    trace: Trace
+
+
+@dataclass
+class _Cand:
+    node: MemoryNode
+    via: str
+    p_g: float
+    pi_e: float
+    score: float = 0.0
+    relevance: float = 0.0
+    expanded: bool = False
+
+
+@dataclass
+class _QueryState:
+    question: str
+    qvec: list[float]
+    qtokens: set[str]
+    qnames: set[str]
+    route: dict[str, float]
+    anchor_strength: dict[str, float] = field(default_factory=dict)
+    pool: dict[str, _Cand] = field(default_factory=dict)
+
+
+def query_names(question: str) -> set[str]:
+    """Lowercased capitalised words of the question (first word included only if not a stopword)."""
+    return {w.lower() for w in _NAME.findall(question) if w.lower() not in text.STOPWORDS}
+
+
+class RetrievalController:
+    def __init__(self, embedder: Embedder, so: SystemOne, vectors: VectorIndex, lexical: LexicalIndex,
+                 nodes: NodeStore, edges: EdgeStore, params: Params) -> None:
+        self.embedder, self.so = embedder, so
+        self.vectors, self.lexical, self.nodes, self.edges = vectors, lexical, nodes, edges
+        self.params = params
+
+    async def anchors(self, scope: Scope, question: str, qvec: Sequence[float], pool: int) -> tuple[list[str], list[str]]:
+        """(vector ranking, lexical ranking) of the scope for the question."""
+        vec, lex = await asyncio.gather(self.vectors.search(scope, qvec, pool), self.lexical.search(scope, question, pool))
+        return [h.id for h in vec], [h.id for h in lex]
+
+    def _features(self, st: _QueryState, c: _Cand, evidence: Sequence[_Cand]) -> dict[str, Any]:
+        n = c.node
+        z = cosine(st.qvec, n.embedding)
+        ntoks = set(n.tokens)
+        lexical = len(st.qtokens & ntoks) / len(st.qtokens) if st.qtokens else 0.0
+        names = {e.name.lower() for e in n.entities} | ({n.speaker.lower()} if n.speaker else set())
+        names |= {w for w in text.tokens_raw(n.content) if w in st.qnames}
+        entity = len(st.qnames & names) / len(st.qnames) if st.qnames else 0.0
+        top = [e for e in evidence if e.node.id != n.id][:5]
+        sims = [cosine(n.embedding, e.node.embedding) for e in top]
+        return {
+            "question": st.question, "memory": n.content, "speaker": n.speaker or "",
+            "cosine": round(z, 6), "lexical": round(lexical, 6), "entity": round(entity, 6),
+            "anchor": round(st.anchor_strength.get(n.id, 0.0), 6),
+            "temporal_match": round(st.route["temporal"] * (1.0 if n.temporal_refs else 0.0), 6),
+            "view": c.via, "view_probability": round(c.p_g, 6), "edge_probability": round(c.pi_e, 6),
+            "max_evidence_cosine": round(max(sims, default=0.0), 6),
+            "support": round(sum(sims) / len(sims), 6) if sims else 0.0,
+            "neighbour_of_strong": 1.0 if c.via != "anchor" and c.pi_e >= 0.6 else 0.0,
+        }
+
+    async def _score(self, so: SystemOne, st: _QueryState, cands: Sequence[_Cand], t_star: datetime | None) -> None:
+        ranked = sorted(st.pool.values(), key=lambda c: -c.score)
+        items = [Item(SCORE, self._features(st, c, ranked)) for c in cands]
+        answers = await so.ask(items)
+        w, r = self.params.weights, st.route["recency"]
+        for c, item, ans in zip(cands, items, answers, strict=True):
+            s = formulas.combined_score(
+                z=float(item.state["cosine"]), a=ans.p("relevance"), p_g=c.p_g, l=ans.p("relation_useful"),
+                n=ans.p("new_information"), pi_e=c.pi_e, c=ans.p("supports"), w=w)
+            rho = formulas.recency_rho(t_star, c.node.observed_at)
+            c.score = formulas.recency_adjust(s, r, rho, self.params.recency_weight)
+            c.relevance = ans.p("relevance")
+
+    async def retrieve(self, scope: Scope, question: str, top_k: int | None = None) -> Retrieval:
+        p, lim = self.params, self.params.limits
+        k = top_k or p.top_k
+        t0 = time.perf_counter()
+        so = CountingSystemOne(self.so)
+        timings: dict[str, float] = {}
+        qvec = (await asyncio.to_thread(self.embedder.embed, [question]))[0]
+        timings["embed"] = (time.perf_counter() - t0) * 1000
+        route_ans = (await so.ask([Item(ROUTE, {"question": question})]))[0]
+        route = {q.key: route_ans.p(q.key) for q in ROUTE.nouls()}
+        views = formulas.active_views(route, p.theta_act)
+        budgets = formulas.allocate_budget({v: route[v] for v in views}, p.budget_total, p.budget_min, p.budget_gamma)
+        d = formulas.depth(route["multi_hop"], p.depth_max, lim.depth)
+        st = _QueryState(question, qvec, set(text.tokens(question)), query_names(question), route)
+
+        t1 = time.perf_counter()
+        vec_rank, lex_rank = await self.anchors(scope, question, qvec, p.anchor_pool)
+        fused = formulas.rrf([vec_rank, lex_rank], p.rrf_kappa)
+        anchor_ids = formulas.fused_order(fused)[: min(p.anchors, lim.visited_nodes)]
+        best = 2.0 / (p.rrf_kappa + 1)
+        st.anchor_strength = {i: fused[i] / best for i in anchor_ids}
+        nodes = await self.nodes.get(scope, anchor_ids)
+        t_star = max((n.observed_at for n in nodes if n.observed_at), default=None)
+        for n in nodes:
+            st.pool[n.id] = _Cand(n, "anchor", 1.0, st.anchor_strength[n.id])
+        timings["anchors"] = (time.perf_counter() - t1) * 1000
+        await self._score(so, st, list(st.pool.values()), t_star)
+
+        rounds: list[RoundTrace] = []
+        examined, stop = 0, "depth"
+        remaining = dict(budgets)
+        for rnd in range(1, d + 1):
+            if time.perf_counter() - t0 > lim.seconds:
+                stop = "time_limit"
+                break
+            if so.calls + 2 > lim.controller_calls:
+                stop = "controller_call_limit"
+                break
+            ranked = sorted(st.pool.values(), key=lambda c: -c.score)
+            strong = sum(1 for c in ranked if c.relevance >= 0.7)
+            gain = rounds[-1].added / max(1, p.beam_width) if rounds else 1.0
+            a = (await so.ask([Item(ASSESS, {
+                "question": question, "round": rnd - 1, "best_relevance": round(max((c.relevance for c in ranked), default=0.0), 6),
+                "strong": strong, "last_gain": round(gain, 6), "multi_hop": round(route["multi_hop"], 6),
+                "evidence": [c.node.content for c in ranked[:5]],
+            })]))[0]
+            assessed = {q.key: a.p(q.key) for q in ASSESS.nouls()}
+            reason = formulas.stop_reason(assessed, p)
+            if reason is not None:
+                rounds.append(RoundTrace(round=rnd, assess=assessed, expanded=[], examined_edges=0, added=0, stop=reason))
+                stop = reason
+                break
+            frontier = [c for c in ranked if not c.expanded][: p.beam_width]
+            for c in frontier:
+                c.expanded = True
+            added: list[_Cand] = []
+            seen_edges = 0
+            for view in views:
+                room = lim.visited_nodes - len(st.pool) - len(added)
+                if remaining.get(view, 0) <= 0 or room <= 0 or examined + seen_edges >= lim.examined_edges:
+                    continue
+                edges = await self.edges.neighbours(scope, [c.node.id for c in frontier], [view],
+                                                    min(lim.examined_edges - examined - seen_edges, 4 * remaining[view] + 40))
+                seen_edges += len(edges)
+                want: dict[str, float] = {}
+                for e in edges:
+                    other = e.target if e.source in {c.node.id for c in frontier} else e.source
+                    if other in st.pool or other in want or any(x.node.id == other for x in added):
+                        continue
+                    want[other] = e.probability
+                    if len(want) >= min(remaining[view], room):
+                        break
+                for n in await self.nodes.get(scope, list(want)):
+                    added.append(_Cand(n, view, route[view], want[n.id]))
+                remaining[view] -= len(want)
+            examined += seen_edges
+            if added:
+                await self._score(so, st, added, t_star)
+                for c in added:
+                    st.pool[c.node.id] = c
+            rounds.append(RoundTrace(round=rnd, assess=assessed, expanded=[c.node.id for c in frontier],
+                                     examined_edges=seen_edges, added=len(added)))
+            if not added:
+                stop = "exhausted"
+                break
+        timings["total"] = (time.perf_counter() - t0) * 1000
+        final = sorted(st.pool.values(), key=lambda c: (-c.score, c.node.seq))[:k]
+        return Retrieval(
+            question=question,
+            evidence=[Evidence(
+                node_id=c.node.id, event_id=c.node.event_id, content=c.node.content, speaker=c.node.speaker,
+                score=round(c.score, 6), relevance=round(c.relevance, 6), via=c.via, seq=c.node.seq,
+                observed_at=c.node.observed_at, event_time=c.node.event_time.isoformat() if c.node.event_time else None,
+                temporal_refs=c.node.temporal_refs, provenance=c.node.provenance) for c in final],
+            trace=Trace(route={k_: round(v, 6) for k_, v in route.items()}, active_views=list(views),
+                        budgets={str(k_): v for k_, v in budgets.items()}, depth=d, anchors=len(anchor_ids),
+                        rounds=rounds, stop_reason=stop, controller_calls=so.calls, visited=len(st.pool),
+                        examined_edges=examined, timings_ms={k_: round(v, 3) for k_, v in timings.items()}),
+        )
+

@@ -1,0 +1,92 @@
+"""The read path's formulas, each a pure function with a unit test."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from datetime import datetime
+
+from topology.params import Params, ScoreWeights
+from topology.schemas import VIEWS, View
+
+
+def active_views(route: Mapping[str, float], theta_act: float) -> list[View]:
+    """Views whose route probability reaches ``theta_act``, in canonical order."""
+    return [v for v in VIEWS if route.get(v, 0.0) >= theta_act]
+
+
+def allocate_budget(probs: Mapping[View, float], total: int, minimum: int, gamma: float) -> dict[View, int]:
+    """Largest-remainder split of ``total`` over the views of ``probs``.
+
+    Each view first gets ``minimum``; the rest is shared in proportion to p^gamma, floors first,
+    then one unit each to the largest fractional remainders (ties: canonical view order).
+    The result always sums to ``total`` (or to ``minimum * len`` when that is larger).
+    """
+    views = [v for v in VIEWS if v in probs]
+    if not views:
+        return {}
+    out = {v: minimum for v in views}
+    rest = total - minimum * len(views)
+    if rest <= 0:
+        return out
+    weights = {v: max(probs[v], 0.0) ** gamma for v in views}
+    norm = sum(weights.values())
+    if norm == 0:
+        weights, norm = {v: 1.0 for v in views}, float(len(views))
+    quotas = {v: rest * weights[v] / norm for v in views}
+    floors = {v: math.floor(q) for v, q in quotas.items()}
+    left = rest - sum(floors.values())
+    order = sorted(views, key=lambda v: (-(quotas[v] - floors[v]), VIEWS.index(v)))
+    for v in order[:left]:
+        floors[v] += 1
+    return {v: out[v] + floors[v] for v in views}
+
+
+def depth(multi_hop: float, d_max: int, hard_limit: int) -> int:
+    """D(q) = min(D_max, max(1, ceil(D_max * h(q)))), never above the hard depth limit."""
+    return min(hard_limit, d_max, max(1, math.ceil(d_max * multi_hop)))
+
+
+def rrf(rankings: Sequence[Sequence[str]], kappa: int) -> dict[str, float]:
+    """Reciprocal-rank fusion: sum over rankings of 1 / (kappa + rank), ranks from 1."""
+    fused: dict[str, float] = {}
+    for ranking in rankings:
+        for rank, item in enumerate(ranking, start=1):
+            fused[item] = fused.get(item, 0.0) + 1.0 / (kappa + rank)
+    return fused
+
+
+def fused_order(fused: Mapping[str, float]) -> list[str]:
+    """Ids by fused score, ties broken by id for determinism."""
+    return sorted(fused, key=lambda i: (-fused[i], i))
+
+
+def combined_score(z: float, a: float, p_g: float, l: float, n: float, pi_e: float, c: float,
+                   w: ScoreWeights) -> float:
+    """s = (l1*z + l2*a + l3*p_g*l + l4*n + l5*(pi_e + c)/2) / sum(l)."""
+    total = w.cosine + w.relevance + w.relation + w.novelty + w.support
+    return (w.cosine * z + w.relevance * a + w.relation * p_g * l + w.novelty * n
+            + w.support * (pi_e + c) / 2.0) / total
+
+
+def recency_rho(t_star: datetime | None, t_v: datetime | None) -> float:
+    """rho = 1 / (1 + max(0, t* - t_v) / day); 0 when either time is unknown."""
+    if t_star is None or t_v is None:
+        return 0.0
+    days = max(0.0, (t_star - t_v).total_seconds() / 86400.0)
+    return 1.0 / (1.0 + days)
+
+
+def recency_adjust(s: float, r: float, rho: float, weight: float) -> float:
+    """s' = (s + weight*r*rho) / (1 + weight*r)."""
+    return (s + weight * r * rho) / (1.0 + weight * r)
+
+
+def stop_reason(assess: Mapping[str, float], params: Params) -> str | None:
+    """Why to stop after an assessment, or None to continue."""
+    if (assess["sufficient"] >= params.stop_sufficient and assess["missing"] < params.stop_missing
+            and assess["contradiction"] < params.stop_missing):
+        return "sufficient"
+    if assess["continue_useful"] < params.stop_continue:
+        return "not_useful"
+    return None

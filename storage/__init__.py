@@ -1,0 +1,1 @@
+"""Storage ports (vector index, lexical index, node and edge stores) and their adapters."""

@@ -1,0 +1,95 @@
+"""Small storage ports. Every call is scoped by tenant and conversation.
+
+Writes are idempotent upserts keyed by deterministic ids; a write returns only once the store
+has acknowledged it (so a caller may commit its input offset afterwards).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Protocol
+
+from topology.schemas import ConsolidationDecision, DeadLetter, EdgeEvent, MemoryNode, Scope, View
+
+
+@dataclass(frozen=True)
+class Hit:
+    id: str
+    score: float
+
+
+class VectorIndex(Protocol):
+    async def upsert(self, nodes: Sequence[MemoryNode]) -> None:
+        """Index each node's embedding (nodes without one are skipped)."""
+        ...
+
+    async def search(self, scope: Scope, vector: Sequence[float], limit: int, before_seq: int | None = None) -> list[Hit]:
+        """Nearest nodes by cosine, best first; ``before_seq`` keeps only earlier nodes."""
+        ...
+
+    async def close(self) -> None: ...
+
+
+class LexicalIndex(Protocol):
+    async def upsert(self, nodes: Sequence[MemoryNode]) -> None: ...
+
+    async def search(self, scope: Scope, text: str, limit: int) -> list[Hit]:
+        """BM25 ranking of the scope's nodes for ``text``, best first."""
+        ...
+
+    async def overlapping(self, scope: Scope, tokens: Sequence[str], before_seq: int, limit: int) -> list[str]:
+        """Earlier nodes sharing the most distinct content tokens (ties: latest first)."""
+        ...
+
+    async def close(self) -> None: ...
+
+
+class NodeStore(Protocol):
+    async def upsert(self, nodes: Sequence[MemoryNode]) -> None: ...
+
+    async def get(self, scope: Scope, ids: Sequence[str]) -> list[MemoryNode]:
+        """Nodes (with embeddings) in the order of ``ids``; unknown ids are skipped."""
+        ...
+
+    async def seqs(self, scope: Scope, event_ids: Sequence[str]) -> dict[str, int]:
+        """event_id -> seq for the events already stored."""
+        ...
+
+    async def next_seq(self, scope: Scope) -> int:
+        """One past the largest observation seq of the scope (0 when empty)."""
+        ...
+
+    async def list(self, scope: Scope) -> list[MemoryNode]:
+        """All nodes of the scope by seq (without embeddings)."""
+        ...
+
+    async def sharing_entities_before(self, scope: Scope, entity_ids: Sequence[str], before_seq: int, limit: int) -> list[str]: ...
+
+    async def preceding(self, scope: Scope, before_seq: int, limit: int) -> list[str]: ...
+
+    async def close(self) -> None: ...
+
+
+class EdgeStore(Protocol):
+    async def upsert(self, edges: Sequence[EdgeEvent]) -> None: ...
+
+    async def neighbours(self, scope: Scope, node_ids: Sequence[str], views: Sequence[View], limit: int) -> list[EdgeEvent]:
+        """Edges of ``views`` touching any of ``node_ids`` (either end), strongest first."""
+        ...
+
+    async def list(self, scope: Scope) -> list[EdgeEvent]: ...
+
+    async def upsert_decisions(self, decisions: Sequence[ConsolidationDecision]) -> None: ...
+
+    async def decisions(self, scope: Scope) -> list[ConsolidationDecision]: ...
+
+    async def close(self) -> None: ...
+
+
+class DeadLetterSink(Protocol):
+    async def put(self, letters: Sequence[DeadLetter]) -> None:
+        """Keep ``letters``; returns once they are durable."""
+        ...
+
+    async def list(self, limit: int = 100) -> list[DeadLetter]: ...

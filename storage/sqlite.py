@@ -1,0 +1,257 @@
+"""Embedded stores on SQLite (WAL): nodes, edges, consolidation decisions, and a BM25 lexical
+index on FTS5.
+
+Why SQLite: it is in the standard library, crash-safe, transactional (an upsert batch is one
+commit, acknowledged when ``commit`` returns), and FTS5 ships a real BM25 ranker with incremental
+updates, which in-memory BM25 libraries (rank-bm25, bm25s) lack. Calls are synchronous inside
+``async def``: each is a sub-millisecond local transaction.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from collections.abc import Iterable, Sequence
+from pathlib import Path
+
+import numpy as np
+import orjson
+
+from storage.ports import Hit
+from topology import text as textmod
+from topology.errors import StoreUnavailable
+from topology.schemas import ConsolidationDecision, DeadLetter, EdgeEvent, MemoryNode, Scope, View
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS nodes (
+  tenant TEXT NOT NULL, conv TEXT NOT NULL, id TEXT NOT NULL, event_id TEXT NOT NULL,
+  seq INTEGER NOT NULL, kind TEXT NOT NULL, body BLOB NOT NULL, embedding BLOB,
+  PRIMARY KEY (tenant, conv, id));
+CREATE UNIQUE INDEX IF NOT EXISTS nodes_event ON nodes(tenant, conv, event_id);
+CREATE INDEX IF NOT EXISTS nodes_seq ON nodes(tenant, conv, seq);
+CREATE TABLE IF NOT EXISTS node_entities (
+  tenant TEXT NOT NULL, conv TEXT NOT NULL, entity TEXT NOT NULL, node TEXT NOT NULL, seq INTEGER NOT NULL,
+  PRIMARY KEY (tenant, conv, entity, node));
+CREATE INDEX IF NOT EXISTS node_entities_seq ON node_entities(tenant, conv, entity, seq);
+CREATE TABLE IF NOT EXISTS edges (
+  tenant TEXT NOT NULL, conv TEXT NOT NULL, id TEXT NOT NULL, view TEXT NOT NULL,
+  source TEXT NOT NULL, target TEXT NOT NULL, probability REAL NOT NULL, body BLOB NOT NULL,
+  PRIMARY KEY (tenant, conv, id));
+CREATE INDEX IF NOT EXISTS edges_source ON edges(tenant, conv, source, view);
+CREATE INDEX IF NOT EXISTS edges_target ON edges(tenant, conv, target, view);
+CREATE TABLE IF NOT EXISTS decisions (
+  tenant TEXT NOT NULL, conv TEXT NOT NULL, id TEXT NOT NULL, body BLOB NOT NULL,
+  PRIMARY KEY (tenant, conv, id));
+CREATE TABLE IF NOT EXISTS dead_letters (
+  n INTEGER PRIMARY KEY AUTOINCREMENT, body BLOB NOT NULL);
+CREATE VIRTUAL TABLE IF NOT EXISTS lexical USING fts5(
+  content, tenant UNINDEXED, conv UNINDEXED, node UNINDEXED, seq UNINDEXED,
+  tokenize = 'porter unicode61');
+CREATE TABLE IF NOT EXISTS postings (
+  tenant TEXT NOT NULL, conv TEXT NOT NULL, token TEXT NOT NULL, node TEXT NOT NULL, seq INTEGER NOT NULL,
+  PRIMARY KEY (tenant, conv, token, node));
+CREATE INDEX IF NOT EXISTS postings_seq ON postings(tenant, conv, token, seq);
+"""
+
+
+def connect(path: str | Path) -> sqlite3.Connection:
+    """Open (and create) the database with WAL and the schema."""
+    if str(path) != ":memory:":
+        Path(path).parent.mkdir(parents=True, exist_ok=True)
+    try:
+        conn = sqlite3.connect(str(path), check_same_thread=False, isolation_level=None)
+        conn.execute("PRAGMA journal_mode=WAL")
+        conn.execute("PRAGMA synchronous=NORMAL")
+        conn.execute("PRAGMA busy_timeout=10000")
+        conn.executescript(_SCHEMA)
+    except sqlite3.Error as exc:
+        raise StoreUnavailable(f"sqlite {path}: {exc}") from exc
+    return conn
+
+
+class _Base:
+    def __init__(self, conn: sqlite3.Connection) -> None:
+        self._conn = conn
+
+    def _write(self, sql: str, rows: Iterable[tuple[object, ...]]) -> None:
+        try:
+            self._conn.execute("BEGIN")
+            self._conn.executemany(sql, rows)
+            self._conn.execute("COMMIT")
+        except sqlite3.Error as exc:
+            self._conn.execute("ROLLBACK")
+            raise StoreUnavailable(f"sqlite write failed: {exc}") from exc
+
+    async def close(self) -> None:
+        self._conn.close()
+
+
+def _vec(blob: bytes | None) -> list[float] | None:
+    return None if blob is None else np.frombuffer(blob, dtype=np.float32).astype(float).tolist()
+
+
+class SqliteNodeStore(_Base):
+    """Canonical nodes (JSON body + float32 embedding) and an entity posting table."""
+
+    async def upsert(self, nodes: Sequence[MemoryNode]) -> None:
+        if not nodes:
+            return
+        try:
+            self._conn.execute("BEGIN")
+            for n in nodes:
+                emb = None if n.embedding is None else np.asarray(n.embedding, dtype=np.float32).tobytes()
+                self._conn.execute(
+                    "INSERT INTO nodes VALUES (?,?,?,?,?,?,?,?) ON CONFLICT(tenant, conv, id) DO UPDATE SET "
+                    "body=excluded.body, embedding=COALESCE(excluded.embedding, nodes.embedding), seq=excluded.seq",
+                    (n.tenant_id, n.conversation_id, n.id, n.event_id, n.seq, n.kind,
+                     orjson.dumps(n.without_embedding().model_dump(mode="json")), emb))
+                self._conn.executemany(
+                    "INSERT OR IGNORE INTO node_entities VALUES (?,?,?,?,?)",
+                    [(n.tenant_id, n.conversation_id, e.id, n.id, n.seq) for e in n.entities])
+            self._conn.execute("COMMIT")
+        except sqlite3.Error as exc:
+            self._conn.execute("ROLLBACK")
+            raise StoreUnavailable(f"sqlite node upsert failed: {exc}") from exc
+
+    async def get(self, scope: Scope, ids: Sequence[str]) -> list[MemoryNode]:
+        if not ids:
+            return []
+        marks = ",".join("?" * len(ids))
+        rows = self._conn.execute(
+            f"SELECT id, body, embedding FROM nodes WHERE tenant=? AND conv=? AND id IN ({marks})",
+            (scope.tenant_id, scope.conversation_id, *ids)).fetchall()
+        found = {r[0]: MemoryNode.model_validate({**orjson.loads(r[1]), "embedding": _vec(r[2])}) for r in rows}
+        return [found[i] for i in ids if i in found]
+
+    async def seqs(self, scope: Scope, event_ids: Sequence[str]) -> dict[str, int]:
+        if not event_ids:
+            return {}
+        marks = ",".join("?" * len(event_ids))
+        rows = self._conn.execute(
+            f"SELECT event_id, seq FROM nodes WHERE tenant=? AND conv=? AND event_id IN ({marks})",
+            (scope.tenant_id, scope.conversation_id, *event_ids)).fetchall()
+        return {r[0]: int(r[1]) for r in rows}
+
+    async def next_seq(self, scope: Scope) -> int:
+        row = self._conn.execute(
+            "SELECT MAX(seq) FROM nodes WHERE tenant=? AND conv=? AND kind='observation'",
+            (scope.tenant_id, scope.conversation_id)).fetchone()
+        return 0 if row[0] is None else int(row[0]) + 1
+
+    async def list(self, scope: Scope) -> list[MemoryNode]:
+        rows = self._conn.execute(
+            "SELECT body FROM nodes WHERE tenant=? AND conv=? ORDER BY seq, id",
+            (scope.tenant_id, scope.conversation_id)).fetchall()
+        return [MemoryNode.model_validate(orjson.loads(r[0])) for r in rows]
+
+    async def sharing_entities_before(self, scope: Scope, entity_ids: Sequence[str], before_seq: int, limit: int) -> list[str]:
+        if not entity_ids:
+            return []
+        marks = ",".join("?" * len(entity_ids))
+        rows = self._conn.execute(
+            f"SELECT node, MAX(seq) s FROM node_entities WHERE tenant=? AND conv=? AND entity IN ({marks}) "
+            "AND seq < ? GROUP BY node ORDER BY COUNT(*) DESC, s DESC LIMIT ?",
+            (scope.tenant_id, scope.conversation_id, *entity_ids, before_seq, limit)).fetchall()
+        return [r[0] for r in rows]
+
+    async def preceding(self, scope: Scope, before_seq: int, limit: int) -> list[str]:
+        rows = self._conn.execute(
+            "SELECT id FROM nodes WHERE tenant=? AND conv=? AND seq < ? AND kind='observation' "
+            "ORDER BY seq DESC LIMIT ?", (scope.tenant_id, scope.conversation_id, before_seq, limit)).fetchall()
+        return [r[0] for r in rows]
+
+
+class SqliteEdgeStore(_Base):
+    """Edges of the four views and consolidation decisions."""
+
+    async def upsert(self, edges: Sequence[EdgeEvent]) -> None:
+        self._write(
+            "INSERT INTO edges VALUES (?,?,?,?,?,?,?,?) ON CONFLICT(tenant, conv, id) DO UPDATE SET "
+            "probability=excluded.probability, body=excluded.body",
+            [(e.tenant_id, e.conversation_id, e.id, e.view, e.source, e.target, e.probability,
+              orjson.dumps(e.model_dump(mode="json"))) for e in edges])
+
+    async def neighbours(self, scope: Scope, node_ids: Sequence[str], views: Sequence[View], limit: int) -> list[EdgeEvent]:
+        if not node_ids or not views:
+            return []
+        n, v = ",".join("?" * len(node_ids)), ",".join("?" * len(views))
+        args = (scope.tenant_id, scope.conversation_id, *views)
+        rows = self._conn.execute(
+            f"SELECT body, probability, id FROM edges WHERE tenant=? AND conv=? AND view IN ({v}) AND source IN ({n}) "
+            f"UNION SELECT body, probability, id FROM edges WHERE tenant=? AND conv=? AND view IN ({v}) "
+            f"AND target IN ({n}) ORDER BY probability DESC, id LIMIT ?",
+            (*args, *node_ids, *args, *node_ids, limit)).fetchall()
+        return [EdgeEvent.model_validate(orjson.loads(r[0])) for r in rows]
+
+    async def list(self, scope: Scope) -> list[EdgeEvent]:
+        rows = self._conn.execute("SELECT body FROM edges WHERE tenant=? AND conv=? ORDER BY id",
+                                  (scope.tenant_id, scope.conversation_id)).fetchall()
+        return [EdgeEvent.model_validate(orjson.loads(r[0])) for r in rows]
+
+    async def upsert_decisions(self, decisions: Sequence[ConsolidationDecision]) -> None:
+        self._write(
+            "INSERT INTO decisions VALUES (?,?,?,?) ON CONFLICT(tenant, conv, id) DO UPDATE SET body=excluded.body",
+            [(d.tenant_id, d.conversation_id, d.id, orjson.dumps(d.model_dump(mode="json"))) for d in decisions])
+
+    async def decisions(self, scope: Scope) -> list[ConsolidationDecision]:
+        rows = self._conn.execute("SELECT body FROM decisions WHERE tenant=? AND conv=? ORDER BY id",
+                                  (scope.tenant_id, scope.conversation_id)).fetchall()
+        return [ConsolidationDecision.model_validate(orjson.loads(r[0])) for r in rows]
+
+
+def fts_query(query: str) -> str:
+    """An FTS5 MATCH expression: OR of the quoted content words (no operator injection)."""
+    words = [w for w in textmod.tokens_raw(query) if w not in textmod.STOPWORDS]
+    return " OR ".join(f'"{w}"' for w in dict.fromkeys(words))
+
+
+class SqliteLexicalIndex(_Base):
+    """BM25 on FTS5 (porter stemming) plus a token posting table for candidate overlap."""
+
+    async def upsert(self, nodes: Sequence[MemoryNode]) -> None:
+        if not nodes:
+            return
+        try:
+            self._conn.execute("BEGIN")
+            for n in nodes:
+                self._conn.execute("DELETE FROM lexical WHERE node=? AND tenant=? AND conv=?",
+                                   (n.id, n.tenant_id, n.conversation_id))
+                self._conn.execute("INSERT INTO lexical VALUES (?,?,?,?,?)",
+                                   (n.content, n.tenant_id, n.conversation_id, n.id, n.seq))
+                self._conn.executemany("INSERT OR IGNORE INTO postings VALUES (?,?,?,?,?)",
+                                       [(n.tenant_id, n.conversation_id, t, n.id, n.seq) for t in set(n.tokens)])
+            self._conn.execute("COMMIT")
+        except sqlite3.Error as exc:
+            self._conn.execute("ROLLBACK")
+            raise StoreUnavailable(f"sqlite lexical upsert failed: {exc}") from exc
+
+    async def search(self, scope: Scope, text: str, limit: int) -> list[Hit]:
+        q = fts_query(text)
+        if not q:
+            return []
+        rows = self._conn.execute(
+            "SELECT node, bm25(lexical) FROM lexical WHERE lexical MATCH ? AND tenant=? AND conv=? "
+            "ORDER BY bm25(lexical), node LIMIT ?", (q, scope.tenant_id, scope.conversation_id, limit)).fetchall()
+        return [Hit(r[0], -float(r[1])) for r in rows]
+
+    async def overlapping(self, scope: Scope, tokens: Sequence[str], before_seq: int, limit: int) -> list[str]:
+        toks = sorted(set(tokens))
+        if not toks:
+            return []
+        marks = ",".join("?" * len(toks))
+        rows = self._conn.execute(
+            f"SELECT node, COUNT(*) c, MAX(seq) s FROM postings WHERE tenant=? AND conv=? AND token IN ({marks}) "
+            "AND seq < ? GROUP BY node ORDER BY c DESC, s DESC LIMIT ?",
+            (scope.tenant_id, scope.conversation_id, *toks, before_seq, limit)).fetchall()
+        return [r[0] for r in rows]
+
+
+class SqliteDeadLetters(_Base):
+    """The embedded dead-letter queue: append-only, newest last."""
+
+    async def put(self, letters: Sequence[DeadLetter]) -> None:
+        self._write("INSERT INTO dead_letters (body) VALUES (?)",
+                    [(orjson.dumps(d.model_dump(mode="json")),) for d in letters])
+
+    async def list(self, limit: int = 100) -> list[DeadLetter]:
+        rows = self._conn.execute("SELECT body FROM dead_letters ORDER BY n DESC LIMIT ?", (limit,)).fetchall()
+        return [DeadLetter.model_validate(orjson.loads(r[0])) for r in reversed(rows)]

@@ -1,0 +1,126 @@
+"""The embedded driver: the whole write path in one process, no servers.
+
+``EmbeddedPipeline.ingest`` validates nothing (it takes models); ``ingest_raw`` decodes bytes,
+sends anything invalid to the dead-letter sink with its reason, and writes the rest. A batch is
+processed as: seqs -> nodes (1 embedding call, 1 typing request) -> materialise nodes -> candidates
+-> relations (1 request) -> edges -> consolidation when a block of writes completes.
+Writes are serialised by one lock: seq assignment needs a single writer per conversation.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+
+from storage.ports import DeadLetterSink, EdgeStore, LexicalIndex, NodeStore, VectorIndex
+from topology.errors import InvalidEvent
+from topology.pipeline import WritePath, assign_seqs, consolidation_runs, dedupe
+from topology.schemas import DeadLetter, EdgeEvent, MemoryNode, Observation, Scope, WriteResult, decode
+from topology.systemone.port import CountingSystemOne
+
+
+@dataclass
+class Stores:
+    nodes: NodeStore
+    edges: EdgeStore
+    vectors: VectorIndex
+    lexical: LexicalIndex
+    dead_letters: DeadLetterSink
+
+    async def materialise(self, nodes: Sequence[MemoryNode]) -> None:
+        """Write nodes to every store that candidate discovery and queries read."""
+        await self.nodes.upsert(nodes)
+        await self.vectors.upsert(nodes)
+        await self.lexical.upsert(nodes)
+
+    async def close(self) -> None:
+        for store in (self.nodes, self.edges, self.vectors, self.lexical):
+            await store.close()
+
+
+@dataclass
+class IngestReport:
+    accepted: int = 0
+    new_nodes: int = 0
+    edges: int = 0
+    decisions: int = 0
+    dead_letters: list[DeadLetter] = field(default_factory=list)
+    write_calls: int = 0
+    consolidation_calls: int = 0
+    results: list[WriteResult] = field(default_factory=list)
+
+
+def dead_letter(original: bytes | str, reason: str, source: str) -> DeadLetter:
+    raw = original.decode("utf-8", "replace") if isinstance(original, bytes) else original
+    return DeadLetter(original=raw, reason=reason, source=source, received_at=datetime.now(UTC))
+
+
+class EmbeddedPipeline:
+    def __init__(self, stores: Stores, write_path: WritePath, so: CountingSystemOne) -> None:
+        self.stores, self.write_path, self.so = stores, write_path, so
+        self._lock = asyncio.Lock()
+
+    async def ingest_raw(self, payloads: Sequence[bytes | str], source: str = "ingest") -> IngestReport:
+        """Decode JSON observations; invalid ones become dead letters, valid ones are written."""
+        good: list[Observation] = []
+        bad: list[DeadLetter] = []
+        for i, raw in enumerate(payloads):
+            try:
+                good.append(decode(Observation, raw))
+            except InvalidEvent as exc:
+                bad.append(dead_letter(raw, exc.reason, f"{source}#{i}"))
+        if bad:
+            await self.stores.dead_letters.put(bad)
+        report = await self.ingest(good)
+        report.dead_letters = bad
+        return report
+
+    async def ingest(self, observations: Sequence[Observation]) -> IngestReport:
+        obs = dedupe(observations)
+        if not obs:
+            return IngestReport()
+        async with self._lock:
+            return await self._write(obs)
+
+    async def _write(self, obs: list[Observation]) -> IngestReport:
+        stores, wp = self.stores, self.write_path
+        known: dict[tuple[str, str, str], int] = {}
+        next_seq: dict[Scope, int] = {}
+        for scope in dict.fromkeys(o.scope for o in obs):
+            seqs = await stores.nodes.seqs(scope, [o.event_id for o in obs if o.scope == scope])
+            known.update({(scope.tenant_id, scope.conversation_id, e): s for e, s in seqs.items()})
+            next_seq[scope] = await stores.nodes.next_seq(scope)
+        numbered = assign_seqs(obs, known, next_seq)
+        calls0 = self.so.calls
+        nodes = await wp.build_nodes(numbered)
+        await stores.materialise(nodes)
+        _, judgments, edges = await wp.link(nodes)
+        await stores.edges.upsert(edges)
+        write_calls = self.so.calls - calls0
+        decisions = 0
+        for scope, run, last in consolidation_runs(nodes, wp.params.consolidate_every):
+            found, links, derived = await wp.consolidate(scope, run, last, self._neighbours)
+            if derived:
+                await stores.materialise(await wp.build_nodes_from(derived))
+            await stores.edges.upsert_decisions(found)
+            await stores.edges.upsert(links)
+            decisions += len(found)
+        by_node: dict[str, list[EdgeEvent]] = {}
+        for e in edges:
+            by_node.setdefault(e.target, []).append(e)
+        new = sum(1 for o in obs if (o.tenant_id, o.conversation_id, o.event_id) not in known)
+        return IngestReport(
+            accepted=len(obs), new_nodes=new, edges=len(edges), decisions=decisions,
+            write_calls=write_calls, consolidation_calls=self.so.calls - calls0 - write_calls,
+            results=[WriteResult(node=n.without_embedding(), edges=by_node.get(n.id, []), controller_calls=0)
+                     for n in nodes],
+        )
+
+    async def _neighbours(self, scope: Scope, ids: Sequence[str]) -> list[EdgeEvent]:
+        return await self.stores.edges.neighbours(scope, ids, ["semantic"], 10_000)
+
+    async def close(self) -> None:
+        await self.so.aclose()
+        await self.stores.close()

@@ -1,0 +1,95 @@
+"""The paper's parameters as named defaults, grouped in one immutable, configurable object.
+
+Every threshold carries a one-line why. ``Params`` is what stages and the controller take;
+settings at the edge may override any field.
+"""
+
+from __future__ import annotations
+
+from pydantic import BaseModel, ConfigDict, Field
+
+#: Edges judged by System One exist only at or above this probability (paper: theta_rel).
+THETA_REL = 0.60
+#: At most this many earlier memories are judged per write (paper: K_w); bounds the relation batch.
+K_WRITE = 10
+#: Consolidation runs after this many successful writes in a conversation.
+CONSOLIDATE_EVERY = 20
+#: System Two may write a derived node only when merge/promote is this likely ...
+THETA_SUMMARY = 0.85
+#: ... and contradiction stays below this.
+THETA_CONTRADICTION = 0.85
+#: A relation view takes part in a query when its route probability reaches this.
+THETA_ACT = 0.10
+#: Total graph-expansion budget per query, shared among active views.
+BUDGET_TOTAL = 80
+#: Every active view gets at least this much budget.
+BUDGET_MIN = 1
+#: Exponent on route probabilities when sharing the budget (1.0 = proportional).
+BUDGET_GAMMA = 1.0
+#: Reciprocal-rank-fusion constant (standard value from Cormack et al.).
+RRF_KAPPA = 60
+#: Beam width: nodes expanded per round.
+BEAM_WIDTH = 10
+#: Stop when evidence_sufficient reaches this ...
+STOP_SUFFICIENT = 0.95
+#: ... and missing_evidence and contradiction both stay below this.
+STOP_MISSING = 0.15
+#: Or stop when continuing is judged useless below this.
+STOP_CONTINUE = 0.15
+#: Weight of the recency adjustment on the combined score.
+RECENCY_WEIGHT = 0.1
+
+
+class ScoreWeights(BaseModel):
+    """lambda_1..lambda_5 of the combined candidate score (cosine, relevance, view*usefulness,
+    novelty, edge/support)."""
+
+    model_config = ConfigDict(frozen=True)
+
+    cosine: float = 1.0
+    relevance: float = 1.0
+    relation: float = 1.0
+    novelty: float = 0.5
+    support: float = 0.5
+
+
+class HardLimits(BaseModel):
+    """Per-query ceilings that no controller answer can lift."""
+
+    model_config = ConfigDict(frozen=True)
+
+    depth: int = 8
+    visited_nodes: int = 60
+    examined_edges: int = 2400
+    controller_calls: int = 16
+    seconds: float = 15.0
+
+
+class Params(BaseModel):
+    """All tunables of the write and read paths; defaults are the paper's values."""
+
+    model_config = ConfigDict(frozen=True)
+
+    theta_rel: float = THETA_REL
+    k_write: int = K_WRITE
+    consolidate_every: int = CONSOLIDATE_EVERY
+    consolidation_pairs: int = Field(default=20, description="pairs judged per consolidation run")
+    theta_summary: float = THETA_SUMMARY
+    theta_contradiction: float = THETA_CONTRADICTION
+    admission_enabled: bool = False
+    theta_act: float = THETA_ACT
+    budget_total: int = BUDGET_TOTAL
+    budget_min: int = BUDGET_MIN
+    budget_gamma: float = BUDGET_GAMMA
+    depth_max: int = Field(default=3, description="D_max in D(q); capped by limits.depth")
+    rrf_kappa: int = RRF_KAPPA
+    anchors: int = Field(default=30, description="fused anchors kept as the starting evidence")
+    anchor_pool: int = Field(default=50, description="hits fetched from each index before fusion")
+    beam_width: int = BEAM_WIDTH
+    stop_sufficient: float = STOP_SUFFICIENT
+    stop_missing: float = STOP_MISSING
+    stop_continue: float = STOP_CONTINUE
+    recency_weight: float = RECENCY_WEIGHT
+    top_k: int = 10
+    weights: ScoreWeights = ScoreWeights()
+    limits: HardLimits = HardLimits()

@@ -1,0 +1,121 @@
+"""The write path over ports: the stage sequence both drivers (embedded, Faust) share.
+
+``WritePath.write`` takes validated observations of any scopes and returns one
+:class:`WriteResult` per distinct event. It is idempotent (redelivered events keep their seq and
+produce the same node and edges) and batch-invariant (candidates only ever look at earlier seqs).
+
+The Faust agents call the same stage functions one topic hop at a time; this class wires them
+for in-process use and for tests.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass, field
+
+from topology.params import Params
+from topology.ports import Embedder, MemoryReader
+from topology.schemas import (
+    CandidateSet,
+    ConsolidationDecision,
+    EdgeEvent,
+    MemoryNode,
+    Observation,
+    RelationJudgment,
+    Scope,
+    WriteResult,
+)
+from topology.stages import candidates, consolidation, relations, typing
+from topology.systemone.port import SystemOne
+
+NodeSink = Callable[[Sequence[MemoryNode]], Awaitable[None]]
+EdgeSink = Callable[[Sequence[EdgeEvent]], Awaitable[None]]
+
+
+@dataclass
+class BatchOutput:
+    results: list[WriteResult] = field(default_factory=list)
+    judgments: list[RelationJudgment] = field(default_factory=list)
+    decisions: list[ConsolidationDecision] = field(default_factory=list)
+    write_calls: int = 0
+    consolidation_calls: int = 0
+
+
+def dedupe(observations: Sequence[Observation]) -> list[Observation]:
+    """First occurrence of each (tenant, conversation, event_id), order kept."""
+    seen: dict[tuple[str, str, str], Observation] = {}
+    for o in observations:
+        seen.setdefault((o.tenant_id, o.conversation_id, o.event_id), o)
+    return list(seen.values())
+
+
+def assign_seqs(observations: Sequence[Observation], known: dict[tuple[str, str, str], int],
+                next_seq: dict[Scope, int]) -> list[tuple[Observation, int]]:
+    """Keep the seq of events already stored; number new ones in arrival order per scope."""
+    out, counters = [], dict(next_seq)
+    for o in observations:
+        key = (o.tenant_id, o.conversation_id, o.event_id)
+        if key in known:
+            out.append((o, known[key]))
+        else:
+            seq = counters[o.scope]
+            counters[o.scope] = seq + 1
+            out.append((o, seq))
+    return out
+
+
+def consolidation_runs(nodes: Sequence[MemoryNode], every: int) -> list[tuple[Scope, int, int]]:
+    """(scope, run, last seq) for every node whose seq completes a block of ``every`` writes."""
+    return [(n.scope, (n.seq + 1) // every, n.seq) for n in nodes
+            if n.kind == "observation" and consolidation.due(n.seq + 1, every)]
+
+
+class WritePath:
+    def __init__(self, embedder: Embedder, so: SystemOne, reader: MemoryReader, params: Params,
+                 summariser: consolidation.Summariser | None = None) -> None:
+        self.embedder, self.so, self.reader, self.params = embedder, so, reader, params
+        self.summariser = summariser
+
+    async def build_nodes(self, numbered: Sequence[tuple[Observation, int]]) -> list[MemoryNode]:
+        """Describe, embed and type (one embedding call, one typing request)."""
+        return await typing.type_nodes([typing.describe(o, s) for o, s in numbered], self.embedder, self.so)
+
+    async def build_nodes_from(self, derived: Sequence[MemoryNode]) -> list[MemoryNode]:
+        """Embed and type System-Two-derived nodes (one embedding call, one typing request)."""
+        return await typing.type_nodes(derived, self.embedder, self.so)
+
+    async def link(self, nodes: Sequence[MemoryNode]) -> tuple[list[CandidateSet], list[RelationJudgment], list[EdgeEvent]]:
+        """Candidates for each (already materialised) node, one relation request, rule edges."""
+        ordered = sorted(nodes, key=lambda n: (n.scope.key, n.seq))
+        csets = [await candidates.discover(n, self.reader, self.params.k_write) for n in ordered]
+        wanted: dict[Scope, set[str]] = {}
+        for cs in csets:
+            wanted.setdefault(cs.node.scope, set()).update(c.node_id for c in cs.candidates)
+        earlier: dict[str, MemoryNode] = {}
+        for scope, ids in wanted.items():
+            earlier.update({n.id: n for n in await self.reader.get_nodes(scope, sorted(ids))})
+        judgments, so_edges = await relations.judge(csets, earlier, self.so, self.params.theta_rel)
+        edges = [e for cs in csets for e in relations.rule_edges(cs, earlier)] + so_edges
+        return csets, judgments, edges
+
+    async def consolidate(self, scope: Scope, run: int, last_seq: int,
+                          neighbours: Callable[[Scope, Sequence[str]], Awaitable[list[EdgeEvent]]]
+                          ) -> tuple[list[ConsolidationDecision], list[EdgeEvent], list[MemoryNode]]:
+        """Run ``run`` over the block of writes ending at ``last_seq``: each node with its strongest
+        earlier semantic neighbour, at most ``consolidation_pairs`` pairs, one request."""
+        every = self.params.consolidate_every
+        window_seqs = set(range(last_seq - every + 1, last_seq + 1))
+        window_ids = await self.reader.preceding(scope, last_seq + 1, every)
+        window = {n.id: n for n in await self.reader.get_nodes(scope, window_ids) if n.seq in window_seqs}
+        edges = await neighbours(scope, sorted(window))
+        best: dict[str, tuple[float, str]] = {}
+        for e in edges:
+            if e.view != "semantic" or e.target not in window:
+                continue
+            cur = best.get(e.target)
+            if cur is None or (e.probability, e.source) > cur:
+                best[e.target] = (e.probability, e.source)
+        chosen = sorted(best.items(), key=lambda kv: -window[kv[0]].seq)[: self.params.consolidation_pairs]
+        olders = {n.id: n for n in await self.reader.get_nodes(scope, sorted({v[1] for _, v in chosen}))}
+        pairs = [(window[nid], olders[src]) for nid, (_, src) in chosen if src in olders]
+        return await consolidation.consolidate(run, pairs, self.so, self.params, self.summariser)

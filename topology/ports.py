@@ -1,0 +1,47 @@
+"""Ports the write-path stages read through. Storage adapters implement them.
+
+``MemoryReader`` is read-your-writes: every method sees every node upserted (and acknowledged)
+before the call, and ``before_seq`` restricts results to nodes *earlier* in the conversation,
+which makes candidate discovery independent of how events were batched.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Protocol
+
+from topology.schemas import MemoryNode, Scope
+
+
+class Embedder(Protocol):
+    """Sentence embeddings, L2-normalised, so a dot product is a cosine. CPU-bound and sync:
+    async callers run it in a worker thread."""
+
+    name: str
+    dim: int
+
+    def embed(self, texts: Sequence[str]) -> list[list[float]]: ...
+
+
+class MemoryReader(Protocol):
+    async def similar_before(self, scope: Scope, vector: Sequence[float], before_seq: int, limit: int) -> list[str]:
+        """Ids of the nearest earlier nodes by cosine, best first."""
+        ...
+
+    async def overlapping_before(self, scope: Scope, tokens: Sequence[str], before_seq: int, limit: int) -> list[str]:
+        """Ids of earlier nodes sharing the most content tokens, most first."""
+        ...
+
+    async def sharing_entities_before(
+        self, scope: Scope, entity_ids: Sequence[str], before_seq: int, limit: int
+    ) -> list[str]:
+        """Ids of the latest earlier nodes mentioning any of ``entity_ids``."""
+        ...
+
+    async def preceding(self, scope: Scope, before_seq: int, limit: int) -> list[str]:
+        """Ids of the ``limit`` nodes right before ``before_seq`` (temporal proximity)."""
+        ...
+
+    async def get_nodes(self, scope: Scope, ids: Sequence[str]) -> list[MemoryNode]:
+        """Nodes with their embeddings; unknown ids are skipped."""
+        ...

@@ -1,0 +1,259 @@
+"""Event schemas of the pipeline: pydantic v2 models with orjson codecs and a schema version.
+
+Every model that travels on a topic carries ``schema_version``; decoders reject versions they do
+not know instead of guessing. Timestamps are timezone-aware UTC ``datetime`` values.
+"""
+
+from __future__ import annotations
+
+from datetime import date, datetime
+from typing import Any, Literal, TypeVar
+
+import orjson
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+
+from topology.errors import InvalidEvent
+
+SCHEMA_VERSION = 1
+
+View = Literal["semantic", "temporal", "causal", "entity"]
+VIEWS: tuple[View, ...] = ("semantic", "temporal", "causal", "entity")
+MEMORY_TYPES: tuple[str, ...] = ("episodic", "semantic", "procedural", "preference")
+
+
+class _Event(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    schema_version: int = SCHEMA_VERSION
+
+    @field_validator("schema_version")
+    @classmethod
+    def _known_version(cls, v: int) -> int:
+        if v != SCHEMA_VERSION:
+            raise ValueError(f"unsupported schema_version {v} (this build reads {SCHEMA_VERSION})")
+        return v
+
+
+class Scope(BaseModel):
+    """Tenant + conversation: every store call and every query is scoped by it."""
+
+    model_config = ConfigDict(frozen=True)
+
+    tenant_id: str = Field(min_length=1, max_length=200)
+    conversation_id: str = Field(min_length=1, max_length=200)
+
+    @property
+    def key(self) -> str:
+        """The partition key: one conversation is ordered and owned by one partition."""
+        return f"{self.tenant_id}/{self.conversation_id}"
+
+
+class Observation(_Event):
+    """What an agent runtime emits: one chat turn, tool output or event."""
+
+    tenant_id: str = Field(min_length=1, max_length=200)
+    conversation_id: str = Field(min_length=1, max_length=200)
+    event_id: str = Field(min_length=1, max_length=200)
+    content: str = Field(min_length=1, max_length=100_000)
+    speaker: str | None = None
+    role: str = "user"
+    observed_at: datetime | None = None
+    provenance: dict[str, str] = Field(default_factory=dict)
+    entities: list[str] = Field(default_factory=list)
+    metadata: dict[str, Any] = Field(default_factory=dict)
+
+    @field_validator("content")
+    @classmethod
+    def _not_blank(cls, v: str) -> str:
+        if not v.strip():
+            raise ValueError("content is blank")
+        return v
+
+    @property
+    def scope(self) -> Scope:
+        return Scope(tenant_id=self.tenant_id, conversation_id=self.conversation_id)
+
+
+class Entity(BaseModel):
+    model_config = ConfigDict(frozen=True)
+
+    id: str
+    name: str
+
+
+class TemporalRef(BaseModel):
+    """A time expression grounded against the observation time ("yesterday" -> a date)."""
+
+    model_config = ConfigDict(frozen=True)
+
+    text: str
+    start: date
+    end: date
+    granularity: Literal["day", "week", "month", "year"]
+
+
+class TypeScores(BaseModel):
+    model_config = ConfigDict(frozen=True)
+
+    episodic: float = 0.0
+    semantic: float = 0.0
+    procedural: float = 0.0
+    preference: float = 0.0
+
+
+class MemoryNode(_Event):
+    """The canonical memory of one observation (or a System-Two-derived abstraction).
+
+    ``seq`` is the node's position in its conversation (0-based, assigned once; a redelivered
+    event keeps its seq), and defines "earlier" for candidate discovery.
+    """
+
+    id: str
+    tenant_id: str
+    conversation_id: str
+    event_id: str
+    seq: int = Field(ge=0)
+    kind: Literal["observation", "derived"] = "observation"
+    content: str
+    speaker: str | None = None
+    role: str = "user"
+    observed_at: datetime | None = None
+    event_time: date | None = None
+    provenance: dict[str, str] = Field(default_factory=dict)
+    metadata: dict[str, Any] = Field(default_factory=dict)
+    entities: list[Entity] = Field(default_factory=list)
+    temporal_refs: list[TemporalRef] = Field(default_factory=list)
+    tokens: list[str] = Field(default_factory=list)
+    types: TypeScores = TypeScores()
+    embedding: list[float] | None = None
+    derived_from: list[str] = Field(default_factory=list)
+
+    @property
+    def scope(self) -> Scope:
+        return Scope(tenant_id=self.tenant_id, conversation_id=self.conversation_id)
+
+    def without_embedding(self) -> MemoryNode:
+        return self.model_copy(update={"embedding": None})
+
+
+class CandidateFeatures(BaseModel):
+    model_config = ConfigDict(frozen=True)
+
+    cosine: float
+    lexical: float
+    entity: float
+    temporal: float
+
+
+class Candidate(BaseModel):
+    model_config = ConfigDict(frozen=True)
+
+    node_id: str
+    seq: int
+    score: float
+    features: CandidateFeatures
+
+
+class CandidateSet(_Event):
+    """Up to K_w earlier memories of the same conversation proposed for relation judgment."""
+
+    node: MemoryNode
+    candidates: list[Candidate]
+
+
+class RelationJudgment(_Event):
+    """System One's answer for one (new node, earlier node) pair."""
+
+    tenant_id: str
+    conversation_id: str
+    source: str
+    target: str
+    semantic: float
+    caused_by: float
+    causes: float
+    alias: float | None = None
+
+
+class EdgeEvent(_Event):
+    """One edge of one view; ``id`` is deterministic so materialising it is an upsert."""
+
+    id: str
+    tenant_id: str
+    conversation_id: str
+    view: View
+    source: str
+    target: str
+    direction: Literal["directed", "undirected"]
+    probability: float = Field(ge=0.0, le=1.0)
+    label: str
+    created_by: Literal["rule", "system_one"]
+
+
+class ConsolidationDecision(_Event):
+    id: str
+    tenant_id: str
+    conversation_id: str
+    run: int
+    left: str
+    right: str
+    redundant: float
+    contradiction: float
+    obsolete: float
+    link_useful: float
+    representation: dict[str, float]
+    chosen: Literal["keep_separate", "merge", "promote", "uncertain"]
+    derived_node_id: str | None = None
+
+
+class DeadLetter(_Event):
+    """An input that could not be accepted: original bytes (utf-8, replaced), reason, origin."""
+
+    original: str
+    reason: str
+    source: str = ""
+    received_at: datetime
+
+
+class WriteResult(BaseModel):
+    """What one write (one observation through the write path) produced."""
+
+    model_config = ConfigDict(frozen=True)
+
+    node: MemoryNode
+    edges: list[EdgeEvent]
+    controller_calls: int
+
+
+M = TypeVar("M", bound=BaseModel)
+
+
+def encode(model: BaseModel) -> bytes:
+    """orjson bytes of a model (JSON mode: dates as ISO strings)."""
+    return orjson.dumps(model.model_dump(mode="json"))
+
+
+def decode(cls: type[M], raw: bytes | str) -> M:
+    """Parse and validate; raise :class:`InvalidEvent` with a readable reason on any failure."""
+    try:
+        data = orjson.loads(raw)
+    except orjson.JSONDecodeError as exc:
+        raise InvalidEvent(f"not JSON: {exc}") from exc
+    if not isinstance(data, dict):
+        raise InvalidEvent(f"expected a JSON object, got {type(data).__name__}")
+    return validate(cls, data)
+
+
+def validate(cls: type[M], data: dict[str, Any]) -> M:
+    try:
+        return cls.model_validate(data)
+    except ValidationError as exc:
+        raise InvalidEvent(describe(exc)) from exc
+
+
+def describe(exc: ValidationError) -> str:
+    """A one-line, human-readable summary of a pydantic validation error."""
+    parts = []
+    for err in exc.errors():
+        loc = ".".join(str(p) for p in err["loc"]) or "<root>"
+        parts.append(f"{loc}: {err['msg']}")
+    return "; ".join(parts)

@@ -1,0 +1,86 @@
+"""Consolidation: every ``consolidate_every`` writes, judge a bounded set of pairs.
+
+Pairs are each recent node with its best earlier candidate. One System One request asks the four
+Nouls and the ``representation`` Choice per pair. Decisions and links are recorded; raw
+observations are never replaced. A summariser (System Two) may add a derived node only behind the
+gates: merge/promote >= theta_summary and contradiction < theta_contradiction.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Literal, Protocol
+
+from topology import ids
+from topology.params import Params
+from topology.schemas import CandidateSet, ConsolidationDecision, EdgeEvent, MemoryNode
+from topology.stages.candidates import features
+from topology.systemone.catalog import CONSOLIDATION
+from topology.systemone.port import Item, SystemOne
+
+Representation = Literal["keep_separate", "merge", "promote", "uncertain"]
+
+
+class Summariser(Protocol):
+    """Writes one abstraction over two memories (System Two)."""
+
+    async def summarise(self, texts: Sequence[str]) -> str: ...
+
+
+def due(write_count: int, every: int) -> bool:
+    """True when the ``write_count``-th successful write should trigger a run."""
+    return write_count > 0 and write_count % every == 0
+
+
+def select_pairs(recent: Sequence[CandidateSet], limit: int) -> list[tuple[MemoryNode, str]]:
+    """(newer node, its best candidate id) for the recent writes, newest first, at most ``limit``."""
+    pairs = [(c.node, c.candidates[0].node_id) for c in sorted(recent, key=lambda c: -c.node.seq) if c.candidates]
+    return pairs[:limit]
+
+
+def gate(decision: ConsolidationDecision, params: Params) -> bool:
+    """May System Two write a derived node for this decision?"""
+    best = max(decision.representation.get("merge", 0.0), decision.representation.get("promote", 0.0))
+    return best >= params.theta_summary and decision.contradiction < params.theta_contradiction
+
+
+async def consolidate(
+    run: int, pairs: Sequence[tuple[MemoryNode, MemoryNode]], so: SystemOne, params: Params,
+    summariser: Summariser | None = None,
+) -> tuple[list[ConsolidationDecision], list[EdgeEvent], list[MemoryNode]]:
+    """Judge ``pairs`` (newer, older) in one request; return decisions, link edges, derived nodes."""
+    if not pairs:
+        return [], [], []
+    items = []
+    for newer, older in pairs:
+        f = features(newer, older)
+        items.append(Item(CONSOLIDATION, {"newer": newer.content, "older": older.content,
+                                          "cosine": f.cosine, "entity": f.entity}))
+    answers = await so.ask(items)
+    decisions, edges, derived = [], [], []
+    for (newer, older), ans in zip(pairs, answers, strict=True):
+        dist = {k: round(v, 6) for k, v in ans.choices["representation"].items()}
+        chosen: Representation = max(sorted(dist), key=lambda k: dist[k])  # type: ignore[assignment]
+        d = ConsolidationDecision(
+            id=ids.decision_id(newer.scope.key, newer.id, older.id, run),
+            tenant_id=newer.tenant_id, conversation_id=newer.conversation_id, run=run,
+            left=older.id, right=newer.id, redundant=round(ans.p("redundant"), 6),
+            contradiction=round(ans.p("contradiction"), 6), obsolete=round(ans.p("obsolete"), 6),
+            link_useful=round(ans.p("link_useful"), 6), representation=dist, chosen=chosen,
+        )
+        if d.link_useful >= params.theta_rel:
+            edges.append(EdgeEvent(
+                id=ids.edge_id("semantic", older.id, newer.id, "consolidation_link"),
+                tenant_id=newer.tenant_id, conversation_id=newer.conversation_id, view="semantic",
+                source=older.id, target=newer.id, direction="undirected", probability=d.link_useful,
+                label="consolidation_link", created_by="system_one"))
+        if summariser is not None and gate(d, params):
+            rep = "merge" if dist.get("merge", 0.0) >= dist.get("promote", 0.0) else "promote"
+            text = await summariser.summarise([older.content, newer.content])
+            nid = ids.derived_node_id(older.id, newer.id, rep)
+            derived.append(newer.model_copy(update={
+                "id": nid, "event_id": f"derived:{nid}", "kind": "derived", "content": text,
+                "derived_from": [older.id, newer.id], "embedding": None, "speaker": None}))
+            d = d.model_copy(update={"derived_node_id": nid})
+        decisions.append(d)
+    return decisions, edges, derived

@@ -1,0 +1,108 @@
+"""Relation judgment and edge emission for a batch of candidate sets.
+
+One System One request covers every (new node, candidate) pair of the batch, plus alias questions
+for entity pairs whose exact ids differ but whose names may co-refer. Rule edges need no
+controller: timestamp order gives temporal edges, exact shared entity ids give entity edges.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from topology import ids
+from topology.schemas import CandidateSet, EdgeEvent, MemoryNode, RelationJudgment
+from topology.systemone.catalog import ALIAS, RELATION
+from topology.systemone.port import Item, SystemOne
+from topology.systemone.local import alias as alias_prior
+
+#: Alias questions are asked only for name pairs this plausible by a cheap string test.
+ALIAS_PREFILTER = 0.5
+
+
+def _edge(node: MemoryNode, view: str, source: str, target: str, p: float, label: str,
+          created_by: str, directed: bool) -> EdgeEvent:
+    return EdgeEvent.model_validate({
+        "id": ids.edge_id(view, source, target, label),
+        "tenant_id": node.tenant_id, "conversation_id": node.conversation_id,
+        "view": view, "source": source, "target": target,
+        "direction": "directed" if directed else "undirected",
+        "probability": round(min(1.0, max(0.0, p)), 6), "label": label, "created_by": created_by,
+    })
+
+
+def rule_edges(cset: CandidateSet, earlier: dict[str, MemoryNode]) -> list[EdgeEvent]:
+    """Temporal edges by (event time, seq) order and entity edges on exact shared entity ids."""
+    node, out = cset.node, []
+    mine = {e.id for e in node.entities}
+    for cand in cset.candidates:
+        other = earlier.get(cand.node_id)
+        if other is None:
+            continue
+        if node.event_time and other.event_time and node.event_time < other.event_time:
+            first, second = node, other  # the newer message tells of an earlier event
+        else:
+            first, second = other, node
+        out.append(_edge(node, "temporal", first.id, second.id, cand.features.temporal, "before", "rule", True))
+        shared = mine & {e.id for e in other.entities}
+        if shared:
+            out.append(_edge(node, "entity", other.id, node.id, 1.0, "shares:" + ",".join(sorted(shared)),
+                             "rule", False))
+    return out
+
+
+def _alias_pairs(node: MemoryNode, other: MemoryNode) -> list[tuple[str, str]]:
+    mine, theirs = {e.id: e.name for e in node.entities}, {e.id: e.name for e in other.entities}
+    pairs = []
+    for a_id, a in sorted(mine.items()):
+        for b_id, b in sorted(theirs.items()):
+            if a_id != b_id and a_id not in theirs and b_id not in mine and \
+                    alias_prior({"a": a, "b": b}).p("alias") >= ALIAS_PREFILTER:
+                pairs.append((a_id, b_id))
+    return pairs
+
+
+async def judge(csets: Sequence[CandidateSet], earlier: dict[str, MemoryNode], so: SystemOne,
+                theta_rel: float) -> tuple[list[RelationJudgment], list[EdgeEvent]]:
+    """One System One request for all pairs of the batch; returns judgments and System One edges."""
+    items: list[Item] = []
+    keys: list[tuple[str, CandidateSet, MemoryNode, tuple[str, str] | None]] = []
+    for cset in csets:
+        node = cset.node
+        names = {e.id: e.name for e in node.entities}
+        for cand in cset.candidates:
+            other = earlier.get(cand.node_id)
+            if other is None:
+                continue
+            f = cand.features
+            items.append(Item(RELATION, {
+                "newer": node.content, "older": other.content, "cosine": f.cosine, "lexical": f.lexical,
+                "entity": f.entity, "gap": node.seq - other.seq,
+            }))
+            keys.append(("relation", cset, other, None))
+            other_names = {e.id: e.name for e in other.entities}
+            for a_id, b_id in _alias_pairs(node, other):
+                items.append(Item(ALIAS, {"a": names[a_id], "b": other_names[b_id]}))
+                keys.append(("alias", cset, other, (a_id, b_id)))
+    if not items:
+        return [], []
+    answers = await so.ask(items)
+    judgments, edges = [], []
+    for (kind, cset, other, pair), ans in zip(keys, answers, strict=True):
+        node = cset.node
+        if kind == "alias":
+            assert pair is not None
+            if ans.p("alias") >= theta_rel:
+                edges.append(_edge(node, "entity", other.id, node.id, ans.p("alias"),
+                                   f"alias:{pair[1]}={pair[0]}", "system_one", False))
+            continue
+        j = RelationJudgment(tenant_id=node.tenant_id, conversation_id=node.conversation_id,
+                             source=other.id, target=node.id, semantic=round(ans.p("semantic"), 6),
+                             caused_by=round(ans.p("caused_by"), 6), causes=round(ans.p("causes"), 6))
+        judgments.append(j)
+        if j.semantic >= theta_rel:
+            edges.append(_edge(node, "semantic", other.id, node.id, j.semantic, "related", "system_one", False))
+        if j.caused_by >= theta_rel:
+            edges.append(_edge(node, "causal", other.id, node.id, j.caused_by, "causes", "system_one", True))
+        if j.causes >= theta_rel:
+            edges.append(_edge(node, "causal", node.id, other.id, j.causes, "causes", "system_one", True))
+    return judgments, edges

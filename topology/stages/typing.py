@@ -1,0 +1,60 @@
+"""Node building and typing: entities, grounded dates, tokens, embedding, 4 type Nouls.
+
+One embedding call and one System One request per batch, whatever its size.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Sequence
+
+from topology import ids, text
+from topology.ports import Embedder
+from topology.schemas import MemoryNode, Observation, TypeScores
+from topology.systemone.catalog import TYPING
+from topology.systemone.port import Item, SystemOne
+
+
+def embedding_text(speaker: str | None, content: str) -> str:
+    """What gets embedded: the speaker matters to questions about people."""
+    return f"{speaker}: {content}" if speaker else content
+
+
+def describe(obs: Observation, seq: int) -> MemoryNode:
+    """The untyped node of an observation (pure; no embedding yet)."""
+    observed = obs.observed_at.date() if obs.observed_at else None
+    refs = text.temporal_refs(obs.content, observed)
+    # The speaker is a field, not an entity: "same speaker" would link half the conversation.
+    extra = list(obs.entities)
+    event_time = refs[0].start if refs else observed
+    return MemoryNode(
+        id=ids.node_id(obs.tenant_id, obs.conversation_id, obs.event_id),
+        tenant_id=obs.tenant_id,
+        conversation_id=obs.conversation_id,
+        event_id=obs.event_id,
+        seq=seq,
+        content=obs.content,
+        speaker=obs.speaker,
+        role=obs.role,
+        observed_at=obs.observed_at,
+        event_time=event_time,
+        provenance=obs.provenance,
+        metadata=obs.metadata,
+        entities=text.entities(obs.content, extra),
+        temporal_refs=refs,
+        tokens=text.tokens(obs.content),
+    )
+
+
+async def type_nodes(nodes: Sequence[MemoryNode], embedder: Embedder, so: SystemOne) -> list[MemoryNode]:
+    """Embed and type a batch of nodes: one embedding call, one System One request."""
+    if not nodes:
+        return []
+    vectors = await asyncio.to_thread(embedder.embed, [embedding_text(n.speaker, n.content) for n in nodes])
+    items = [Item(TYPING, {"text": n.content, "speaker": n.speaker or "", "role": n.role}) for n in nodes]
+    answers = await so.ask(items)
+    out = []
+    for node, vec, ans in zip(nodes, vectors, answers, strict=True):
+        types = TypeScores(**{k: round(ans.p(k), 6) for k in ("episodic", "semantic", "procedural", "preference")})
+        out.append(node.model_copy(update={"embedding": vec, "types": types}))
+    return out

@@ -1,0 +1,1 @@
+"""System One: typed questions answered with probabilities, asked in batches."""
