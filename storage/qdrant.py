@@ -20,8 +20,10 @@ COLLECTION = "jevmem_memories"
 
 
 class QdrantVectorIndex:
-    def __init__(self, client: AsyncQdrantClient, dim: int, collection: str = COLLECTION) -> None:
+    def __init__(self, client: AsyncQdrantClient, dim: int, collection: str = COLLECTION,
+                 payload_indexes: bool = True) -> None:
         self._client = client
+        self._payload_indexes = payload_indexes
         self._dim = dim
         self._collection = collection
         self._ready = False
@@ -29,7 +31,7 @@ class QdrantVectorIndex:
     @classmethod
     def local(cls, path: str, dim: int) -> QdrantVectorIndex:
         client = AsyncQdrantClient(location=":memory:") if path == ":memory:" else AsyncQdrantClient(path=path)
-        return cls(client, dim)
+        return cls(client, dim, payload_indexes=False)  # local mode scans; indexes are a no-op there
 
     @classmethod
     def server(cls, url: str, dim: int, api_key: str | None = None) -> QdrantVectorIndex:
@@ -44,7 +46,7 @@ class QdrantVectorIndex:
                     self._collection,
                     vectors_config=models.VectorParams(size=self._dim, distance=models.Distance.COSINE),
                 )
-                for field, schema in (("tenant_id", models.PayloadSchemaType.KEYWORD),
+                for field, schema in () if not self._payload_indexes else (("tenant_id", models.PayloadSchemaType.KEYWORD),
                                       ("conversation_id", models.PayloadSchemaType.KEYWORD),
                                       ("seq", models.PayloadSchemaType.INTEGER)):
                     await self._client.create_payload_index(self._collection, field, field_schema=schema)

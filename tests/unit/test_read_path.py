@@ -1,0 +1,91 @@
+"""The retrieval controller end to end on the embedded stores, and the static baselines."""
+
+from __future__ import annotations
+
+from jevmem.settings import Settings
+from jevmem.wiring import Embedded, build_embedded
+from query_api.baselines import StaticRetriever
+from tests.conftest import chat_observations
+from topology.params import HardLimits, Params
+from topology.ports import Embedder
+from topology.schemas import Scope
+from topology.systemone.port import Answer, Item
+
+SCOPE = Scope(tenant_id="t1", conversation_id="c1")
+
+
+async def test_retrieval_finds_evidence_with_a_full_trace(memory: Embedded) -> None:
+    await memory.pipeline.ingest(chat_observations())
+    res = await memory.controller.retrieve(SCOPE, "What is the name of Ana's puppy?", top_k=5)
+    assert len(res.evidence) == 5
+    assert res.evidence[0].content.startswith("I adopted a puppy named Biscuit")
+    assert [e.score for e in res.evidence] == sorted((e.score for e in res.evidence), reverse=True)
+    tr = res.trace
+    assert set(tr.route) == {"semantic", "temporal", "causal", "entity", "multi_hop", "recency"}
+    assert sum(tr.budgets.values()) == 80 and set(tr.budgets) == set(tr.active_views)
+    assert 1 <= tr.depth <= 3 and tr.stop_reason
+    assert 2 <= tr.controller_calls <= 16
+    assert tr.visited <= 60 and tr.examined_edges <= 2400
+    assert {"embed", "anchors", "total"} <= set(tr.timings_ms)
+    assert res.evidence[0].observed_at is not None and res.evidence[0].provenance == {}
+
+
+async def test_graph_expansion_brings_neighbours(embedder: Embedder) -> None:
+    mem = build_embedded(Settings(params=Params(anchors=2)), embedder=embedder, data_dir=":memory:")
+    try:
+        await mem.pipeline.ingest(chat_observations())
+        res = await mem.controller.retrieve(SCOPE, "Why did Ben start training for the marathon and how did it go?", 10)
+    finally:
+        await mem.close()
+    assert res.trace.anchors == 2
+    assert res.trace.rounds and res.trace.rounds[0].added > 0
+    assert {e.via for e in res.evidence} - {"anchor"}
+    assert len(res.evidence) == min(10, res.trace.visited)
+
+
+async def test_temporal_question_gets_grounded_dates(memory: Embedded) -> None:
+    await memory.pipeline.ingest(chat_observations())
+    res = await memory.controller.retrieve(SCOPE, "When did Ana buy chew toys?", 3)
+    top = res.evidence[0]
+    assert "chew toys" in top.content and top.event_time == "2023-05-09"
+    assert res.trace.route["temporal"] > res.trace.route["causal"]
+
+
+class _Greedy:
+    """A controller that never wants to stop: the hard limits must still hold."""
+
+    async def ask(self, items: list[Item]) -> list[Answer]:
+        out = []
+        for item in items:
+            out.append(Answer(nouls={q.key: 0.99 if q.key != "sufficient" else 0.0 for q in item.task.nouls()},
+                              choices={}))
+        return out
+
+    async def aclose(self) -> None:
+        return None
+
+
+async def test_hard_limits_hold_whatever_the_controller_says(embedder: Embedder) -> None:
+    limits = HardLimits(depth=8, visited_nodes=15, examined_edges=40, controller_calls=6, seconds=15)
+    mem = build_embedded(Settings(params=Params(depth_max=8, limits=limits, anchors=5)), embedder=embedder,
+                         data_dir=":memory:")
+    try:
+        await mem.pipeline.ingest(chat_observations())
+        mem.controller.so = _Greedy()
+        res = await mem.controller.retrieve(SCOPE, "Tell me everything about Ana and Ben", 10)
+        assert res.trace.controller_calls <= 6
+        assert res.trace.visited <= 15
+        assert res.trace.examined_edges <= 40
+        assert res.trace.stop_reason in ("controller_call_limit", "exhausted", "depth")
+    finally:
+        await mem.close()
+
+
+async def test_static_baselines_rank_the_same_indexes(memory: Embedded) -> None:
+    await memory.pipeline.ingest(chat_observations())
+    static = StaticRetriever(memory.embedder, memory.stores.vectors, memory.stores.lexical, memory.stores.nodes,
+                             Params())
+    got = await static.all(SCOPE, "Biscuit chew toys", 3)
+    assert set(got) == {"bm25", "vector", "hybrid_rrf"}
+    assert got["bm25"][0] == "e2" and "e2" in got["hybrid_rrf"][:2]
+    assert all(len(v) == 3 for v in got.values())

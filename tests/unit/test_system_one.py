@@ -1,0 +1,132 @@
+"""System One: the port contract, the local backend, and the typesafe backend over real HTTP
+against a local server that speaks POST /v1/systemone."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from fastapi import FastAPI, Header, HTTPException, Request
+from pydantic import SecretStr
+from typesafe_sdk import AsyncTypeSafeClient
+
+from jevmem.settings import Settings
+from jevmem.wiring import build_embedded
+from tests.conftest import chat_observations, serve_http
+from topology.errors import SystemOneError
+from topology.ports import Embedder
+from topology.systemone.catalog import ALL_TASKS, CONSOLIDATION, RELATION, ROUTE, TYPING
+from topology.systemone.local import LocalSystemOne
+from topology.systemone.port import Answer, CountingSystemOne, Item, check_answers
+from topology.systemone.typesafe import TypeSafeSystemOne
+
+
+async def test_local_backend_answers_every_catalog_question_in_range() -> None:
+    so = LocalSystemOne()
+    items = [Item(task, {"text": "I love hiking", "question": "Why did Ana move?", "newer": "a", "older": "b",
+                         "cosine": 0.5, "a": "Mel", "b": "Melanie"}) for task in ALL_TASKS]
+    answers = check_answers(items, await so.ask(items))
+    for item, ans in zip(items, answers, strict=True):
+        assert set(ans.nouls) == {q.key for q in item.task.nouls()}
+        for dist in ans.choices.values():
+            assert sum(dist.values()) == pytest.approx(1.0)
+
+
+async def test_local_backend_reads_the_cues() -> None:
+    so = LocalSystemOne()
+    pref, proc = await so.ask([Item(TYPING, {"text": "My favourite food is ramen"}),
+                               Item(TYPING, {"text": "First, install the package, then run the tests."})])
+    assert pref.p("preference") > 0.5 > proc.p("preference")
+    assert proc.p("procedural") > pref.p("procedural")
+    when, why = await so.ask([Item(ROUTE, {"question": "When did Ana adopt Biscuit?"}),
+                              Item(ROUTE, {"question": "Why did Ben stop running?"})])
+    assert when.p("temporal") > why.p("temporal") and why.p("causal") > when.p("causal")
+
+
+def test_contract_violations_are_errors() -> None:
+    items = [Item(RELATION, {})]
+    with pytest.raises(SystemOneError):
+        check_answers(items, [])
+    with pytest.raises(SystemOneError):
+        check_answers(items, [Answer(nouls={"semantic": 0.5, "caused_by": 1.5, "causes": 0.0})])
+    with pytest.raises(SystemOneError):
+        check_answers([Item(CONSOLIDATION, {})], [Answer(nouls={k: 0.5 for k in (
+            "redundant", "contradiction", "obsolete", "link_useful")}, choices={"representation": {"merge": 1.0}})])
+
+
+class FakeJev:
+    """A Jev-compatible server: answers every noul with 0.7 and choices uniformly."""
+
+    def __init__(self) -> None:
+        self.requests: list[dict[str, Any]] = []
+        self.app = FastAPI()
+
+        @self.app.post("/v1/systemone")
+        async def system_one(request: Request, authorization: str = Header("")) -> dict[str, Any]:
+            if authorization != "Bearer test-key":
+                raise HTTPException(401, detail="Invalid API key")
+            body = await request.json()
+            self.requests.append(body)
+            answers: dict[str, Any] = {}
+            for name, q in body["questions"].items():
+                if q["type"] == "noul":
+                    answers[name] = {"type": "noul", "noul": 0.7}
+                else:
+                    labels = list(q["criteria"])
+                    answers[name] = {"type": "choice", "choice": labels[0], "confidence": 1 / len(labels),
+                                     "probabilities": {lab: 1 / len(labels) for lab in labels}}
+            return {"model": body.get("model") or "jev-test", "usage": {"input_tokens": 1, "output_tokens": 1},
+                    "answers": answers}
+
+
+@pytest.fixture
+def jev() -> Any:
+    fake = FakeJev()
+    with serve_http(fake.app) as url:
+        yield fake, url
+
+
+async def test_typesafe_backend_packs_a_batch_into_one_request(jev: Any) -> None:
+    fake, url = jev
+    client = AsyncTypeSafeClient(api_key="test-key", base_url=url, compression=False)
+    so = CountingSystemOne(TypeSafeSystemOne(client, model="jev-test"))
+    items = [Item(RELATION, {"newer": f"n{i}", "older": "o", "cosine": 0.3}) for i in range(5)] + [
+        Item(CONSOLIDATION, {"newer": "a", "older": "b"})]
+    answers = await so.ask(items)
+    await so.aclose()
+    assert len(fake.requests) == 1 and so.calls == 1
+    body = fake.requests[0]
+    assert body["model"] == "jev-test"
+    assert [s["index"] for s in body["state"]["items"]] == list(range(6))
+    assert "4.caused_by" in body["questions"] and body["questions"]["5.representation"]["type"] == "choice"
+    assert answers[0].p("semantic") == pytest.approx(0.7)
+    assert answers[5].choices["representation"]["merge"] == pytest.approx(0.25)
+
+
+async def test_typesafe_backend_splits_large_batches(jev: Any) -> None:
+    fake, url = jev
+    so = TypeSafeSystemOne(AsyncTypeSafeClient(api_key="test-key", base_url=url, compression=False), max_questions=6)
+    answers = await so.ask([Item(RELATION, {"i": i}) for i in range(5)])  # 15 questions -> 3 chunks
+    await so.aclose()
+    assert len(answers) == 5 and len(fake.requests) == 3
+
+
+async def test_typesafe_errors_are_translated(jev: Any) -> None:
+    _, url = jev
+    so = TypeSafeSystemOne(AsyncTypeSafeClient(api_key="wrong", base_url=url, compression=False))
+    with pytest.raises(SystemOneError, match="Invalid API key"):
+        await so.ask([Item(ROUTE, {"question": "q"})])
+    await so.aclose()
+
+
+async def test_pipeline_runs_on_the_typesafe_backend(jev: Any, embedder: Embedder) -> None:
+    fake, url = jev
+    settings = Settings(system_one="typesafe", typesafe_base_url=url, typesafe_api_key=SecretStr("test-key"))
+    mem = build_embedded(settings, embedder=embedder, data_dir=":memory:")
+    try:
+        report = await mem.pipeline.ingest(chat_observations(n=4))
+        assert report.write_calls == 2 and len(fake.requests) == 2  # typing + relations, whole batch
+        edges = await mem.stores.edges.list(chat_observations(n=1)[0].scope)
+        assert any(e.created_by == "system_one" and e.probability == pytest.approx(0.7) for e in edges)
+    finally:
+        await mem.close()

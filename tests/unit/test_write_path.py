@@ -1,0 +1,139 @@
+"""The embedded write path: graph shape, idempotency, batch invariance, bounds, dead letters."""
+
+from __future__ import annotations
+
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from jevmem.settings import Settings
+from jevmem.wiring import Embedded, build_embedded
+from tests.conftest import CHAT, chat_observations
+from topology import ids
+from topology.params import Params
+from topology.ports import Embedder
+from topology.schemas import Scope
+
+SCOPE = Scope(tenant_id="t1", conversation_id="c1")
+
+
+async def graph(mem: Embedded, scope: Scope = SCOPE) -> tuple[list[tuple[str, int, str]], list[tuple[str, ...]]]:
+    nodes = [(n.id, n.seq, n.content) for n in await mem.stores.nodes.list(scope)]
+    edges = [(e.id, e.view, e.source, e.target, e.label, f"{e.probability:.6f}", e.created_by)
+             for e in await mem.stores.edges.list(scope)]
+    return nodes, edges
+
+
+async def test_nodes_keep_raw_text_and_get_typed(memory: Embedded) -> None:
+    await memory.pipeline.ingest(chat_observations())
+    nodes = await memory.stores.nodes.list(SCOPE)
+    assert [n.content for n in nodes] == [t for _, t in CHAT]
+    assert [n.seq for n in nodes] == list(range(len(CHAT)))
+    assert nodes[0].id == ids.node_id("t1", "c1", "e0")
+    chew = nodes[2]
+    assert chew.temporal_refs[0].start.isoformat() == "2023-05-09"  # "yesterday" on 10 May
+    assert 0.0 <= chew.types.episodic <= 1.0 and chew.types.episodic > chew.types.procedural
+    assert nodes[7].types.preference > 0.5  # "My favourite food is ramen"
+
+
+async def test_edges_cover_the_views_and_respect_the_threshold(memory: Embedded) -> None:
+    await memory.pipeline.ingest(chat_observations())
+    edges = await memory.stores.edges.list(SCOPE)
+    views = {e.view for e in edges}
+    assert {"temporal", "semantic", "entity"} <= views
+    for e in edges:
+        if e.created_by == "system_one":
+            assert e.probability >= 0.60
+    by_id = {n.id: n for n in await memory.stores.nodes.list(SCOPE)}
+    for e in edges:
+        if e.view == "entity" and e.label.startswith("shares:"):
+            shared = set(e.label.removeprefix("shares:").split(","))
+            assert shared <= {x.id for x in by_id[e.source].entities} & {x.id for x in by_id[e.target].entities}
+        if e.view == "temporal":
+            a, b = by_id[e.source], by_id[e.target]
+            assert (a.event_time, a.seq) <= (b.event_time, b.seq) or a.event_time < b.event_time  # type: ignore[operator]
+
+
+async def test_every_write_sees_every_earlier_observation(memory: Embedded) -> None:
+    """Each node (but the first) has a temporal edge to its immediate predecessor, even inside one batch."""
+    await memory.pipeline.ingest(chat_observations())
+    nodes = await memory.stores.nodes.list(SCOPE)
+    pairs = {frozenset((e.source, e.target)) for e in await memory.stores.edges.list(SCOPE) if e.view == "temporal"}
+    for prev, cur in zip(nodes, nodes[1:], strict=False):
+        assert frozenset((prev.id, cur.id)) in pairs
+
+
+async def test_controller_calls_per_write_are_bounded(memory: Embedded) -> None:
+    one = await memory.pipeline.ingest(chat_observations(n=1))
+    assert one.write_calls == 1  # typing only: no earlier memory, so no relation request
+    rest = await memory.pipeline.ingest(chat_observations(start=1))
+    assert rest.write_calls == 2  # one typing + one relation request for the whole batch
+    single = await memory.pipeline.ingest(chat_observations(conversation="c2", n=2))
+    assert single.write_calls <= 2 * 2
+
+
+async def test_redelivery_is_idempotent(memory: Embedded) -> None:
+    await memory.pipeline.ingest(chat_observations())
+    first = await graph(memory)
+    again = await memory.pipeline.ingest(chat_observations()[3:7])
+    assert again.new_nodes == 0
+    assert await graph(memory) == first
+
+
+@settings(max_examples=8, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(st.lists(st.integers(1, 5), min_size=1, max_size=6))
+async def test_graph_does_not_depend_on_batching(embedder: Embedder, cuts: list[int]) -> None:
+    obs = chat_observations()
+    reference = build_embedded(Settings(), embedder=embedder, data_dir=":memory:")
+    other = build_embedded(Settings(), embedder=embedder, data_dir=":memory:")
+    try:
+        await reference.pipeline.ingest(obs)
+        i = 0
+        for cut in cuts * 12:
+            if i >= len(obs):
+                break
+            await other.pipeline.ingest(obs[i: i + cut])
+            i += cut
+        await other.pipeline.ingest(obs)  # replay of everything on top changes nothing
+        assert await graph(other) == await graph(reference)
+    finally:
+        await reference.close()
+        await other.close()
+
+
+async def test_invalid_input_goes_to_dead_letters_and_valid_input_is_kept(memory: Embedded) -> None:
+    good = chat_observations(n=2)
+    payloads = [good[0].model_dump_json().encode(), b"{broken", b'{"tenant_id": "t1"}', good[1].model_dump_json().encode()]
+    report = await memory.pipeline.ingest_raw(payloads, source="test")
+    assert report.accepted == 2
+    assert [d.source for d in report.dead_letters] == ["test#1", "test#2"]
+    stored = await memory.stores.dead_letters.list()
+    assert [d.original for d in stored] == ["{broken", '{"tenant_id": "t1"}']
+    assert "not JSON" in stored[0].reason and "content: Field required" in stored[1].reason
+    assert len(await memory.stores.nodes.list(SCOPE)) == 2
+
+
+async def test_tenants_are_isolated(memory: Embedded) -> None:
+    await memory.pipeline.ingest(chat_observations(tenant="a"))
+    await memory.pipeline.ingest(chat_observations(tenant="b", n=3))
+    a, b = Scope(tenant_id="a", conversation_id="c1"), Scope(tenant_id="b", conversation_id="c1")
+    assert len(await memory.stores.nodes.list(a)) == len(CHAT)
+    assert len(await memory.stores.nodes.list(b)) == 3
+    b_ids = {n.id for n in await memory.stores.nodes.list(b)}
+    assert all(e.source in b_ids and e.target in b_ids for e in await memory.stores.edges.list(b))
+    res = await memory.controller.retrieve(b, "What is Ben training for?", top_k=10)
+    assert {e.node_id for e in res.evidence} <= b_ids
+
+
+async def test_consolidation_runs_every_twenty_writes(embedder: Embedder) -> None:
+    mem = build_embedded(Settings(params=Params(consolidate_every=5)), embedder=embedder, data_dir=":memory:")
+    try:
+        report = await mem.pipeline.ingest(chat_observations())
+        decisions = await mem.stores.edges.decisions(SCOPE)
+        assert report.consolidation_calls == 2  # writes 5 and 10 complete a block; 12 does not
+        assert {d.run for d in decisions} <= {1, 2} and decisions
+        assert all(abs(sum(d.representation.values()) - 1.0) < 1e-3 for d in decisions)
+        assert [n.content for n in await mem.stores.nodes.list(SCOPE)] == [t for _, t in CHAT]  # raw text kept
+        await mem.pipeline.ingest(chat_observations())
+        assert await mem.stores.edges.decisions(SCOPE) == decisions  # replay: same decisions, no duplicates
+    finally:
+        await mem.close()
