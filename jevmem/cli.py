@@ -151,8 +151,8 @@ def serve(host: str = "127.0.0.1", port: int = 8080, data_dir: DataDir = None) -
     """Run the embedded pipeline behind the HTTP API (OpenAPI at /docs)."""
     import uvicorn
 
-    from query_api.http import create_app
     from jevmem.wiring import EmbeddedService
+    from query_api.http import create_app
 
     settings = _settings(data_dir)
     uvicorn.run(create_app(EmbeddedService(settings)), host=host, port=port)

@@ -15,8 +15,8 @@ from storage.reader import StoreReader
 from storage.sqlite import SqliteDeadLetters, SqliteEdgeStore, SqliteLexicalIndex, SqliteNodeStore, connect
 from streams.embedded import EmbeddedPipeline, Stores
 from topology.embedding import default_embedder
-from topology.ports import Embedder
 from topology.pipeline import WritePath
+from topology.ports import Embedder
 from topology.schemas import DeadLetter, EdgeEvent, MemoryNode, Observation, Scope
 from topology.systemone.local import LocalSystemOne
 from topology.systemone.port import CountingSystemOne, SystemOne
@@ -114,13 +114,13 @@ class EmbeddedService:
         return None if self._s2 is None else await self._s2.answer(question, evidence)
 
     async def nodes(self, scope: Scope) -> list[MemoryNode]:
-        return await self.mem.stores.nodes.list(scope)
+        return await self.mem.stores.nodes.scan(scope)
 
     async def edges(self, scope: Scope) -> list[EdgeEvent]:
-        return await self.mem.stores.edges.list(scope)
+        return await self.mem.stores.edges.scan(scope)
 
     async def dead_letters(self, limit: int) -> list[DeadLetter]:
-        return await self.mem.stores.dead_letters.list(limit)
+        return await self.mem.stores.dead_letters.recent(limit)
 
     async def health(self) -> dict[str, Any]:
         return {"status": "ok", "mode": "embedded", "embedder": self.mem.embedder.name,

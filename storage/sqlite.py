@@ -137,7 +137,7 @@ class SqliteNodeStore(_Base):
             (scope.tenant_id, scope.conversation_id)).fetchone()
         return 0 if row[0] is None else int(row[0]) + 1
 
-    async def list(self, scope: Scope) -> list[MemoryNode]:
+    async def scan(self, scope: Scope) -> list[MemoryNode]:
         rows = self._conn.execute(
             "SELECT body FROM nodes WHERE tenant=? AND conv=? ORDER BY seq, id",
             (scope.tenant_id, scope.conversation_id)).fetchall()
@@ -182,7 +182,7 @@ class SqliteEdgeStore(_Base):
             (*args, *node_ids, *args, *node_ids, limit)).fetchall()
         return [EdgeEvent.model_validate(orjson.loads(r[0])) for r in rows]
 
-    async def list(self, scope: Scope) -> list[EdgeEvent]:
+    async def scan(self, scope: Scope) -> list[EdgeEvent]:
         rows = self._conn.execute("SELECT body FROM edges WHERE tenant=? AND conv=? ORDER BY id",
                                   (scope.tenant_id, scope.conversation_id)).fetchall()
         return [EdgeEvent.model_validate(orjson.loads(r[0])) for r in rows]
@@ -252,6 +252,6 @@ class SqliteDeadLetters(_Base):
         self._write("INSERT INTO dead_letters (body) VALUES (?)",
                     [(orjson.dumps(d.model_dump(mode="json")),) for d in letters])
 
-    async def list(self, limit: int = 100) -> list[DeadLetter]:
+    async def recent(self, limit: int = 100) -> list[DeadLetter]:
         rows = self._conn.execute("SELECT body FROM dead_letters ORDER BY n DESC LIMIT ?", (limit,)).fetchall()
         return [DeadLetter.model_validate(orjson.loads(r[0])) for r in reversed(rows)]

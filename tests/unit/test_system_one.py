@@ -126,7 +126,7 @@ async def test_pipeline_runs_on_the_typesafe_backend(jev: Any, embedder: Embedde
     try:
         report = await mem.pipeline.ingest(chat_observations(n=4))
         assert report.write_calls == 2 and len(fake.requests) == 2  # typing + relations, whole batch
-        edges = await mem.stores.edges.list(chat_observations(n=1)[0].scope)
+        edges = await mem.stores.edges.scan(chat_observations(n=1)[0].scope)
         assert any(e.created_by == "system_one" and e.probability == pytest.approx(0.7) for e in edges)
     finally:
         await mem.close()

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import itertools
+
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -17,15 +19,15 @@ SCOPE = Scope(tenant_id="t1", conversation_id="c1")
 
 
 async def graph(mem: Embedded, scope: Scope = SCOPE) -> tuple[list[tuple[str, int, str]], list[tuple[str, ...]]]:
-    nodes = [(n.id, n.seq, n.content) for n in await mem.stores.nodes.list(scope)]
+    nodes = [(n.id, n.seq, n.content) for n in await mem.stores.nodes.scan(scope)]
     edges = [(e.id, e.view, e.source, e.target, e.label, f"{e.probability:.6f}", e.created_by)
-             for e in await mem.stores.edges.list(scope)]
+             for e in await mem.stores.edges.scan(scope)]
     return nodes, edges
 
 
 async def test_nodes_keep_raw_text_and_get_typed(memory: Embedded) -> None:
     await memory.pipeline.ingest(chat_observations())
-    nodes = await memory.stores.nodes.list(SCOPE)
+    nodes = await memory.stores.nodes.scan(SCOPE)
     assert [n.content for n in nodes] == [t for _, t in CHAT]
     assert [n.seq for n in nodes] == list(range(len(CHAT)))
     assert nodes[0].id == ids.node_id("t1", "c1", "e0")
@@ -37,13 +39,13 @@ async def test_nodes_keep_raw_text_and_get_typed(memory: Embedded) -> None:
 
 async def test_edges_cover_the_views_and_respect_the_threshold(memory: Embedded) -> None:
     await memory.pipeline.ingest(chat_observations())
-    edges = await memory.stores.edges.list(SCOPE)
+    edges = await memory.stores.edges.scan(SCOPE)
     views = {e.view for e in edges}
     assert {"temporal", "semantic", "entity"} <= views
     for e in edges:
         if e.created_by == "system_one":
             assert e.probability >= 0.60
-    by_id = {n.id: n for n in await memory.stores.nodes.list(SCOPE)}
+    by_id = {n.id: n for n in await memory.stores.nodes.scan(SCOPE)}
     for e in edges:
         if e.view == "entity" and e.label.startswith("shares:"):
             shared = set(e.label.removeprefix("shares:").split(","))
@@ -56,9 +58,9 @@ async def test_edges_cover_the_views_and_respect_the_threshold(memory: Embedded)
 async def test_every_write_sees_every_earlier_observation(memory: Embedded) -> None:
     """Each node (but the first) has a temporal edge to its immediate predecessor, even inside one batch."""
     await memory.pipeline.ingest(chat_observations())
-    nodes = await memory.stores.nodes.list(SCOPE)
-    pairs = {frozenset((e.source, e.target)) for e in await memory.stores.edges.list(SCOPE) if e.view == "temporal"}
-    for prev, cur in zip(nodes, nodes[1:], strict=False):
+    nodes = await memory.stores.nodes.scan(SCOPE)
+    pairs = {frozenset((e.source, e.target)) for e in await memory.stores.edges.scan(SCOPE) if e.view == "temporal"}
+    for prev, cur in itertools.pairwise(nodes):
         assert frozenset((prev.id, cur.id)) in pairs
 
 
@@ -106,20 +108,20 @@ async def test_invalid_input_goes_to_dead_letters_and_valid_input_is_kept(memory
     report = await memory.pipeline.ingest_raw(payloads, source="test")
     assert report.accepted == 2
     assert [d.source for d in report.dead_letters] == ["test#1", "test#2"]
-    stored = await memory.stores.dead_letters.list()
+    stored = await memory.stores.dead_letters.recent()
     assert [d.original for d in stored] == ["{broken", '{"tenant_id": "t1"}']
     assert "not JSON" in stored[0].reason and "content: Field required" in stored[1].reason
-    assert len(await memory.stores.nodes.list(SCOPE)) == 2
+    assert len(await memory.stores.nodes.scan(SCOPE)) == 2
 
 
 async def test_tenants_are_isolated(memory: Embedded) -> None:
     await memory.pipeline.ingest(chat_observations(tenant="a"))
     await memory.pipeline.ingest(chat_observations(tenant="b", n=3))
     a, b = Scope(tenant_id="a", conversation_id="c1"), Scope(tenant_id="b", conversation_id="c1")
-    assert len(await memory.stores.nodes.list(a)) == len(CHAT)
-    assert len(await memory.stores.nodes.list(b)) == 3
-    b_ids = {n.id for n in await memory.stores.nodes.list(b)}
-    assert all(e.source in b_ids and e.target in b_ids for e in await memory.stores.edges.list(b))
+    assert len(await memory.stores.nodes.scan(a)) == len(CHAT)
+    assert len(await memory.stores.nodes.scan(b)) == 3
+    b_ids = {n.id for n in await memory.stores.nodes.scan(b)}
+    assert all(e.source in b_ids and e.target in b_ids for e in await memory.stores.edges.scan(b))
     res = await memory.controller.retrieve(b, "What is Ben training for?", top_k=10)
     assert {e.node_id for e in res.evidence} <= b_ids
 
@@ -132,7 +134,7 @@ async def test_consolidation_runs_every_twenty_writes(embedder: Embedder) -> Non
         assert report.consolidation_calls == 2  # writes 5 and 10 complete a block; 12 does not
         assert {d.run for d in decisions} <= {1, 2} and decisions
         assert all(abs(sum(d.representation.values()) - 1.0) < 1e-3 for d in decisions)
-        assert [n.content for n in await mem.stores.nodes.list(SCOPE)] == [t for _, t in CHAT]  # raw text kept
+        assert [n.content for n in await mem.stores.nodes.scan(SCOPE)] == [t for _, t in CHAT]  # raw text kept
         await mem.pipeline.ingest(chat_observations())
         assert await mem.stores.edges.decisions(SCOPE) == decisions  # replay: same decisions, no duplicates
     finally:

@@ -9,7 +9,7 @@ gates: merge/promote >= theta_summary and contradiction < theta_contradiction.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Literal, Protocol
+from typing import Literal, Protocol, cast
 
 from topology import ids
 from topology.params import Params
@@ -60,7 +60,7 @@ async def consolidate(
     decisions, edges, derived = [], [], []
     for (newer, older), ans in zip(pairs, answers, strict=True):
         dist = {k: round(v, 6) for k, v in ans.choices["representation"].items()}
-        chosen: Representation = max(sorted(dist), key=lambda k: dist[k])  # type: ignore[assignment]
+        chosen = cast(Representation, max(sorted(dist), key=lambda k: dist[k]))
         d = ConsolidationDecision(
             id=ids.decision_id(newer.scope.key, newer.id, older.id, run),
             tenant_id=newer.tenant_id, conversation_id=newer.conversation_id, run=run,

@@ -12,8 +12,8 @@ from collections.abc import Sequence
 from topology import ids
 from topology.schemas import CandidateSet, EdgeEvent, MemoryNode, RelationJudgment
 from topology.systemone.catalog import ALIAS, RELATION
-from topology.systemone.port import Item, SystemOne
 from topology.systemone.local import alias as alias_prior
+from topology.systemone.port import Item, SystemOne
 
 #: Alias questions are asked only for name pairs this plausible by a cheap string test.
 ALIAS_PREFILTER = 0.5

@@ -97,7 +97,7 @@ def alias(state: Mapping[str, Any]) -> Answer:
     if not short:
         return Answer(nouls={"alias": 0.0})
     words = long_.split()
-    if long_.startswith(short) and len(short) >= 3 or short in words:
+    if (long_.startswith(short) and len(short) >= 3) or short in words:
         p = 0.85
     elif len(words) > 1 and short == "".join(w[0] for w in words):
         p = 0.75
