@@ -18,7 +18,7 @@ class StaticRetriever:
 
     async def all(self, scope: Scope, question: str, k: int) -> dict[str, list[str]]:
         """Event ids of the top-``k`` of each baseline."""
-        qvec = (await asyncio.to_thread(self.embedder.embed, [question]))[0]
+        qvec = (await asyncio.to_thread(self.embedder.embed_query, [question]))[0]
         pool = max(k, self.params.anchor_pool)
         vec, lex = await asyncio.gather(self.vectors.search(scope, qvec, pool), self.lexical.search(scope, question, pool))
         fused = formulas.fused_order(formulas.rrf([[h.id for h in vec], [h.id for h in lex]], self.params.rrf_kappa))

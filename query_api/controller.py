@@ -154,7 +154,7 @@ class RetrievalController:
         t0 = time.perf_counter()
         so = CountingSystemOne(self.so)
         timings: dict[str, float] = {}
-        qvec = (await asyncio.to_thread(self.embedder.embed, [question]))[0]
+        qvec = (await asyncio.to_thread(self.embedder.embed_query, [question]))[0]
         timings["embed"] = (time.perf_counter() - t0) * 1000
         route_ans = (await so.ask([Item(ROUTE, {"question": question})]))[0]
         route = {q.key: route_ans.p(q.key) for q in ROUTE.nouls()}

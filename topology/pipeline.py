@@ -84,10 +84,13 @@ class WritePath:
         """Embed and type System-Two-derived nodes (one embedding call, one typing request)."""
         return await typing.type_nodes(derived, self.embedder, self.so)
 
-    async def link(self, nodes: Sequence[MemoryNode]) -> tuple[list[CandidateSet], list[RelationJudgment], list[EdgeEvent]]:
-        """Candidates for each (already materialised) node, one relation request, rule edges."""
-        ordered = sorted(nodes, key=lambda n: (n.scope.key, n.seq))
-        csets = [await candidates.discover(n, self.reader, self.params.k_write) for n in ordered]
+    async def discover(self, nodes: Sequence[MemoryNode]) -> list[CandidateSet]:
+        """Candidate sets for (already materialised) observation nodes, in (scope, seq) order."""
+        ordered = sorted((n for n in nodes if n.kind == "observation"), key=lambda n: (n.scope.key, n.seq))
+        return [await candidates.discover(n, self.reader, self.params.k_write) for n in ordered]
+
+    async def judge(self, csets: Sequence[CandidateSet]) -> tuple[list[RelationJudgment], list[EdgeEvent]]:
+        """One relation request for all pairs of ``csets``, plus the rule edges."""
         wanted: dict[Scope, set[str]] = {}
         for cs in csets:
             wanted.setdefault(cs.node.scope, set()).update(c.node_id for c in cs.candidates)
@@ -96,6 +99,12 @@ class WritePath:
             earlier.update({n.id: n for n in await self.reader.get_nodes(scope, sorted(ids))})
         judgments, so_edges = await relations.judge(csets, earlier, self.so, self.params.theta_rel)
         edges = [e for cs in csets for e in relations.rule_edges(cs, earlier)] + so_edges
+        return judgments, edges
+
+    async def link(self, nodes: Sequence[MemoryNode]) -> tuple[list[CandidateSet], list[RelationJudgment], list[EdgeEvent]]:
+        """``discover`` then ``judge``: what the embedded driver runs after materialising nodes."""
+        csets = await self.discover(nodes)
+        judgments, edges = await self.judge(csets)
         return csets, judgments, edges
 
     async def consolidate(self, scope: Scope, run: int, last_seq: int,

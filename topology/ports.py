@@ -15,12 +15,19 @@ from topology.schemas import MemoryNode, Scope
 
 class Embedder(Protocol):
     """Sentence embeddings, L2-normalised, so a dot product is a cosine. CPU-bound and sync:
-    async callers run it in a worker thread."""
+    async callers run it in a worker thread. Asymmetric models embed questions differently from
+    the memories they search (``embed_query`` vs ``embed``)."""
 
     name: str
     dim: int
 
-    def embed(self, texts: Sequence[str]) -> list[list[float]]: ...
+    def embed(self, texts: Sequence[str]) -> list[list[float]]:
+        """Vectors of memories (passages)."""
+        ...
+
+    def embed_query(self, texts: Sequence[str]) -> list[list[float]]:
+        """Vectors of questions."""
+        ...
 
 
 class MemoryReader(Protocol):

@@ -1,0 +1,349 @@
+"""Lexical index, node store and edge store on Elasticsearch (the official async client).
+
+Layout, for an index prefix ``p`` (default ``jevmem-``):
+
+* ``p memories``: one document per node, ``_id`` = node id. :class:`ElasticLexicalIndex` and
+  :class:`ElasticNodeStore` share it and each writes only its own fields with a partial update
+  (``update`` + ``doc_as_upsert``), so the two writes commute and repeating either is a no-op.
+  The lexical side owns ``content`` (BM25, standard tokenizer + lowercase + English stopwords) and
+  ``tokens``; the node side owns ``event_id``, ``kind``, ``entity_ids``, ``body`` (the node JSON
+  without embedding, as a string: a partial update would deep-merge an object) and ``embedding``
+  (float32-rounded like the SQLite store; kept when a later upsert carries none). Both write the
+  scope fields, ``node_id`` and ``seq``.
+* ``p edges``: ``_id`` = edge id; ``p decisions``: ``_id`` = decision id (whole-document index).
+
+* ``p vectors``: ``_id`` = node id; a ``dense_vector`` with a *flat* (exact, brute-force) index:
+  :class:`ElasticVectorIndex`, the vector index of the distributed stack when no Qdrant server is
+  configured; exact search keeps candidate discovery identical to the embedded run.
+
+Contracts: every query filters on tenant AND conversation; every write refreshes the index
+(``refresh=true``, not ``wait_for``, which would hold each batch up to a refresh interval) so the
+next query sees it; indices are created lazily and idempotently;
+any transport, API or bulk-item failure raises :class:`StoreUnavailable`. Rankings equal the
+SQLite adapters': overlap and shared-entity counts are sums of ``constant_score`` clauses (one per
+distinct query token/entity), ties broken by seq descending, then node id.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Sequence
+from typing import Any, Self
+
+import numpy as np
+import orjson
+from elasticsearch import ApiError, AsyncElasticsearch, BadRequestError, TransportError
+
+from storage.ports import Hit
+from topology.errors import StoreUnavailable
+from topology.schemas import ConsolidationDecision, EdgeEvent, MemoryNode, Scope, View
+
+_PAGE = 1000
+_KW = {"type": "keyword"}
+_OPAQUE = {"type": "keyword", "index": False, "doc_values": False}
+_SETTINGS: dict[str, Any] = {
+    "number_of_replicas": 0,
+    "analysis": {
+        "filter": {"jevmem_stop": {"type": "stop", "stopwords": "_english_"}},
+        "analyzer": {"jevmem_text": {"type": "custom", "tokenizer": "standard",
+                                     "filter": ["lowercase", "jevmem_stop"]}},
+    },
+}
+_MEMORIES: dict[str, Any] = {"dynamic": "strict", "properties": {
+    "tenant_id": _KW, "conversation_id": _KW, "node_id": _KW, "event_id": _KW, "kind": _KW,
+    "seq": {"type": "integer"}, "entity_ids": _KW, "tokens": _KW,
+    "content": {"type": "text", "analyzer": "jevmem_text"},
+    "body": _OPAQUE, "embedding": {"type": "float", "index": False, "doc_values": False},
+}}
+_EDGES: dict[str, Any] = {"dynamic": "strict", "properties": {
+    "tenant_id": _KW, "conversation_id": _KW, "id": _KW, "view": _KW, "source": _KW, "target": _KW,
+    "probability": {"type": "double"}, "body": _OPAQUE,
+}}
+_DECISIONS: dict[str, Any] = {"dynamic": "strict", "properties": {
+    "tenant_id": _KW, "conversation_id": _KW, "id": _KW, "body": _OPAQUE,
+}}
+
+
+def _scoped(scope: Scope, *extra: dict[str, Any]) -> list[dict[str, Any]]:
+    """Filter clauses: the scope's tenant and conversation, plus ``extra``."""
+    return [{"term": {"tenant_id": scope.tenant_id}}, {"term": {"conversation_id": scope.conversation_id}}, *extra]
+
+
+def _count_of(field: str, values: Sequence[str], filters: list[dict[str, Any]]) -> dict[str, Any]:
+    """A query whose score is the number of distinct ``values`` the doc holds in ``field``."""
+    should = [{"constant_score": {"filter": {"term": {field: v}}, "boost": 1.0}} for v in sorted(set(values))]
+    return {"bool": {"filter": filters, "should": should, "minimum_should_match": 1}}
+
+
+def _source(fields: list[str]) -> dict[str, Any]:
+    """Search kwargs fetching only ``fields`` of ``_source`` (none when empty)."""
+    return {"source_includes": fields} if fields else {"source": False}
+
+
+class _Elastic:
+    """Client, prefix, lazy index creation and the shared read/write helpers."""
+
+    def __init__(self, client: AsyncElasticsearch, prefix: str = "jevmem-") -> None:
+        self._client = client
+        self._prefix = prefix
+        self._ready: set[str] = set()
+        self._lock = asyncio.Lock()
+
+    @classmethod
+    def connect(cls, url: str, prefix: str = "jevmem-", api_key: str | None = None) -> Self:
+        """An adapter over a new client for ``url``."""
+        return cls(AsyncElasticsearch(url, api_key=api_key), prefix)
+
+    async def close(self) -> None:
+        await self._client.close()
+
+    async def _ensure(self, name: str, mappings: dict[str, Any]) -> str:
+        """The full index name, creating the index if missing (idempotent, race-tolerant)."""
+        index = self._prefix + name
+        if index in self._ready:
+            return index
+        async with self._lock:
+            if index not in self._ready:
+                try:
+                    await self._client.indices.create(index=index, settings=_SETTINGS, mappings=mappings)
+                except BadRequestError as exc:
+                    if exc.error != "resource_already_exists_exception":
+                        raise StoreUnavailable(f"elasticsearch create {index}: {exc}") from exc
+                except (ApiError, TransportError) as exc:
+                    raise StoreUnavailable(f"elasticsearch create {index}: {exc}") from exc
+                self._ready.add(index)
+        return index
+
+    async def _bulk(self, index: str, ops: list[dict[str, Any]]) -> None:
+        """Run bulk ``ops``; returns once all are acknowledged and visible to search."""
+        if not ops:
+            return
+        try:
+            res = await self._client.bulk(index=index, operations=ops, refresh=True)
+        except (ApiError, TransportError) as exc:
+            raise StoreUnavailable(f"elasticsearch bulk {index}: {exc}") from exc
+        if res.get("errors"):
+            bad = [i for item in res["items"] for i in item.values() if "error" in i]
+            raise StoreUnavailable(f"elasticsearch bulk {index}: {len(bad)} failed, first: {bad[0]['error'] if bad else '?'}")
+
+    async def _hits(self, index: str, query: dict[str, Any], sort: list[Any], source: list[str],
+                    limit: int | None = None) -> list[dict[str, Any]]:
+        """Hits of ``query`` in ``sort`` order (up to ``limit``; all when None), paged by search_after."""
+        out: list[dict[str, Any]] = []
+        after: list[Any] | None = None
+        while limit is None or len(out) < limit:
+            size = _PAGE if limit is None else min(_PAGE, limit - len(out))
+            try:
+                res = await self._client.search(index=index, query=query, sort=sort, size=size, **_source(source),
+                                                search_after=after, track_total_hits=False)
+            except (ApiError, TransportError) as exc:
+                raise StoreUnavailable(f"elasticsearch search {index}: {exc}") from exc
+            page: list[dict[str, Any]] = res["hits"]["hits"]
+            out.extend(page)
+            if len(page) < size:
+                break
+            after = page[-1]["sort"]
+        return out
+
+
+class ElasticLexicalIndex(_Elastic):
+    """BM25 on ``content`` and distinct-token overlap on ``tokens`` (memories index)."""
+
+    async def upsert(self, nodes: Sequence[MemoryNode]) -> None:
+        """Write each node's lexical fields (partial update; idempotent)."""
+        if not nodes:
+            return
+        index = await self._ensure("memories", _MEMORIES)
+        ops: list[dict[str, Any]] = []
+        for n in nodes:
+            ops.append({"update": {"_id": n.id}})
+            ops.append({"doc_as_upsert": True, "doc": {
+                "tenant_id": n.tenant_id, "conversation_id": n.conversation_id, "node_id": n.id, "seq": n.seq,
+                "content": n.content, "tokens": sorted(set(n.tokens))}})
+        await self._bulk(index, ops)
+
+    async def search(self, scope: Scope, text: str, limit: int) -> list[Hit]:
+        """BM25 ranking of the scope's nodes for ``text``, best first (ties: node id)."""
+        if not text.strip() or limit <= 0:
+            return []
+        index = await self._ensure("memories", _MEMORIES)
+        query = {"bool": {"filter": _scoped(scope), "must": [{"match": {"content": text}}]}}
+        hits = await self._hits(index, query, [{"_score": "desc"}, {"node_id": "asc"}], [], limit)
+        return [Hit(h["_id"], float(h["_score"])) for h in hits]
+
+    async def overlapping(self, scope: Scope, tokens: Sequence[str], before_seq: int, limit: int) -> list[str]:
+        """Nodes with seq < ``before_seq`` by number of distinct shared tokens, then seq desc."""
+        if not tokens or limit <= 0:
+            return []
+        index = await self._ensure("memories", _MEMORIES)
+        query = _count_of("tokens", tokens, _scoped(scope, {"range": {"seq": {"lt": before_seq}}}))
+        hits = await self._hits(index, query, [{"_score": "desc"}, {"seq": "desc"}, {"node_id": "asc"}], [], limit)
+        return [h["_id"] for h in hits]
+
+
+class ElasticNodeStore(_Elastic):
+    """Canonical nodes (JSON body + embedding) in the memories index."""
+
+    async def upsert(self, nodes: Sequence[MemoryNode]) -> None:
+        """Write each node's canonical fields (partial update; a missing embedding keeps the old one)."""
+        if not nodes:
+            return
+        index = await self._ensure("memories", _MEMORIES)
+        ops: list[dict[str, Any]] = []
+        for n in nodes:
+            doc: dict[str, Any] = {
+                "tenant_id": n.tenant_id, "conversation_id": n.conversation_id, "node_id": n.id, "seq": n.seq,
+                "event_id": n.event_id, "kind": n.kind, "entity_ids": sorted({e.id for e in n.entities}),
+                "body": orjson.dumps(n.without_embedding().model_dump(mode="json")).decode()}
+            if n.embedding is not None:
+                doc["embedding"] = np.asarray(n.embedding, dtype=np.float32).astype(float).tolist()
+            ops.append({"update": {"_id": n.id}})
+            ops.append({"doc_as_upsert": True, "doc": doc})
+        await self._bulk(index, ops)
+
+    async def get(self, scope: Scope, ids: Sequence[str]) -> list[MemoryNode]:
+        """Nodes (with embeddings) in the order of ``ids``; unknown and other-scope ids are skipped."""
+        if not ids:
+            return []
+        index = await self._ensure("memories", _MEMORIES)
+        try:
+            res = await self._client.mget(index=index, ids=list(dict.fromkeys(ids)),
+                                          source=["tenant_id", "conversation_id", "body", "embedding"])
+        except (ApiError, TransportError) as exc:
+            raise StoreUnavailable(f"elasticsearch mget {index}: {exc}") from exc
+        found: dict[str, MemoryNode] = {}
+        for d in res["docs"]:
+            src = d.get("_source") or {}
+            if (d.get("found") and "body" in src and src.get("tenant_id") == scope.tenant_id
+                    and src.get("conversation_id") == scope.conversation_id):
+                found[d["_id"]] = MemoryNode.model_validate({**orjson.loads(src["body"]), "embedding": src.get("embedding")})
+        return [found[i] for i in ids if i in found]
+
+    async def seqs(self, scope: Scope, event_ids: Sequence[str]) -> dict[str, int]:
+        """event_id -> seq for the events already stored."""
+        if not event_ids:
+            return {}
+        index = await self._ensure("memories", _MEMORIES)
+        query = {"bool": {"filter": _scoped(scope, {"terms": {"event_id": sorted(set(event_ids))}})}}
+        hits = await self._hits(index, query, [{"node_id": "asc"}], ["event_id", "seq"])
+        return {h["_source"]["event_id"]: int(h["_source"]["seq"]) for h in hits}
+
+    async def next_seq(self, scope: Scope) -> int:
+        """One past the largest observation seq of the scope (0 when empty)."""
+        index = await self._ensure("memories", _MEMORIES)
+        query = {"bool": {"filter": _scoped(scope, {"term": {"kind": "observation"}})}}
+        hits = await self._hits(index, query, [{"seq": "desc"}], ["seq"], 1)
+        return int(hits[0]["_source"]["seq"]) + 1 if hits else 0
+
+    async def scan(self, scope: Scope) -> list[MemoryNode]:
+        """All nodes of the scope by (seq, id), without embeddings."""
+        index = await self._ensure("memories", _MEMORIES)
+        query = {"bool": {"filter": _scoped(scope, {"exists": {"field": "event_id"}})}}
+        hits = await self._hits(index, query, [{"seq": "asc"}, {"node_id": "asc"}], ["body"])
+        return [MemoryNode.model_validate(orjson.loads(h["_source"]["body"])) for h in hits]
+
+    async def sharing_entities_before(
+            self, scope: Scope, entity_ids: Sequence[str], before_seq: int, limit: int) -> list[str]:
+        """Nodes with seq < ``before_seq`` by number of shared entity ids, then seq desc."""
+        if not entity_ids or limit <= 0:
+            return []
+        index = await self._ensure("memories", _MEMORIES)
+        query = _count_of("entity_ids", entity_ids, _scoped(scope, {"range": {"seq": {"lt": before_seq}}}))
+        hits = await self._hits(index, query, [{"_score": "desc"}, {"seq": "desc"}, {"node_id": "asc"}], [], limit)
+        return [h["_id"] for h in hits]
+
+    async def preceding(self, scope: Scope, before_seq: int, limit: int) -> list[str]:
+        """The ``limit`` observations just before ``before_seq``, latest first."""
+        if limit <= 0:
+            return []
+        index = await self._ensure("memories", _MEMORIES)
+        query = {"bool": {"filter": _scoped(scope, {"term": {"kind": "observation"}},
+                                            {"range": {"seq": {"lt": before_seq}}})}}
+        hits = await self._hits(index, query, [{"seq": "desc"}, {"node_id": "asc"}], [], limit)
+        return [h["_id"] for h in hits]
+
+
+class ElasticEdgeStore(_Elastic):
+    """Edges of the four views (edges index) and consolidation decisions (decisions index)."""
+
+    async def upsert(self, edges: Sequence[EdgeEvent]) -> None:
+        """Index each edge under its id (whole-document replace; idempotent)."""
+        if not edges:
+            return
+        index = await self._ensure("edges", _EDGES)
+        ops: list[dict[str, Any]] = []
+        for e in edges:
+            ops.append({"index": {"_id": e.id}})
+            ops.append({"tenant_id": e.tenant_id, "conversation_id": e.conversation_id, "id": e.id, "view": e.view,
+                        "source": e.source, "target": e.target, "probability": e.probability,
+                        "body": orjson.dumps(e.model_dump(mode="json")).decode()})
+        await self._bulk(index, ops)
+
+    async def neighbours(self, scope: Scope, node_ids: Sequence[str], views: Sequence[View], limit: int) -> list[EdgeEvent]:
+        """Edges of ``views`` touching any of ``node_ids`` (either end): probability desc, then id."""
+        if not node_ids or not views or limit <= 0:
+            return []
+        index = await self._ensure("edges", _EDGES)
+        nodes = sorted(set(node_ids))
+        ends = {"bool": {"should": [{"terms": {"source": nodes}}, {"terms": {"target": nodes}}], "minimum_should_match": 1}}
+        query = {"bool": {"filter": _scoped(scope, {"terms": {"view": sorted(set(views))}}, ends)}}
+        hits = await self._hits(index, query, [{"probability": "desc"}, {"id": "asc"}], ["body"], limit)
+        return [EdgeEvent.model_validate(orjson.loads(h["_source"]["body"])) for h in hits]
+
+    async def scan(self, scope: Scope) -> list[EdgeEvent]:
+        """All edges of the scope by id."""
+        index = await self._ensure("edges", _EDGES)
+        hits = await self._hits(index, {"bool": {"filter": _scoped(scope)}}, [{"id": "asc"}], ["body"])
+        return [EdgeEvent.model_validate(orjson.loads(h["_source"]["body"])) for h in hits]
+
+    async def upsert_decisions(self, decisions: Sequence[ConsolidationDecision]) -> None:
+        """Index each decision under its id (whole-document replace; idempotent)."""
+        if not decisions:
+            return
+        index = await self._ensure("decisions", _DECISIONS)
+        ops: list[dict[str, Any]] = []
+        for d in decisions:
+            ops.append({"index": {"_id": d.id}})
+            ops.append({"tenant_id": d.tenant_id, "conversation_id": d.conversation_id, "id": d.id,
+                        "body": orjson.dumps(d.model_dump(mode="json")).decode()})
+        await self._bulk(index, ops)
+
+    async def decisions(self, scope: Scope) -> list[ConsolidationDecision]:
+        """All decisions of the scope by id."""
+        index = await self._ensure("decisions", _DECISIONS)
+        hits = await self._hits(index, {"bool": {"filter": _scoped(scope)}}, [{"id": "asc"}], ["body"])
+        return [ConsolidationDecision.model_validate(orjson.loads(h["_source"]["body"])) for h in hits]
+
+
+class ElasticVectorIndex(_Elastic):
+    """Exact cosine search on a flat ``dense_vector`` (VectorIndex port)."""
+
+    def __init__(self, client: AsyncElasticsearch, prefix: str = "jevmem-", dim: int = 384) -> None:
+        super().__init__(client, prefix)
+        self._mappings: dict[str, Any] = {"dynamic": "strict", "properties": {
+            "tenant_id": _KW, "conversation_id": _KW, "seq": {"type": "integer"}, "kind": _KW,
+            "vector": {"type": "dense_vector", "dims": dim, "similarity": "cosine", "index": True,
+                       "index_options": {"type": "flat"}},
+        }}
+
+    async def upsert(self, nodes: Sequence[MemoryNode]) -> None:
+        index = await self._ensure("vectors", self._mappings)
+        ops: list[dict[str, Any]] = []
+        for n in nodes:
+            if n.embedding is None:
+                continue
+            ops += [{"index": {"_id": n.id}}, {"tenant_id": n.tenant_id, "conversation_id": n.conversation_id,
+                                                "seq": n.seq, "kind": n.kind, "vector": n.embedding}]
+        await self._bulk(index, ops)
+
+    async def search(self, scope: Scope, vector: Sequence[float], limit: int, before_seq: int | None = None) -> list[Hit]:
+        index = await self._ensure("vectors", self._mappings)
+        extra = [{"range": {"seq": {"lt": before_seq}}}] if before_seq is not None else []
+        try:
+            res = await self._client.search(index=index, size=limit, source=False, knn={
+                "field": "vector", "query_vector": list(vector), "k": limit, "num_candidates": max(limit, 1000),
+                "filter": _scoped(scope, *extra)})
+        except (ApiError, TransportError) as exc:
+            raise StoreUnavailable(f"elasticsearch knn {index}: {exc}") from exc
+        # cosine similarity is reported as (1 + cos) / 2
+        return [Hit(h["_id"], 2.0 * float(h["_score"]) - 1.0) for h in res["hits"]["hits"]]

@@ -1,0 +1,112 @@
+"""Producer SDK for agent runtimes: observations onto the observations topic.
+
+confluent-kafka with the idempotent producer (``enable.idempotence``, ``acks=all``): retries never
+duplicate or reorder within a partition. The key is ``tenant_id/conversation_id`` so a
+conversation stays ordered. ``send`` resolves only when the broker acknowledged every record and
+raises :class:`BrokerUnavailable` listing the records that failed (delivery reports surfaced).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from confluent_kafka import KafkaError, Message, Producer
+
+from topology.errors import BrokerUnavailable
+from topology.schemas import DeadLetter, Observation, encode
+from topology.topics import topics
+
+
+@dataclass(frozen=True)
+class Delivery:
+    topic: str
+    partition: int
+    offset: int
+    key: str
+
+
+def producer_config(bootstrap: str, **extra: Any) -> dict[str, Any]:
+    return {
+        "bootstrap.servers": bootstrap,
+        "enable.idempotence": True,
+        "acks": "all",
+        "linger.ms": 5,
+        "compression.type": "lz4",
+        "message.timeout.ms": 30_000,
+        **extra,
+    }
+
+
+class ObservationProducer:
+    """Thread-safe; one per process. Use ``async with`` or call ``close``."""
+
+    def __init__(self, bootstrap: str, prefix: str = "jevmem", **config: Any) -> None:
+        self._producer = Producer(producer_config(bootstrap, **config))
+        spec = topics(prefix)
+        self.topic = spec["observations"].name
+        self.dead_letter_topic = spec["deadletters"].name
+        self._poller: asyncio.Task[None] | None = None
+
+    async def __aenter__(self) -> ObservationProducer:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
+    async def _produce(self, topic: str, records: Sequence[tuple[str, bytes]]) -> list[Delivery]:
+        loop = asyncio.get_running_loop()
+        futures: list[asyncio.Future[Delivery]] = []
+
+        def report(fut: asyncio.Future[Delivery], key: str) -> Any:
+            def cb(err: KafkaError | None, msg: Message) -> None:
+                if err is not None:
+                    loop.call_soon_threadsafe(_fail, fut, BrokerUnavailable(f"{key}: {err.str()}"))
+                else:
+                    d = Delivery(msg.topic() or topic, msg.partition() or 0, msg.offset() or 0, key)
+                    loop.call_soon_threadsafe(_done, fut, d)
+            return cb
+
+        for key, value in records:
+            fut: asyncio.Future[Delivery] = loop.create_future()
+            futures.append(fut)
+            while True:
+                try:
+                    self._producer.produce(topic, key=key.encode(), value=value, on_delivery=report(fut, key))
+                    break
+                except BufferError:  # local queue full: serve callbacks, then retry
+                    await asyncio.to_thread(self._producer.poll, 0.1)
+        pending = await asyncio.to_thread(self._producer.flush, 30.0)
+        if pending:
+            raise BrokerUnavailable(f"{pending} records not acknowledged within 30 s")
+        results = await asyncio.gather(*futures, return_exceptions=True)
+        failed = [r for r in results if isinstance(r, BaseException)]
+        if failed:
+            raise BrokerUnavailable(f"{len(failed)} of {len(records)} records failed: {failed[0]}")
+        return [r for r in results if isinstance(r, Delivery)]
+
+    async def send(self, observations: Sequence[Observation]) -> list[Delivery]:
+        """Publish observations; returns their partitions/offsets once all are acknowledged."""
+        return await self._produce(self.topic, [(o.scope.key, encode(o)) for o in observations])
+
+    async def send_raw(self, records: Sequence[tuple[str, bytes]]) -> list[Delivery]:
+        """Publish pre-encoded values (operators' tools, tests of the dead-letter path)."""
+        return await self._produce(self.topic, records)
+
+    async def dead_letter(self, letters: Sequence[DeadLetter]) -> list[Delivery]:
+        return await self._produce(self.dead_letter_topic, [("rejected", encode(d)) for d in letters])
+
+    async def close(self) -> None:
+        await asyncio.to_thread(self._producer.flush, 30.0)
+
+
+def _done(fut: asyncio.Future[Delivery], value: Delivery) -> None:
+    if not fut.done():
+        fut.set_result(value)
+
+
+def _fail(fut: asyncio.Future[Delivery], exc: BaseException) -> None:
+    if not fut.done():
+        fut.set_exception(exc)

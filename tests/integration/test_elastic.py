@@ -1,0 +1,294 @@
+"""Elasticsearch adapters against a real node: each method, parity with the SQLite adapters,
+idempotency, tenant isolation and error translation.
+
+Needs ``JEVMEM_TEST_ES_URL`` (e.g. ``http://127.0.0.1:9200`` after ``scripts/elasticsearch/es.sh start``).
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import uuid
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from itertools import pairwise
+
+import pytest
+
+pytestmark = pytest.mark.integration
+
+ES_URL = os.environ.get("JEVMEM_TEST_ES_URL")
+if not ES_URL:
+    pytest.skip("JEVMEM_TEST_ES_URL is not set", allow_module_level=True)
+
+from elasticsearch import AsyncElasticsearch  # noqa: E402
+
+from storage import elastic  # noqa: E402
+from storage.elastic import ElasticEdgeStore, ElasticLexicalIndex, ElasticNodeStore  # noqa: E402
+from storage.sqlite import SqliteEdgeStore, SqliteLexicalIndex, SqliteNodeStore, connect  # noqa: E402
+from topology import ids  # noqa: E402
+from topology.errors import StoreUnavailable  # noqa: E402
+from topology.schemas import VIEWS, ConsolidationDecision, EdgeEvent, MemoryNode, Observation, Scope  # noqa: E402
+from topology.stages.typing import describe  # noqa: E402
+
+A = Scope(tenant_id="tenant-a", conversation_id="conv-1")
+B = Scope(tenant_id="tenant-b", conversation_id="conv-1")
+A2 = Scope(tenant_id="tenant-a", conversation_id="conv-2")
+
+CHAT = [
+    ("Ana", "I adopted a puppy named Biscuit last week, he is a golden retriever."),
+    ("Ben", "That's wonderful! How is Biscuit settling in?"),
+    ("Ana", "He chews everything, so I bought him chew toys yesterday."),
+    ("Ben", "I started training for the Berlin marathon because my doctor told me to exercise more."),
+    ("Ana", "Good luck with the marathon! When is it?"),
+    ("Ben", "It is on 24 September 2023. I run every morning before work."),
+    ("Ana", "I love hiking in the Alps with my sister Clara."),
+    ("Ben", "My favourite food is ramen, I cook it every Sunday."),
+    ("Ana", "Biscuit learned to sit today, I am so proud of him."),
+    ("Ben", "I hurt my knee while running, so I had to pause the training."),
+    ("Ana", "Clara and I are planning a trip to Lisbon next month with Biscuit."),
+    ("Ben", "My knee is better now and I am back to running the Berlin marathon training."),
+]
+
+
+def make_nodes(scope: Scope, chat: list[tuple[str, str]] = CHAT) -> list[MemoryNode]:
+    """Observation nodes (seq 0..n-1, with embeddings that are not float32-exact) plus one derived node."""
+    rng = random.Random(f"{scope.tenant_id}/{scope.conversation_id}")
+    start = datetime(2023, 5, 1, 9, tzinfo=UTC)
+    nodes = []
+    for i, (speaker, content) in enumerate(chat):
+        obs = Observation(tenant_id=scope.tenant_id, conversation_id=scope.conversation_id, event_id=f"ev-{i}",
+                          content=content, speaker=speaker, observed_at=start + timedelta(hours=i),
+                          metadata={"turn": i}, provenance={"source": "test"})
+        node = describe(obs, i)
+        nodes.append(node.model_copy(update={"embedding": [round(rng.uniform(-1, 1), 3) for _ in range(8)]}))
+    derived = nodes[0].model_copy(update={
+        "id": ids.stable_uuid("derived", nodes[0].id, nodes[8].id), "event_id": "derived-0-8", "kind": "derived",
+        "seq": len(chat), "content": "Ana's puppy Biscuit is a golden retriever who learned to sit.",
+        "derived_from": [nodes[0].id, nodes[8].id], "embedding": None})
+    return [*nodes, derived]
+
+
+def make_edges(nodes: list[MemoryNode]) -> list[EdgeEvent]:
+    """Edges of every view, with tied probabilities (so the id tie-break matters)."""
+    out = []
+    for i, n in enumerate(nodes):
+        for j in range(max(0, i - 3), i):
+            view = VIEWS[(i + j) % len(VIEWS)]
+            p = [0.5, 0.9, 0.5, 0.25][(i * j) % 4]
+            label = f"{view}:{j}"
+            out.append(EdgeEvent(id=ids.edge_id(view, n.id, nodes[j].id, label), tenant_id=n.tenant_id,
+                                 conversation_id=n.conversation_id, view=view, source=n.id, target=nodes[j].id,
+                                 direction="directed", probability=p, label=label, created_by="rule"))
+    return out
+
+
+def make_decisions(nodes: list[MemoryNode]) -> list[ConsolidationDecision]:
+    return [ConsolidationDecision(id=ids.stable_uuid("consolidation", n.scope.key, n.id, m.id), tenant_id=n.tenant_id,
+                                  conversation_id=n.conversation_id, run=1, left=n.id, right=m.id, redundant=0.1,
+                                  contradiction=0.0, obsolete=0.2, link_useful=0.7,
+                                  representation={"episodic": 0.5, "semantic": 0.5}, chosen="keep_separate")
+            for n, m in pairwise(nodes)][:5]
+
+
+@dataclass
+class Stores:
+    lex: ElasticLexicalIndex
+    nodes: ElasticNodeStore
+    edges: ElasticEdgeStore
+
+
+@pytest.fixture
+async def es() -> AsyncIterator[tuple[AsyncElasticsearch, str]]:
+    client = AsyncElasticsearch(ES_URL, request_timeout=30)
+    prefix = f"jevmem-test-{uuid.uuid4().hex[:12]}-"
+    yield client, prefix
+    await client.indices.delete(index=",".join(prefix + n for n in ("memories", "edges", "decisions", "vectors")),
+                                ignore_unavailable=True)
+    await client.close()
+
+
+@pytest.fixture
+def stores(es: tuple[AsyncElasticsearch, str]) -> Stores:
+    client, prefix = es
+    # The adapters share the test's client; the fixture closes it.
+    return Stores(ElasticLexicalIndex(client, prefix), ElasticNodeStore(client, prefix), ElasticEdgeStore(client, prefix))
+
+
+async def write_all(s: Stores | tuple[SqliteLexicalIndex, SqliteNodeStore, SqliteEdgeStore],
+                    nodes: list[MemoryNode], edges: list[EdgeEvent], decisions: list[ConsolidationDecision],
+                    lexical_first: bool = True) -> None:
+    lex, ns, es_ = (s.lex, s.nodes, s.edges) if isinstance(s, Stores) else s
+    if lexical_first:
+        await lex.upsert(nodes)
+        await ns.upsert(nodes)
+    else:
+        await ns.upsert(nodes)
+        await lex.upsert(nodes)
+    await es_.upsert(edges)
+    await es_.upsert_decisions(decisions)
+
+
+async def snapshot(lex: object, ns: object, edges: object, scope: Scope, nodes: list[MemoryNode]) -> dict[str, object]:
+    """Every deterministic read of the ports, keyed by a description of the call."""
+    out: dict[str, object] = {}
+    node_ids = [n.id for n in nodes]
+    for n in nodes:
+        ents = [e.id for e in n.entities]
+        for limit in (1, 3, 50):
+            out[f"overlapping {n.seq} {limit}"] = await lex.overlapping(scope, n.tokens, n.seq + 1, limit)  # type: ignore[attr-defined]
+            out[f"entities {n.seq} {limit}"] = await ns.sharing_entities_before(scope, ents, n.seq + 1, limit)  # type: ignore[attr-defined]
+            out[f"preceding {n.seq} {limit}"] = await ns.preceding(scope, n.seq + 1, limit)  # type: ignore[attr-defined]
+        for views in (["semantic"], ["temporal", "causal"], list(VIEWS)):
+            out[f"neighbours {n.seq} {views}"] = await edges.neighbours(scope, [n.id, *node_ids[:1]], views, 4)  # type: ignore[attr-defined]
+    all_tokens = sorted({t for n in nodes for t in n.tokens})
+    out["overlapping all"] = await lex.overlapping(scope, all_tokens, 10**6, 100)  # type: ignore[attr-defined]
+    out["neighbours all"] = await edges.neighbours(scope, node_ids, list(VIEWS), 1000)  # type: ignore[attr-defined]
+    out["seqs"] = await ns.seqs(scope, [n.event_id for n in nodes] + ["missing"])  # type: ignore[attr-defined]
+    out["next_seq"] = await ns.next_seq(scope)  # type: ignore[attr-defined]
+    out["get"] = await ns.get(scope, [*reversed(node_ids), "missing", node_ids[0]])  # type: ignore[attr-defined]
+    out["list"] = await ns.scan(scope)  # type: ignore[attr-defined]
+    out["edges"] = await edges.scan(scope)  # type: ignore[attr-defined]
+    out["decisions"] = await edges.decisions(scope)  # type: ignore[attr-defined]
+    return out
+
+
+async def test_each_method(stores: Stores) -> None:
+    nodes = make_nodes(A)
+    assert await stores.nodes.next_seq(A) == 0
+    assert await stores.nodes.scan(A) == [] and await stores.edges.scan(A) == []
+    await write_all(stores, nodes, make_edges(nodes), make_decisions(nodes))
+
+    got = await stores.nodes.get(A, [nodes[3].id, "nope", nodes[1].id])
+    assert [n.id for n in got] == [nodes[3].id, nodes[1].id]
+    assert got[0].embedding is not None and got[0].embedding == pytest.approx(nodes[3].embedding, abs=1e-6)
+    assert got[0].without_embedding() == nodes[3].without_embedding()
+    listed = await stores.nodes.scan(A)
+    assert [n.id for n in listed] == [n.id for n in nodes] and all(n.embedding is None for n in listed)
+    assert await stores.nodes.seqs(A, ["ev-2", "ev-5", "nope"]) == {"ev-2": 2, "ev-5": 5}
+    assert await stores.nodes.next_seq(A) == len(CHAT)  # the derived node does not count
+    assert await stores.nodes.preceding(A, 5, 3) == [nodes[4].id, nodes[3].id, nodes[2].id]
+    assert await stores.nodes.preceding(A, 100, 1) == [nodes[-2].id]  # observations only
+    biscuit = await stores.nodes.sharing_entities_before(A, ["ent:biscuit", "ent:clara"], 11, 10)
+    assert biscuit[0] == nodes[10].id and set(biscuit) == {nodes[i].id for i in (0, 1, 6, 8, 10)}
+
+    hits = await stores.lex.search(A, "ramen on Sunday", 3)
+    assert hits and hits[0].id == nodes[7].id and hits[0].score > 0
+    assert [h.score for h in hits] == sorted((h.score for h in hits), reverse=True)
+    assert await stores.lex.search(A, "the and of", 3) == []  # English stopwords only
+    over = await stores.lex.overlapping(A, nodes[11].tokens, 11, 3)
+    shared = {n.id: (len(set(n.tokens) & set(nodes[11].tokens)), n.seq) for n in nodes[:11]}
+    assert over == sorted((i for i in shared if shared[i][0]), key=lambda i: shared[i], reverse=True)[:3]
+    assert nodes[11].id not in await stores.lex.overlapping(A, nodes[11].tokens, 11, 50)
+
+    near = await stores.edges.neighbours(A, [nodes[5].id], list(VIEWS), 100)
+    assert near and all(nodes[5].id in (e.source, e.target) for e in near)
+    assert [(-e.probability, e.id) for e in near] == sorted((-e.probability, e.id) for e in near)
+    assert all(e.view == "semantic" for e in await stores.edges.neighbours(A, [nodes[5].id], ["semantic"], 100))
+    assert [d.id for d in await stores.edges.decisions(A)] == sorted(d.id for d in make_decisions(nodes))
+
+
+async def test_parity_with_sqlite(stores: Stores) -> None:
+    conn = connect(":memory:")
+    sqlite = (SqliteLexicalIndex(conn), SqliteNodeStore(conn), SqliteEdgeStore(conn))
+    try:
+        for scope in (A, B, A2):
+            nodes = make_nodes(scope, CHAT if scope != A2 else CHAT[::-1])
+            for target in (sqlite, stores):
+                await write_all(target, nodes, make_edges(nodes), make_decisions(nodes))
+        for scope in (A, B, A2):
+            nodes = make_nodes(scope, CHAT if scope != A2 else CHAT[::-1])
+            want = await snapshot(*sqlite, scope, nodes)
+            got = await snapshot(stores.lex, stores.nodes, stores.edges, scope, nodes)
+            assert got.keys() == want.keys()
+            for key in want:
+                assert got[key] == want[key], key
+    finally:
+        conn.close()
+
+
+async def test_idempotent_and_order_independent(stores: Stores) -> None:
+    nodes, other = make_nodes(A), make_nodes(B)
+    edges, decisions = make_edges(nodes), make_decisions(nodes)
+    await write_all(stores, nodes, edges, decisions)
+    await write_all(stores, other, make_edges(other), make_decisions(other), lexical_first=False)
+    before = await snapshot(stores.lex, stores.nodes, stores.edges, A, nodes)
+    search = await stores.lex.search(A, "Biscuit puppy", 5)
+    # Again, in the other order, and a node store re-upsert without embeddings keeps them.
+    await write_all(stores, nodes, edges, decisions, lexical_first=False)
+    await stores.nodes.upsert([n.without_embedding() for n in nodes])
+    assert await snapshot(stores.lex, stores.nodes, stores.edges, A, nodes) == before
+    assert await stores.lex.search(A, "Biscuit puppy", 5) == search
+
+
+async def test_tenant_isolation(stores: Stores) -> None:
+    a, b = make_nodes(A), make_nodes(B, [(s, c.replace("Biscuit", "Rex")) for s, c in CHAT])
+    await write_all(stores, a, make_edges(a), make_decisions(a))
+    await write_all(stores, b, make_edges(b), make_decisions(b))
+    a_ids, b_ids = {n.id for n in a}, {n.id for n in b}
+    assert a_ids.isdisjoint(b_ids)
+    assert await stores.nodes.get(A, [n.id for n in b]) == []
+    assert {n.id for n in await stores.nodes.scan(A)} == a_ids
+    assert {n.id for n in await stores.nodes.scan(A2)} == set()
+    assert set(await stores.lex.overlapping(A, sorted({t for n in b for t in n.tokens}), 100, 100)) <= a_ids
+    assert await stores.lex.search(A, "Rex", 5) == []
+    assert {h.id for h in await stores.lex.search(B, "Rex", 5)} <= b_ids
+    assert set(await stores.nodes.sharing_entities_before(B, ["ent:biscuit"], 100, 10)) == set()
+    assert set(await stores.nodes.preceding(B, 100, 100)) <= b_ids
+    assert {e.id for e in await stores.edges.neighbours(A, [n.id for n in b], list(VIEWS), 100)} == set()
+    assert {e.tenant_id for e in await stores.edges.scan(B)} == {"tenant-b"}
+    assert {d.tenant_id for d in await stores.edges.decisions(B)} == {"tenant-b"}
+
+
+async def test_paging_beyond_one_page(stores: Stores, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(elastic, "_PAGE", 4)  # search_after across several pages
+    nodes = make_nodes(A)
+    await write_all(stores, nodes, make_edges(nodes), make_decisions(nodes))
+    assert [n.id for n in await stores.nodes.scan(A)] == [n.id for n in nodes]
+    assert len(await stores.nodes.preceding(A, 100, 10)) == 10
+    assert [e.id for e in await stores.edges.scan(A)] == sorted(e.id for e in make_edges(nodes))
+    assert len(await stores.nodes.seqs(A, [n.event_id for n in nodes])) == len(nodes)
+
+
+async def test_errors_become_store_unavailable(es: tuple[AsyncElasticsearch, str]) -> None:
+    client, prefix = es
+    # An index that exists with an incompatible mapping: creation is tolerated, bulk items fail.
+    await client.indices.create(index=prefix + "memories", settings={"number_of_replicas": 0},
+                                mappings={"dynamic": "strict", "properties": {"tenant_id": {"type": "keyword"}}})
+    with pytest.raises(StoreUnavailable):
+        await ElasticNodeStore(client, prefix).upsert(make_nodes(A)[:2])
+    dead = ElasticEdgeStore(AsyncElasticsearch("http://127.0.0.1:1", max_retries=0, request_timeout=2), prefix)
+    try:
+        with pytest.raises(StoreUnavailable):
+            await dead.scan(A)
+    finally:
+        await dead.close()
+
+
+async def test_vector_index_is_exact_and_matches_qdrant_local(es: tuple[AsyncElasticsearch, str]) -> None:
+    """The flat dense_vector index returns exactly Qdrant local mode's ranking, seq filter included."""
+    from storage.elastic import ElasticVectorIndex
+    from storage.qdrant import QdrantVectorIndex
+
+    client, prefix = es
+    rng = random.Random(7)
+
+    def unit(v: list[float]) -> list[float]:
+        norm = sum(x * x for x in v) ** 0.5
+        return [round(x / norm, 6) for x in v]
+
+    nodes = [n.model_copy(update={"embedding": unit([rng.uniform(-1, 1) for _ in range(8)])})
+             for n in make_nodes(A)[:-1] + make_nodes(B)[:-1]]
+    ev, qd = ElasticVectorIndex(client, prefix, dim=8), QdrantVectorIndex.local(":memory:", 8)
+    await ev.upsert(nodes)
+    await ev.upsert(nodes[:3])  # idempotent
+    await qd.upsert(nodes)
+    for probe in nodes[:6]:
+        for before in (None, 5, 11):
+            got = await ev.search(A, probe.embedding or [], 4, before_seq=before)
+            want = await qd.search(A, probe.embedding or [], 4, before_seq=before)
+            assert [h.id for h in got] == [h.id for h in want]
+            assert all(abs(g.score - w.score) < 1e-4 for g, w in zip(got, want, strict=True))
+    assert {h.id for h in await ev.search(B, nodes[0].embedding or [], 50)} == {n.id for n in nodes if n.tenant_id == "tenant-b"}
+    await qd.close()
