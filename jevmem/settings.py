@@ -26,7 +26,14 @@ class Settings(BaseSettings):
     write_batch: int = 64
     # distributed mode
     kafka_bootstrap: str = "127.0.0.1:9092"
+    topic_prefix: str = "jevmem"
+    partitions: int = 4
+    app_id: str = "jevmem"
+    worker_datadir: Path = Path(".jevmem/worker")
     qdrant_url: str | None = None
-    elasticsearch_url: str | None = None
+    qdrant_api_key: SecretStr | None = None
+    elasticsearch_url: str = "http://127.0.0.1:9200"
+    elasticsearch_api_key: SecretStr | None = None
+    store_prefix: str | None = None  # None: the active generation recorded in Elasticsearch
     params: Params = Params()
     mode: Literal["embedded", "distributed"] = "embedded"

@@ -19,7 +19,7 @@ from typing import Any
 from pydantic import BaseModel
 
 from query_api import formulas
-from storage.ports import EdgeStore, LexicalIndex, NodeStore, VectorIndex
+from storage.ports import EdgeStore, Hit, LexicalIndex, NodeStore, VectorIndex
 from topology import text
 from topology.params import Params
 from topology.ports import Embedder
@@ -94,6 +94,7 @@ class _QueryState:
     qnames: set[str]
     route: dict[str, float]
     anchor_strength: dict[str, float] = field(default_factory=dict)
+    bm25: dict[str, float] = field(default_factory=dict)
     pool: dict[str, _Cand] = field(default_factory=dict)
 
 
@@ -109,10 +110,10 @@ class RetrievalController:
         self.vectors, self.lexical, self.nodes, self.edges = vectors, lexical, nodes, edges
         self.params = params
 
-    async def anchors(self, scope: Scope, question: str, qvec: Sequence[float], pool: int) -> tuple[list[str], list[str]]:
-        """(vector ranking, lexical ranking) of the scope for the question."""
+    async def anchors(self, scope: Scope, question: str, qvec: Sequence[float], pool: int) -> tuple[list[Hit], list[Hit]]:
+        """(vector hits, lexical hits) of the scope for the question, best first."""
         vec, lex = await asyncio.gather(self.vectors.search(scope, qvec, pool), self.lexical.search(scope, question, pool))
-        return [h.id for h in vec], [h.id for h in lex]
+        return vec, lex
 
     def _features(self, st: _QueryState, c: _Cand, evidence: Sequence[_Cand]) -> dict[str, Any]:
         n = c.node
@@ -128,6 +129,7 @@ class RetrievalController:
             "question": st.question, "memory": n.content, "speaker": n.speaker or "",
             "cosine": round(z, 6), "lexical": round(lexical, 6), "entity": round(entity, 6),
             "anchor": round(st.anchor_strength.get(n.id, 0.0), 6),
+            "bm25": round(st.bm25.get(n.id, 0.0), 6),
             "temporal_match": round(st.route["temporal"] * (1.0 if n.temporal_refs else 0.0), 6),
             "view": c.via, "view_probability": round(c.p_g, 6), "edge_probability": round(c.pi_e, 6),
             "max_evidence_cosine": round(max(sims, default=0.0), 6),
@@ -164,8 +166,10 @@ class RetrievalController:
         st = _QueryState(question, qvec, set(text.tokens(question)), query_names(question), route)
 
         t1 = time.perf_counter()
-        vec_rank, lex_rank = await self.anchors(scope, question, qvec, p.anchor_pool)
-        fused = formulas.rrf([vec_rank, lex_rank], p.rrf_kappa)
+        vec_hits, lex_hits = await self.anchors(scope, question, qvec, p.anchor_pool)
+        fused = formulas.rrf([[h.id for h in vec_hits], [h.id for h in lex_hits]], p.rrf_kappa)
+        top_bm25 = max((h.score for h in lex_hits), default=0.0)
+        st.bm25 = {h.id: h.score / top_bm25 for h in lex_hits} if top_bm25 > 0 else {}
         anchor_ids = formulas.fused_order(fused)[: min(p.anchors, lim.visited_nodes)]
         best = 2.0 / (p.rrf_kappa + 1)
         st.anchor_strength = {i: fused[i] / best for i in anchor_ids}

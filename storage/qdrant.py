@@ -34,8 +34,8 @@ class QdrantVectorIndex:
         return cls(client, dim, payload_indexes=False)  # local mode scans; indexes are a no-op there
 
     @classmethod
-    def server(cls, url: str, dim: int, api_key: str | None = None) -> QdrantVectorIndex:
-        return cls(AsyncQdrantClient(url=url, api_key=api_key), dim)
+    def server(cls, url: str, dim: int, api_key: str | None = None, collection: str = COLLECTION) -> QdrantVectorIndex:
+        return cls(AsyncQdrantClient(url=url, api_key=api_key), dim, collection)
 
     async def _ensure(self) -> None:
         if self._ready:

@@ -36,8 +36,10 @@ class Stores:
         await self.lexical.upsert(nodes)
 
     async def close(self) -> None:
-        for store in (self.nodes, self.edges, self.vectors, self.lexical):
-            await store.close()
+        await self.nodes.close()
+        await self.edges.close()
+        await self.vectors.close()
+        await self.lexical.close()
 
 
 @dataclass

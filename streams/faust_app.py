@@ -52,6 +52,7 @@ class AppConfig:
     within_s: float = 0.5
     store: str = "memory://"
     web_port: int = 6066
+    datadir: str = ".jevmem/worker"
 
 
 @dataclass
@@ -94,6 +95,7 @@ def create_app(config: AppConfig, services: Services) -> faust.App:
         producer_acks=-1,
         consumer_auto_offset_reset="earliest",
         web_port=config.web_port,
+        datadir=config.datadir,
         web_enabled=False,
         broker_commit_every=256,
         broker_commit_interval=1.0,

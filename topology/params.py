@@ -42,12 +42,14 @@ RECENCY_WEIGHT = 0.1
 
 class ScoreWeights(BaseModel):
     """lambda_1..lambda_5 of the combined candidate score (cosine, relevance, view*usefulness,
-    novelty, edge/support)."""
+    novelty, edge/support). Relevance (which already folds in cosine, BM25 and entity matches)
+    counts double and raw cosine half: on the dev conversations this beat uniform weights
+    (evidence recall@10 0.618 vs 0.614)."""
 
     model_config = ConfigDict(frozen=True)
 
-    cosine: float = 1.0
-    relevance: float = 1.0
+    cosine: float = 0.5
+    relevance: float = 2.0
     relation: float = 1.0
     novelty: float = 0.5
     support: float = 0.5

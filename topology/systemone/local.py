@@ -159,8 +159,8 @@ def score(state: Mapping[str, Any]) -> Answer:
     """Candidate features for a query: cosine, lexical (0..1), entity match, temporal match,
     anchor strength, the view and its route probability, novelty and support."""
     cos, lex, ent = _f(state, "cosine"), _f(state, "lexical"), _f(state, "entity")
-    anchor, tmatch = _f(state, "anchor"), _f(state, "temporal_match")
-    relevance = sigmoid(-4.2 + 7.0 * cos + 1.6 * lex + 1.0 * ent + 0.8 * anchor + 0.6 * tmatch)
+    anchor, tmatch, bm25 = _f(state, "anchor"), _f(state, "temporal_match"), _f(state, "bm25")
+    relevance = sigmoid(-4.2 + 5.0 * cos + 1.6 * lex + 1.0 * ent + 3.0 * anchor + 2.0 * bm25 + 0.6 * tmatch)
     view = _s(state, "view")
     view_prior = {"anchor": 0.9, "temporal": 0.55, "semantic": 0.6, "entity": 0.5, "causal": 0.6}.get(view, 0.5)
     useful = sigmoid(math.log(view_prior / (1 - view_prior)) + 2.0 * (relevance - 0.5)

@@ -1,0 +1,272 @@
+"""Wiring of the distributed stack: Kafka topics, Elasticsearch + Qdrant stores, Faust workers,
+the HTTP service over them, and the active store generation used by replay's switch-over."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Sequence
+from typing import Any
+
+from confluent_kafka import Consumer, TopicPartition
+from confluent_kafka import admin as kafka_admin
+from elasticsearch import AsyncElasticsearch, NotFoundError
+
+from jevmem.settings import Settings
+from jevmem.wiring import system_one, system_two
+from query_api.controller import Retrieval, RetrievalController
+from storage.elastic import ElasticEdgeStore, ElasticLexicalIndex, ElasticNodeStore, ElasticVectorIndex
+from storage.ports import VectorIndex
+from storage.qdrant import QdrantVectorIndex
+from storage.reader import StoreReader
+from streams.embedded import Stores
+from streams.producer import ObservationProducer
+from topology.embedding import default_embedder
+from topology.errors import BrokerUnavailable
+from topology.pipeline import WritePath
+from topology.ports import Embedder
+from topology.schemas import DeadLetter, EdgeEvent, MemoryNode, Observation, Scope, decode
+from topology.systemone.port import CountingSystemOne
+from topology.topics import topics
+
+META_INDEX = "jevmem-meta"
+DEFAULT_GENERATION = "jevmem-g0-"
+
+
+def ensure_topics(bootstrap: str, prefix: str, partitions: int) -> None:
+    """Create the pipeline's topics (idempotent) with their retention settings."""
+    admin = kafka_admin.AdminClient({"bootstrap.servers": bootstrap})
+    existing = set(admin.list_topics(timeout=15).topics)
+    new = [kafka_admin.NewTopic(s.name, num_partitions=partitions, replication_factor=1,  # type: ignore[attr-defined]
+                                config=s.config())
+           for s in topics(prefix).values() if s.name not in existing]
+    if not new:
+        return
+    for name, fut in admin.create_topics(new, request_timeout=15).items():
+        try:
+            fut.result()
+        except Exception as exc:  # KafkaException; TOPIC_ALREADY_EXISTS is fine (raced)
+            if "TOPIC_ALREADY_EXISTS" not in str(exc):
+                raise BrokerUnavailable(f"create topic {name}: {exc}") from exc
+
+
+def read_topic(bootstrap: str, topic: str, timeout_s: float = 30.0) -> list[tuple[int, int, bytes]]:
+    """Every record of ``topic`` from the beginning to the current end: (partition, offset, value),
+    in partition then offset order (per-partition order is what the pipeline guarantees)."""
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": f"jevmem-reader-{topic}",
+                         "enable.auto.commit": False, "auto.offset.reset": "earliest"})
+    try:
+        meta = consumer.list_topics(topic, timeout=15).topics.get(topic)
+        if meta is None or meta.error is not None:
+            raise BrokerUnavailable(f"topic {topic} not found")
+        ends = {p: consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=15) for p in meta.partitions}
+        todo = {p for p, (low, high) in ends.items() if high > low}
+        consumer.assign([TopicPartition(topic, p, ends[p][0]) for p in todo])
+        out: list[tuple[int, int, bytes]] = []
+        deadline = time.monotonic() + timeout_s
+        while todo and time.monotonic() < deadline:
+            for msg in consumer.consume(500, timeout=1.0):
+                if msg.error() is not None:
+                    continue
+                p, off = msg.partition() or 0, msg.offset() or 0
+                if p in todo:
+                    out.append((p, off, msg.value() or b""))
+                    if off + 1 >= ends[p][1]:
+                        todo.discard(p)
+        if todo:
+            raise BrokerUnavailable(f"timed out reading {topic}: partitions {sorted(todo)} incomplete")
+        return sorted(out)
+    finally:
+        consumer.close()
+
+
+async def active_generation(es: AsyncElasticsearch) -> str:
+    """The store prefix the query side and workers use (set by ``jevmem replay --switch``)."""
+    try:
+        doc = await es.get(index=META_INDEX, id="active")
+        return str(doc["_source"]["prefix"])
+    except NotFoundError:
+        return DEFAULT_GENERATION
+
+
+async def set_active_generation(es: AsyncElasticsearch, prefix: str) -> None:
+    await es.index(index=META_INDEX, id="active", document={"prefix": prefix}, refresh=True)
+
+
+def distributed_stores(settings: Settings, prefix: str, dim: int) -> Stores:
+    """Elasticsearch (lexical, nodes, edges) + Qdrant server, or an exact Elasticsearch vector
+    index when no Qdrant URL is configured. Dead letters live on their Kafka topic."""
+    key = settings.elasticsearch_api_key.get_secret_value() if settings.elasticsearch_api_key else None
+    es = AsyncElasticsearch(settings.elasticsearch_url, api_key=key)
+    vectors: VectorIndex
+    if settings.qdrant_url:
+        qkey = settings.qdrant_api_key.get_secret_value() if settings.qdrant_api_key else None
+        vectors = QdrantVectorIndex.server(settings.qdrant_url, dim, api_key=qkey,
+                                           collection=prefix.replace("-", "_") + "memories")
+    else:
+        vectors = ElasticVectorIndex(es, prefix, dim)
+    return Stores(nodes=ElasticNodeStore(es, prefix), edges=ElasticEdgeStore(es, prefix), vectors=vectors,
+                  lexical=ElasticLexicalIndex(es, prefix), dead_letters=TopicDeadLetters(settings))
+
+
+class TopicDeadLetters:
+    """Dead letters on the dead-letter topic (DeadLetterSink port)."""
+
+    def __init__(self, settings: Settings) -> None:
+        self.settings = settings
+        self._producer: ObservationProducer | None = None
+
+    async def put(self, letters: Sequence[DeadLetter]) -> None:
+        if self._producer is None:
+            self._producer = ObservationProducer(self.settings.kafka_bootstrap, self.settings.topic_prefix)
+        await self._producer.dead_letter(letters)
+
+    async def recent(self, limit: int = 100) -> list[DeadLetter]:
+        topic = topics(self.settings.topic_prefix)["deadletters"].name
+        records = await asyncio.to_thread(read_topic, self.settings.kafka_bootstrap, topic)
+        return [decode(DeadLetter, v) for _, _, v in records][-limit:]
+
+
+async def resolve_prefix(settings: Settings) -> str:
+    if settings.store_prefix:
+        return settings.store_prefix
+    es = AsyncElasticsearch(settings.elasticsearch_url)
+    try:
+        return await active_generation(es)
+    finally:
+        await es.close()
+
+
+def write_path(settings: Settings, stores: Stores, embedder: Embedder) -> WritePath:
+    so = CountingSystemOne(system_one(settings))
+    reader = StoreReader(stores.vectors, stores.lexical, stores.nodes)
+    return WritePath(embedder, so, reader, settings.params, summariser=system_two(settings))
+
+
+class DistributedService:
+    """:class:`query_api.http.MemoryService` for the distributed stack: ingest goes to Kafka,
+    queries read Elasticsearch and the vector index directly."""
+
+    def __init__(self, settings: Settings, embedder: Embedder | None = None) -> None:
+        self.settings = settings
+        self.embedder = embedder or default_embedder()
+        self._stores: Stores | None = None
+        self._producer: ObservationProducer | None = None
+        self._controller: RetrievalController | None = None
+        self._s2 = system_two(settings)
+
+    async def start(self) -> None:
+        ensure_topics(self.settings.kafka_bootstrap, self.settings.topic_prefix, self.settings.partitions)
+        prefix = await resolve_prefix(self.settings)
+        self._stores = distributed_stores(self.settings, prefix, self.embedder.dim)
+        self._producer = ObservationProducer(self.settings.kafka_bootstrap, self.settings.topic_prefix)
+        s = self._stores
+        self._controller = RetrievalController(self.embedder, system_one(self.settings), s.vectors, s.lexical,
+                                               s.nodes, s.edges, self.settings.params)
+
+    @property
+    def stores(self) -> Stores:
+        if self._stores is None:
+            raise RuntimeError("service not started")
+        return self._stores
+
+    async def stop(self) -> None:
+        if self._producer is not None:
+            await self._producer.close()
+        if self._stores is not None:
+            await self._stores.close()
+        if self._s2 is not None:
+            await self._s2.aclose()
+
+    async def submit(self, observations: Sequence[Observation]) -> None:
+        assert self._producer is not None
+        await self._producer.send(observations)
+
+    async def reject(self, letters: Sequence[DeadLetter]) -> None:
+        assert self._producer is not None
+        await self._producer.dead_letter(letters)
+
+    async def retrieve(self, scope: Scope, question: str, top_k: int) -> Retrieval:
+        assert self._controller is not None
+        return await self._controller.retrieve(scope, question, top_k)
+
+    async def answer(self, question: str, evidence: Sequence[str]) -> str | None:
+        return None if self._s2 is None else await self._s2.answer(question, evidence)
+
+    async def nodes(self, scope: Scope) -> list[MemoryNode]:
+        return await self.stores.nodes.scan(scope)
+
+    async def edges(self, scope: Scope) -> list[EdgeEvent]:
+        return await self.stores.edges.scan(scope)
+
+    async def dead_letters(self, limit: int) -> list[DeadLetter]:
+        return await self.stores.dead_letters.recent(limit)
+
+    async def health(self) -> dict[str, Any]:
+        return {"status": "ok", "mode": "distributed", "embedder": self.embedder.name,
+                "system_one": self.settings.system_one, "system_two": self._s2 is not None}
+
+
+def run_worker(settings: Settings) -> None:
+    """Start one Faust worker process (blocks until it stops)."""
+    from faust.worker import Worker
+
+    from streams.faust_app import AppConfig, Services, create_app
+
+    ensure_topics(settings.kafka_bootstrap, settings.topic_prefix, settings.partitions)
+    prefix = asyncio.run(resolve_prefix(settings))
+    embedder = default_embedder()
+    stores = distributed_stores(settings, prefix, embedder.dim)
+    config = AppConfig(broker=f"kafka://{settings.kafka_bootstrap}", app_id=settings.app_id,
+                       prefix=settings.topic_prefix, partitions=settings.partitions, batch=settings.write_batch,
+                       datadir=str(settings.worker_datadir))
+    app = create_app(config, Services(write_path(settings, stores, embedder), stores))
+    Worker(app, loglevel="INFO").execute_from_commandline()
+
+
+async def replay(settings: Settings, source: str, new_prefix: str, switch: bool) -> dict[str, Any]:
+    """Rebuild into stores under ``new_prefix`` from the log (``source`` = "edges": memories, edges
+    and consolidation topics, no System One calls; "observations": recompute), verify the rebuilt
+    graph equals the active one, and make it active when ``switch`` and identical."""
+    from streams.embedded import EmbeddedPipeline
+    from streams.replay import rebuild_from_log, recompute, verify
+
+    spec = topics(settings.topic_prefix)
+    embedder = default_embedder()
+    old_prefix = await resolve_prefix(settings)
+    if new_prefix == old_prefix:
+        raise ValueError(f"{new_prefix!r} is the active generation; choose a fresh prefix")
+    old = distributed_stores(settings, old_prefix, embedder.dim)
+    new = distributed_stores(settings, new_prefix, embedder.dim)
+
+    def log(role: str) -> list[bytes]:
+        return [v for _, _, v in read_topic(settings.kafka_bootstrap, spec[role].name)]
+
+    try:
+        if source == "edges":
+            report = await rebuild_from_log(new, await asyncio.to_thread(log, "memories"),
+                                            await asyncio.to_thread(log, "edges"),
+                                            await asyncio.to_thread(log, "consolidation"))
+        elif source == "observations":
+            wp = write_path(settings, new, embedder)
+            assert isinstance(wp.so, CountingSystemOne)
+            report = await recompute(EmbeddedPipeline(new, wp, wp.so), await asyncio.to_thread(log, "observations"),
+                                     settings.write_batch)
+        else:
+            raise ValueError("source must be 'edges' or 'observations'")
+        problems = await verify(old, new, report.scopes)
+        switched = False
+        if switch and not problems:
+            es = AsyncElasticsearch(settings.elasticsearch_url)
+            try:
+                await set_active_generation(es, new_prefix)
+            finally:
+                await es.close()
+            switched = True
+        return {"source": source, "from_prefix": old_prefix, "to_prefix": new_prefix,
+                "scopes": len(report.scopes), "nodes": report.nodes, "edges": report.edges,
+                "decisions": report.decisions, "controller_calls": report.controller_calls,
+                "identical": not problems, "problems": problems, "switched": switched}
+    finally:
+        await old.close()
+        await new.close()
