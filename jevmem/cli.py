@@ -147,15 +147,76 @@ def query(question: str, conversation: Annotated[str, typer.Option("--conversati
 
 
 @app.command()
-def serve(host: str = "127.0.0.1", port: int = 8080, data_dir: DataDir = None) -> None:
-    """Run the embedded pipeline behind the HTTP API (OpenAPI at /docs)."""
+def serve(host: str = "127.0.0.1", port: int = 8080, data_dir: DataDir = None,
+          distributed: Annotated[bool, typer.Option(help="Ingest to Kafka; query Elasticsearch/Qdrant.")] = False) -> None:
+    """Run the HTTP API (OpenAPI at /docs) over the embedded pipeline or the distributed stack."""
     import uvicorn
 
     from jevmem.wiring import EmbeddedService
-    from query_api.http import create_app
+    from query_api.http import MemoryService, create_app
 
     settings = _settings(data_dir)
-    uvicorn.run(create_app(EmbeddedService(settings)), host=host, port=port)
+    service: MemoryService
+    if distributed or settings.mode == "distributed":
+        from jevmem.distributed import DistributedService
+
+        service = DistributedService(settings)
+    else:
+        service = EmbeddedService(settings)
+    uvicorn.run(create_app(service), host=host, port=port)
+
+
+@app.command()
+def worker() -> None:
+    """Run one Faust worker of the distributed pipeline (scale by starting more)."""
+    from jevmem.distributed import run_worker
+
+    run_worker(_settings())
+
+
+@app.command()
+def produce(path: Path, tenant: Tenant = None,
+            conversation: Annotated[str | None, typer.Option(help="Conversation id for lines without one.")] = None) -> None:
+    """Publish JSONL observations or a LoCoMo file to the observations topic (idempotent producer)."""
+    from jevmem.distributed import ensure_topics
+    from streams.producer import ObservationProducer
+
+    settings = _settings(tenant=tenant)
+    payloads = read_observation_payloads(path, settings.tenant, conversation)
+    ensure_topics(settings.kafka_bootstrap, settings.topic_prefix, settings.partitions)
+
+    async def go() -> int:
+        async with ObservationProducer(settings.kafka_bootstrap, settings.topic_prefix) as producer:
+            return len(await producer.send_raw([(partition_key(raw), raw) for raw in payloads]))
+
+    console.print(f"published {_run(go())} records to {settings.topic_prefix}.observations.v1")
+
+
+def partition_key(raw: bytes) -> str:
+    """tenant/conversation of a raw observation, or "invalid" (it will be dead-lettered)."""
+    try:
+        obj = orjson.loads(raw)
+    except orjson.JSONDecodeError:
+        return "invalid"
+    if not isinstance(obj, dict):
+        return "invalid"
+    return f"{obj.get('tenant_id', '')}/{obj.get('conversation_id', '')}"
+
+
+@app.command()
+def replay(source: Annotated[str, typer.Option("--from", help="'edges' (no System One calls) or 'observations'.")] = "edges",
+           to_prefix: Annotated[str | None, typer.Option(help="Store prefix of the rebuilt generation.")] = None,
+           switch: Annotated[bool, typer.Option(help="Make the rebuilt stores active if identical.")] = False) -> None:
+    """Rebuild memory into fresh stores from the Kafka log, verify it equals the active graph, switch over."""
+    import time
+
+    from jevmem.distributed import replay as do_replay
+
+    prefix = to_prefix or f"jevmem-g{int(time.time())}-"
+    out = _run(do_replay(_settings(), source, prefix, switch))
+    sys.stdout.write(orjson.dumps(out).decode() + "\n")
+    if not out["identical"]:
+        raise typer.Exit(1)
 
 
 @bench_app.command("locomo")

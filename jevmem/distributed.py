@@ -214,6 +214,7 @@ def run_worker(settings: Settings) -> None:
     from streams.faust_app import AppConfig, Services, create_app
 
     ensure_topics(settings.kafka_bootstrap, settings.topic_prefix, settings.partitions)
+    settings.worker_datadir.mkdir(parents=True, exist_ok=True)
     prefix = asyncio.run(resolve_prefix(settings))
     embedder = default_embedder()
     stores = distributed_stores(settings, prefix, embedder.dim)

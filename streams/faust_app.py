@@ -112,7 +112,7 @@ def create_app(config: AppConfig, services: Services) -> faust.App:
     judgments, edges, consolidation, deadletters = (
         topic("judgments"), topic("edges"), topic("consolidation"), topic("deadletters"))
     seqs = app.Table(f"{config.app_id}-seq", default=None, partitions=config.partitions,
-                     key_serializer="raw", value_serializer="json", use_partitioner=True)
+                     use_partitioner=True)  # app defaults: raw keys (as the producer's), json values
     wp, stores = services.write_path, services.stores
 
     @app.agent(observations)

@@ -34,7 +34,7 @@ def producer_config(bootstrap: str, **extra: Any) -> dict[str, Any]:
         "enable.idempotence": True,
         "acks": "all",
         "linger.ms": 5,
-        "compression.type": "lz4",
+        "compression.type": "none",  # consumers (aiokafka in the Faust workers) read none/gzip natively
         "message.timeout.ms": 30_000,
         **extra,
     }
