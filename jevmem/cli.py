@@ -251,5 +251,20 @@ def bench_locomo(directory: Path,
     Console().print({k: v for k, v in out.items() if k != "recall"})
 
 
+@bench_app.command("kafka")
+def bench_kafka(directory: Path, workers: int = 2,
+                rate: Annotated[float, typer.Option(help="Producer pace in observations/s (0: all at once).")] = 0.0,
+                as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object.")] = False) -> None:
+    """Observations/s and end-to-end lag through Kafka + N Faust workers vs the embedded pipeline
+    (needs a running broker and Elasticsearch node)."""
+    from jevmem.bench_kafka import run_kafka
+
+    out = _run(run_kafka(directory, _settings(), workers, rate))
+    if as_json:
+        sys.stdout.write(orjson.dumps(out).decode() + "\n")
+    else:
+        Console().print(out)
+
+
 def main() -> None:
     app()

@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from confluent_kafka import Consumer, TopicPartition
@@ -50,9 +51,17 @@ def ensure_topics(bootstrap: str, prefix: str, partitions: int) -> None:
                 raise BrokerUnavailable(f"create topic {name}: {exc}") from exc
 
 
-def read_topic(bootstrap: str, topic: str, timeout_s: float = 30.0) -> list[tuple[int, int, bytes]]:
-    """Every record of ``topic`` from the beginning to the current end: (partition, offset, value),
-    in partition then offset order (per-partition order is what the pipeline guarantees)."""
+@dataclass(frozen=True, order=True)
+class Record:
+    partition: int
+    offset: int
+    timestamp_ms: int
+    value: bytes
+
+
+def read_topic(bootstrap: str, topic: str, timeout_s: float = 30.0) -> list[Record]:
+    """Every record of ``topic`` from the beginning to the current end, in partition then offset
+    order (per-partition order is what the pipeline guarantees)."""
     consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": f"jevmem-reader-{topic}",
                          "enable.auto.commit": False, "auto.offset.reset": "earliest"})
     try:
@@ -62,7 +71,7 @@ def read_topic(bootstrap: str, topic: str, timeout_s: float = 30.0) -> list[tupl
         ends = {p: consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=15) for p in meta.partitions}
         todo = {p for p, (low, high) in ends.items() if high > low}
         consumer.assign([TopicPartition(topic, p, ends[p][0]) for p in todo])
-        out: list[tuple[int, int, bytes]] = []
+        out: list[Record] = []
         deadline = time.monotonic() + timeout_s
         while todo and time.monotonic() < deadline:
             for msg in consumer.consume(500, timeout=1.0):
@@ -70,7 +79,7 @@ def read_topic(bootstrap: str, topic: str, timeout_s: float = 30.0) -> list[tupl
                     continue
                 p, off = msg.partition() or 0, msg.offset() or 0
                 if p in todo:
-                    out.append((p, off, msg.value() or b""))
+                    out.append(Record(p, off, msg.timestamp()[1], msg.value() or b""))
                     if off + 1 >= ends[p][1]:
                         todo.discard(p)
         if todo:
@@ -124,7 +133,7 @@ class TopicDeadLetters:
     async def recent(self, limit: int = 100) -> list[DeadLetter]:
         topic = topics(self.settings.topic_prefix)["deadletters"].name
         records = await asyncio.to_thread(read_topic, self.settings.kafka_bootstrap, topic)
-        return [decode(DeadLetter, v) for _, _, v in records][-limit:]
+        return [decode(DeadLetter, r.value) for r in records][-limit:]
 
 
 async def resolve_prefix(settings: Settings) -> str:
@@ -209,9 +218,13 @@ class DistributedService:
 
 def run_worker(settings: Settings) -> None:
     """Start one Faust worker process (blocks until it stops)."""
+    import logging
+
     from faust.worker import Worker
 
     from streams.faust_app import AppConfig, Services, create_app
+
+    logging.getLogger("elastic_transport").setLevel(logging.WARNING)  # one INFO line per request otherwise
 
     ensure_topics(settings.kafka_bootstrap, settings.topic_prefix, settings.partitions)
     settings.worker_datadir.mkdir(parents=True, exist_ok=True)
@@ -241,7 +254,7 @@ async def replay(settings: Settings, source: str, new_prefix: str, switch: bool)
     new = distributed_stores(settings, new_prefix, embedder.dim)
 
     def log(role: str) -> list[bytes]:
-        return [v for _, _, v in read_topic(settings.kafka_bootstrap, spec[role].name)]
+        return [r.value for r in read_topic(settings.kafka_bootstrap, spec[role].name)]
 
     try:
         if source == "edges":

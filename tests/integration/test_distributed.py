@@ -153,7 +153,7 @@ async def test_two_workers_kill_dead_letter_and_replay(stack: Stack) -> None:
             await embedded.close()
 
         # The bad event is on the dead-letter topic with its reason; the stream kept flowing.
-        letters = [decode(DeadLetter, v) for _, _, v in
+        letters = [decode(DeadLetter, r.value) for r in
                    read_topic(KAFKA or "", topics(stack.settings.topic_prefix)["deadletters"].name)]
         # (at-least-once: a worker killed before committing may have reported it too, same offset)
         assert len({d.source for d in letters}) == 1 and all("content" in d.reason for d in letters)

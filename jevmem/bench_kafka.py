@@ -1,0 +1,135 @@
+"""``jevmem bench kafka``: LoCoMo conversations end to end through the broker with N Faust worker
+processes, side by side with the embedded pipeline on the same observations in the same run.
+
+Needs a running Kafka broker and Elasticsearch node (``scripts/kafka/kafka.sh start``,
+``scripts/elasticsearch/es.sh start``). Lag of an observation = the record timestamp of its
+candidate set (node materialised, embedded, typed and linked to its candidates) minus the record
+timestamp of the observation. Throughput = observations / (last edge record - first observation).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from pathlib import Path
+from typing import Any
+
+from confluent_kafka import Consumer, TopicPartition
+
+from jevmem import locomo
+from jevmem.bench import percentile
+from jevmem.distributed import ensure_topics, read_topic
+from jevmem.settings import Settings
+from jevmem.wiring import build_embedded
+from streams.producer import ObservationProducer
+from topology.embedding import default_embedder
+from topology.schemas import CandidateSet, Observation, decode
+from topology.topics import topics
+
+
+def end_offsets(bootstrap: str, topic: str) -> int:
+    """Sum of the high watermarks of ``topic`` (records ever written)."""
+    c = Consumer({"bootstrap.servers": bootstrap, "group.id": "jevmem-bench-watermarks"})
+    try:
+        meta = c.list_topics(topic, timeout=10).topics.get(topic)
+        if meta is None:
+            return 0
+        return sum(c.get_watermark_offsets(TopicPartition(topic, p), timeout=10)[1] for p in meta.partitions)
+    finally:
+        c.close()
+
+
+def _worker(env: dict[str, str], log: Path) -> subprocess.Popen[bytes]:
+    return subprocess.Popen([sys.executable, "-c", "from jevmem.cli import main; main()", "worker"],
+                            env=env, stdout=log.open("wb"), stderr=subprocess.STDOUT)
+
+
+async def _wait(predicate: Any, timeout: float, what: str) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if predicate():
+            return
+        await asyncio.sleep(0.5)
+    raise TimeoutError(f"timed out waiting for {what}")
+
+
+async def run_kafka(directory: Path, settings: Settings, workers: int = 2, rate: float = 0.0,
+                    timeout: float = 900.0) -> dict[str, Any]:
+    """``rate`` > 0 paces the producer at that many observations per second (lag at a sustained
+    load); 0 sends everything at once (throughput; lag is then mostly queueing)."""
+    obs: list[Observation] = []
+    for f in sorted(directory.glob("*.json")):
+        obs += locomo.observations(locomo.load(f), "bench", f"locomo-{f.stem}")
+    if not obs:
+        raise FileNotFoundError(f"no conversation files (*.json) in {directory}")
+    embedder = default_embedder()
+
+    with tempfile.TemporaryDirectory() as tmp:
+        mem = build_embedded(settings, embedder=embedder, data_dir=tmp)
+        t0 = time.perf_counter()
+        for i in range(0, len(obs), settings.write_batch):
+            await mem.pipeline.ingest(obs[i: i + settings.write_batch])
+        embedded_s = time.perf_counter() - t0
+        await mem.close()
+
+    tag = f"bench{uuid.uuid4().hex[:8]}"
+    s = settings.model_copy(update={"topic_prefix": tag, "app_id": tag, "store_prefix": f"{tag}-"})
+    spec = topics(tag)
+    ensure_topics(s.kafka_bootstrap, tag, s.partitions)
+    logdir = Path(tempfile.mkdtemp(prefix="jevmem-bench-"))
+    env = {**os.environ, "JEVMEM_KAFKA_BOOTSTRAP": s.kafka_bootstrap, "JEVMEM_ELASTICSEARCH_URL": s.elasticsearch_url,
+           "JEVMEM_TOPIC_PREFIX": tag, "JEVMEM_APP_ID": tag, "JEVMEM_STORE_PREFIX": f"{tag}-",
+           "JEVMEM_PARTITIONS": str(s.partitions), "JEVMEM_WRITE_BATCH": str(s.write_batch)}
+    procs = [_worker({**env, "JEVMEM_WORKER_DATADIR": str(logdir / f"w{i}")}, logdir / f"w{i}.log") for i in range(workers)]
+    try:
+        def ready() -> bool:
+            return all(b"Ready" in (logdir / f"w{i}.log").read_bytes() for i in range(workers))
+
+        await _wait(ready, 180, "workers ready")
+        async with ObservationProducer(s.kafka_bootstrap, tag) as producer:
+            if rate <= 0:
+                await producer.send(obs)
+            else:
+                step, start = 8, time.monotonic()
+                for i in range(0, len(obs), step):
+                    await asyncio.sleep(max(0.0, start + i / rate - time.monotonic()))
+                    await producer.send(obs[i: i + step])
+        await _wait(lambda: end_offsets(s.kafka_bootstrap, spec["candidates"].name) >= len(obs), timeout,
+                    "every observation linked")
+        last, stable_since = -1, time.monotonic()
+        while time.monotonic() - stable_since < 3.0:  # edges of the last batches
+            now = end_offsets(s.kafka_bootstrap, spec["edges"].name)
+            if now != last:
+                last, stable_since = now, time.monotonic()
+            await asyncio.sleep(0.5)
+    finally:
+        for p in procs:
+            p.terminate()
+        for p in procs:
+            p.wait(30)
+
+    sent = {}
+    for r in read_topic(s.kafka_bootstrap, spec["observations"].name):
+        o = decode(Observation, r.value)
+        sent[(o.scope.key, o.event_id)] = r.timestamp_ms
+    lags = []
+    for r in read_topic(s.kafka_bootstrap, spec["candidates"].name):
+        node = decode(CandidateSet, r.value).node
+        lags.append(r.timestamp_ms - sent[(node.scope.key, node.event_id)])
+    first = min(sent.values())
+    end = max(r.timestamp_ms for r in read_topic(s.kafka_bootstrap, spec["edges"].name))
+    kafka_s = (end - first) / 1000.0
+    return {
+        "observations": len(obs),
+        "embedded": {"seconds": round(embedded_s, 2), "observations_per_second": round(len(obs) / embedded_s, 2)},
+        "kafka": {"workers": workers, "partitions": s.partitions, "producer_rate": rate or None,
+                  "seconds": round(kafka_s, 2),
+                  "observations_per_second": round(len(obs) / kafka_s, 2),
+                  "lag_ms": {"p50": percentile(lags, 50), "p95": percentile(lags, 95)}},
+        "kafka_vs_embedded_throughput": round(embedded_s / kafka_s, 3),
+    }
