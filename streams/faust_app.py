@@ -99,6 +99,10 @@ def create_app(config: AppConfig, services: Services) -> faust.App:
         web_enabled=False,
         broker_commit_every=256,
         broker_commit_interval=1.0,
+        # a dead worker's partitions move within ~10 s instead of the 60 s default
+        broker_session_timeout=10.0,
+        broker_heartbeat_interval=1.0,
+        stream_wait_empty=False,
     )
     spec = topics(config.prefix)
 
@@ -170,6 +174,20 @@ def create_app(config: AppConfig, services: Services) -> faust.App:
                 await _send_all(consolidation, [(scope.key, encode(d)) for d in decisions])
                 await _send_all(edges, [(scope.key, encode(e)) for e in links])
             yield None
+
+    @app.task
+    async def dump_on_sigusr2() -> None:
+        """``kill -USR2 <worker>`` logs every asyncio task's stack (diagnosing a stalled worker)."""
+        import io
+        import signal
+
+        def dump() -> None:
+            buf = io.StringIO()
+            for task in asyncio.all_tasks():
+                task.print_stack(file=buf)
+            log.warning("task dump:\n%s", buf.getvalue())
+
+        asyncio.get_running_loop().add_signal_handler(signal.SIGUSR2, dump)
 
     app.jevmem_agents = (typing_agent, linking_agent, relations_agent)  # type: ignore[attr-defined]
     return app

@@ -32,7 +32,7 @@ if not LOCOMO.is_dir():
     pytest.skip(f"LoCoMo dev conversations not found at {LOCOMO}", allow_module_level=True)
 
 from jevmem import locomo  # noqa: E402
-from jevmem.distributed import distributed_stores, read_topic, replay  # noqa: E402
+from jevmem.distributed import distributed_stores, ensure_topics, read_topic, replay  # noqa: E402
 from jevmem.settings import Settings  # noqa: E402
 from jevmem.wiring import build_embedded  # noqa: E402
 from streams.producer import ObservationProducer  # noqa: E402
@@ -109,10 +109,15 @@ async def wait_for(check: Any, what: str, stack: Stack, timeout: float = 240.0) 
 async def test_two_workers_kill_dead_letter_and_replay(stack: Stack) -> None:
     obs = observations()
     first, second = obs[: len(obs) // 3], obs[len(obs) // 3:]
+    ensure_topics(KAFKA or "", stack.settings.topic_prefix, stack.settings.partitions)
     w1 = stack.start_worker(1)
     stack.start_worker(2)
     stores = distributed_stores(stack.settings, stack.settings.store_prefix or "", default_embedder().dim)
     try:
+        async def both_ready() -> bool:
+            return all("[^Worker]: Ready" in (stack.tmp / f"worker{n}.log").read_text(errors="replace") for n in (1, 2))
+
+        await wait_for(both_ready, "both workers to join the group", stack, timeout=120)
         async with ObservationProducer(KAFKA or "", stack.settings.topic_prefix) as producer:
             await producer.send(first)
             await producer.send_raw([("it/bad", b'{"tenant_id": "it", "conversation_id": "bad", "content": 5}')])
