@@ -175,7 +175,7 @@ def create_app(config: AppConfig, services: Services) -> faust.App:
                 await _send_all(edges, [(scope.key, encode(e)) for e in links])
             yield None
 
-    @app.task
+    @app.task  # type: ignore[untyped-decorator]
     async def dump_on_sigusr2() -> None:
         """``kill -USR2 <worker>`` logs every asyncio task's stack (diagnosing a stalled worker)."""
         import io
