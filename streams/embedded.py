@@ -116,7 +116,7 @@ class EmbeddedPipeline:
         return IngestReport(
             accepted=len(obs), new_nodes=new, edges=len(edges), decisions=decisions,
             write_calls=write_calls, consolidation_calls=self.so.calls - calls0 - write_calls,
-            results=[WriteResult(node=n.without_embedding(), edges=by_node.get(n.id, []), controller_calls=0)
+            results=[WriteResult(node=n.without_embedding(), edges=by_node.get(n.id, []))
                      for n in nodes],
         )
 

@@ -221,7 +221,6 @@ class WriteResult(BaseModel):
 
     node: MemoryNode
     edges: list[EdgeEvent]
-    controller_calls: int
 
 
 M = TypeVar("M", bound=BaseModel)

@@ -216,3 +216,18 @@ def temporal_refs(text: str, observed: date | None) -> list[TemporalRef]:
 def tokens_raw(text: str) -> list[str]:
     """Lowercased word tokens without stemming or stopword removal."""
     return _TOKEN.findall(text.lower())
+
+
+def alias_plausibility(a: str, b: str) -> float:
+    """A cheap prior that two entity names co-refer: prefix ("Mel"/"Melanie"), a word of the
+    other ("Smith"/"John Smith") or initials ("NYC"/"New York City")."""
+    a, b = a.lower().strip(), b.lower().strip()
+    short, long_ = sorted((a, b), key=len)
+    if not short or short == long_:
+        return 0.0 if not short else 1.0
+    words = long_.split()
+    if (long_.startswith(short) and len(short) >= 3) or short in words:
+        return 0.85
+    if len(words) > 1 and short == "".join(w[0] for w in words):
+        return 0.75
+    return 0.05

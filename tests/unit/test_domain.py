@@ -82,3 +82,11 @@ def test_entities_skip_sentence_openers_and_keep_names() -> None:
 
 def test_tokens_drop_stopwords_and_stem() -> None:
     assert text.tokens("The dogs were running in the parks") == ["dog", "runn", "park"]
+
+
+@pytest.mark.parametrize(("a", "b", "likely"), [
+    ("Mel", "Melanie", True), ("Smith", "John Smith", True), ("NYC", "New York City", True),
+    ("Paris", "London", False), ("Al", "Alice", False),
+])
+def test_alias_plausibility(a: str, b: str, likely: bool) -> None:
+    assert (text.alias_plausibility(a, b) >= 0.5) is likely

@@ -139,3 +139,15 @@ async def test_consolidation_runs_every_twenty_writes(embedder: Embedder) -> Non
         assert await mem.stores.edges.decisions(SCOPE) == decisions  # replay: same decisions, no duplicates
     finally:
         await mem.close()
+
+
+async def test_alias_resolution_links_different_entity_ids(memory: Embedded) -> None:
+    from topology.schemas import Observation
+
+    obs = [Observation(tenant_id="t1", conversation_id="c9", event_id=f"a{i}", content=text, speaker="Ana")
+           for i, text in enumerate(["Yesterday Melanie went hiking in the Alps.", "I think Mel loves the Alps."])]
+    report = await memory.pipeline.ingest(obs)
+    assert report.write_calls == 2  # alias questions ride in the relation request
+    edges = await memory.stores.edges.scan(Scope(tenant_id="t1", conversation_id="c9"))
+    aliases = [e for e in edges if e.label.startswith("alias:")]
+    assert [(a.view, a.created_by, a.label) for a in aliases] == [("entity", "system_one", "alias:ent:melanie=ent:mel")]

@@ -12,8 +12,8 @@ from collections.abc import Sequence
 from topology import ids
 from topology.schemas import CandidateSet, EdgeEvent, MemoryNode, RelationJudgment
 from topology.systemone.catalog import ALIAS, RELATION
-from topology.systemone.local import alias as alias_prior
 from topology.systemone.port import Item, SystemOne
+from topology.text import alias_plausibility
 
 #: Alias questions are asked only for name pairs this plausible by a cheap string test.
 ALIAS_PREFILTER = 0.5
@@ -56,7 +56,7 @@ def _alias_pairs(node: MemoryNode, other: MemoryNode) -> list[tuple[str, str]]:
     for a_id, a in sorted(mine.items()):
         for b_id, b in sorted(theirs.items()):
             if a_id != b_id and a_id not in theirs and b_id not in mine and \
-                    alias_prior({"a": a, "b": b}).p("alias") >= ALIAS_PREFILTER:
+                    alias_plausibility(a, b) >= ALIAS_PREFILTER:
                 pairs.append((a_id, b_id))
     return pairs
 

@@ -15,6 +15,7 @@ from typing import Any
 
 from topology.errors import SystemOneError
 from topology.systemone.port import Answer, Item
+from topology.text import alias_plausibility
 
 
 def sigmoid(x: float) -> float:
@@ -92,18 +93,7 @@ def relation(state: Mapping[str, Any]) -> Answer:
 
 
 def alias(state: Mapping[str, Any]) -> Answer:
-    a, b = _s(state, "a").lower(), _s(state, "b").lower()
-    short, long_ = sorted((a, b), key=len)
-    if not short:
-        return Answer(nouls={"alias": 0.0})
-    words = long_.split()
-    if (long_.startswith(short) and len(short) >= 3) or short in words:
-        p = 0.85
-    elif len(words) > 1 and short == "".join(w[0] for w in words):
-        p = 0.75
-    else:
-        p = 0.05
-    return Answer(nouls={"alias": p})
+    return Answer(nouls={"alias": alias_plausibility(_s(state, "a"), _s(state, "b"))})
 
 
 def consolidation(state: Mapping[str, Any]) -> Answer:
