@@ -95,6 +95,7 @@ class _QueryState:
     route: dict[str, float]
     anchor_strength: dict[str, float] = field(default_factory=dict)
     bm25: dict[str, float] = field(default_factory=dict)
+    cos_range: tuple[float, float] = (0.0, 1.0)
     pool: dict[str, _Cand] = field(default_factory=dict)
 
 
@@ -128,9 +129,12 @@ class RetrievalController:
         return {
             "question": st.question, "memory": n.content, "speaker": n.speaker or "",
             "cosine": round(z, 6), "lexical": round(lexical, 6), "entity": round(entity, 6),
+            # where the cosine sits between the weakest and strongest anchor (0..1; can exceed)
+            "cosine_in_pool": round((z - st.cos_range[0]) / max(1e-6, st.cos_range[1] - st.cos_range[0]), 6),
             "anchor": round(st.anchor_strength.get(n.id, 0.0), 6),
             "bm25": round(st.bm25.get(n.id, 0.0), 6),
             "temporal_match": round(st.route["temporal"] * (1.0 if n.temporal_refs else 0.0), 6),
+            "route_causal": round(st.route["causal"], 6),
             "view": c.via, "view_probability": round(c.p_g, 6), "edge_probability": round(c.pi_e, 6),
             "max_evidence_cosine": round(max(sims, default=0.0), 6),
             "support": round(sum(sims) / len(sims), 6) if sims else 0.0,
@@ -174,6 +178,9 @@ class RetrievalController:
         best = 2.0 / (p.rrf_kappa + 1)
         st.anchor_strength = {i: fused[i] / best for i in anchor_ids}
         nodes = await self.nodes.get(scope, anchor_ids)
+        cosines = [cosine(qvec, n.embedding) for n in nodes]
+        if cosines:
+            st.cos_range = (min(cosines), max(cosines))
         t_star = max((n.observed_at for n in nodes if n.observed_at), default=None)
         for n in nodes:
             st.pool[n.id] = _Cand(n, "anchor", 1.0, st.anchor_strength[n.id])
