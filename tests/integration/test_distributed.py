@@ -174,3 +174,35 @@ async def test_two_workers_kill_dead_letter_and_replay(stack: Stack) -> None:
         assert out["controller_calls"] > 0
     finally:
         await stores.close()
+
+
+async def test_http_api_in_distributed_mode(stack: Stack) -> None:
+    """POST /v1/observations writes valid items to the observations topic (invalid ones to the
+    dead letters, 422); a worker materialises them; /v1/query reads Elasticsearch directly."""
+    import httpx
+
+    from jevmem.distributed import DistributedService
+    from query_api.http import create_app
+    from tests.conftest import chat_observations, serve_http
+
+    ensure_topics(KAFKA or "", stack.settings.topic_prefix, stack.settings.partitions)
+    stack.start_worker(1)
+    obs = [o.model_dump(mode="json") for o in chat_observations(tenant="api", conversation="c1")]
+    service = DistributedService(stack.settings)
+    with serve_http(create_app(service)) as url:
+        async with httpx.AsyncClient(base_url=url, timeout=60) as c:
+            r = await c.post("/v1/observations", json=[*obs, {"tenant_id": "api", "content": "no ids"}])
+            assert r.status_code == 422 and r.json()["accepted"] == len(obs)
+
+            async def materialised() -> bool:
+                nodes = (await c.get("/v1/tenants/api/conversations/c1/nodes")).json()
+                return len(nodes) == len(obs)
+
+            await wait_for(materialised, "the API's observations to be materialised", stack)
+            q = await c.post("/v1/query", json={"tenant_id": "api", "conversation_id": "c1",
+                                                "question": "What is the name of Ana's puppy?", "top_k": 3})
+            assert q.status_code == 200
+            assert "Biscuit" in q.json()["evidence"][0]["content"]
+            assert (await c.get("/healthz")).json()["mode"] == "distributed"
+            letters = (await c.get("/v1/dead-letters")).json()
+            assert [d["source"] for d in letters] == [f"http#{len(obs)}"]
