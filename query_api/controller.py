@@ -96,6 +96,7 @@ class _QueryState:
     anchor_strength: dict[str, float] = field(default_factory=dict)
     bm25: dict[str, float] = field(default_factory=dict)
     cos_range: tuple[float, float] = (0.0, 1.0)
+    by_seq: dict[int, _Cand] = field(default_factory=dict)
     pool: dict[str, _Cand] = field(default_factory=dict)
 
 
@@ -124,6 +125,11 @@ class RetrievalController:
         names = {e.name.lower() for e in n.entities} | ({n.speaker.lower()} if n.speaker else set())
         names |= {w for w in text.tokens_raw(n.content) if w in st.qnames}
         entity = len(st.qnames & names) / len(st.qnames) if st.qnames else 0.0
+        prev = st.by_seq.get(n.seq - 1)
+        # a reply to a question turn that matches the query often holds the answer
+        reply = 0.0
+        if prev is not None and prev.node.content.rstrip().endswith("?") and prev.node.speaker != n.speaker:
+            reply = max(st.anchor_strength.get(prev.node.id, 0.0), st.bm25.get(prev.node.id, 0.0))
         top = [e for e in evidence if e.node.id != n.id][:5]
         sims = [cosine(n.embedding, e.node.embedding) for e in top]
         return {
@@ -135,6 +141,7 @@ class RetrievalController:
             "bm25": round(st.bm25.get(n.id, 0.0), 6),
             "temporal_match": round(st.route["temporal"] * (1.0 if n.temporal_refs else 0.0), 6),
             "route_causal": round(st.route["causal"], 6),
+            "reply_to_match": round(reply, 6),
             "view": c.via, "view_probability": round(c.p_g, 6), "edge_probability": round(c.pi_e, 6),
             "max_evidence_cosine": round(max(sims, default=0.0), 6),
             "support": round(sum(sims) / len(sims), 6) if sims else 0.0,
@@ -184,6 +191,7 @@ class RetrievalController:
         t_star = max((n.observed_at for n in nodes if n.observed_at), default=None)
         for n in nodes:
             st.pool[n.id] = _Cand(n, "anchor", 1.0, st.anchor_strength[n.id])
+            st.by_seq[n.seq] = st.pool[n.id]
         timings["anchors"] = (time.perf_counter() - t1) * 1000
         await self._score(so, st, list(st.pool.values()), t_star)
 
@@ -239,6 +247,7 @@ class RetrievalController:
                 await self._score(so, st, added, t_star)
                 for c in added:
                     st.pool[c.node.id] = c
+                    st.by_seq.setdefault(c.node.seq, c)
             rounds.append(RoundTrace(round=rnd, assess=assessed, expanded=[c.node.id for c in frontier],
                                      examined_edges=seen_edges, added=len(added)))
             if not added:

@@ -148,9 +148,10 @@ def assess(state: Mapping[str, Any]) -> Answer:
 
 
 #: Relevance logit: bias, cosine placed within the anchor pool, query-token coverage, entity match,
-#: fused-rank strength, BM25 (normalised by the best hit), temporal and causal answer cues.
+#: fused-rank strength, BM25 (normalised by the best hit), temporal and causal answer cues, and
+#: being the reply to a question turn that itself matches the query.
 #: Hand-set, then checked on the dev conversations' overall recall only (never per question).
-W_REL = (-3.5, 2.5, 1.6, 1.0, 1.5, 2.5, 0.6, 0.8)
+W_REL = (-3.5, 2.5, 1.6, 1.0, 1.5, 2.5, 0.6, 0.8, 1.5)
 
 
 def score(state: Mapping[str, Any]) -> Answer:
@@ -161,7 +162,8 @@ def score(state: Mapping[str, Any]) -> Answer:
     cmatch = _f(state, "route_causal") * _hit(CAUSE_ANSWER, _s(state, "memory"))
     rel_cos = _f(state, "cosine_in_pool", cos)
     relevance = sigmoid(W_REL[0] + W_REL[1] * rel_cos + W_REL[2] * lex + W_REL[3] * ent + W_REL[4] * anchor
-                        + W_REL[5] * bm25 + W_REL[6] * tmatch + W_REL[7] * cmatch)
+                        + W_REL[5] * bm25 + W_REL[6] * tmatch + W_REL[7] * cmatch
+                        + W_REL[8] * _f(state, "reply_to_match"))
     view = _s(state, "view")
     view_prior = {"anchor": 0.9, "temporal": 0.55, "semantic": 0.6, "entity": 0.5, "causal": 0.6}.get(view, 0.5)
     useful = sigmoid(math.log(view_prior / (1 - view_prior)) + 2.0 * (relevance - 0.5)
