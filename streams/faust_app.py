@@ -103,6 +103,9 @@ def create_app(config: AppConfig, services: Services) -> faust.App:
         broker_session_timeout=10.0,
         broker_heartbeat_interval=1.0,
         stream_wait_empty=False,
+        # no standby table replicas: promoting a standby after a member died sometimes left the
+        # taken-over partitions unfetched (faust-streaming 0.15); active-only recovery does not
+        table_standby_replicas=0,
     )
     spec = topics(config.prefix)
 
