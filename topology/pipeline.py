@@ -11,7 +11,6 @@ for in-process use and for tests.
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Sequence
-from dataclasses import dataclass, field
 
 from topology.params import Params
 from topology.ports import Embedder, MemoryReader
@@ -23,22 +22,9 @@ from topology.schemas import (
     Observation,
     RelationJudgment,
     Scope,
-    WriteResult,
 )
 from topology.stages import candidates, consolidation, relations, typing
 from topology.systemone.port import SystemOne
-
-NodeSink = Callable[[Sequence[MemoryNode]], Awaitable[None]]
-EdgeSink = Callable[[Sequence[EdgeEvent]], Awaitable[None]]
-
-
-@dataclass
-class BatchOutput:
-    results: list[WriteResult] = field(default_factory=list)
-    judgments: list[RelationJudgment] = field(default_factory=list)
-    decisions: list[ConsolidationDecision] = field(default_factory=list)
-    write_calls: int = 0
-    consolidation_calls: int = 0
 
 
 def dedupe(observations: Sequence[Observation]) -> list[Observation]:
