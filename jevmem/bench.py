@@ -74,14 +74,19 @@ async def run_locomo(directory: Path, settings: Settings, embedder: Embedder,
         with tempfile.TemporaryDirectory() as tmp:
             mem = build_embedded(settings, embedder=embedder, data_dir=tmp)
             try:
-                t0 = time.perf_counter()
-                for i in range(0, len(obs), settings.write_batch):
-                    rep = await mem.pipeline.ingest(obs[i: i + settings.write_batch])
-                    write_calls += rep.write_calls
-                    consolidation_calls += rep.consolidation_calls
+                done = 0
+
+                def built(n: int, conv: str = conv, total: int = len(obs)) -> None:
+                    nonlocal done
+                    done += n
                     if progress:
-                        progress(f"build {conv}", min(i + settings.write_batch, len(obs)), len(obs))
+                        progress(f"build {conv}", done, total)
+
+                t0 = time.perf_counter()
+                rep = await mem.pipeline.ingest(obs, on_chunk=built)
                 build_s += time.perf_counter() - t0
+                write_calls += rep.write_calls
+                consolidation_calls += rep.consolidation_calls
                 n_obs += len(obs)
                 scope = Scope(tenant_id="bench", conversation_id=conv)
                 static = baselines.StaticRetriever(mem.embedder, mem.stores.vectors, mem.stores.lexical,

@@ -20,6 +20,8 @@ from jevmem.settings import Settings
 app = typer.Typer(help="Streaming System-One memory for AI agents.", no_args_is_help=True)
 bench_app = typer.Typer(help="Benchmarks.", no_args_is_help=True)
 app.add_typer(bench_app, name="bench")
+models_app = typer.Typer(help="Embedding models (files from Maven Central, cached, verified).", no_args_is_help=True)
+app.add_typer(models_app, name="models")
 console = Console(stderr=True)
 T = TypeVar("T")
 
@@ -264,6 +266,33 @@ def bench_kafka(directory: Path, workers: int = 2,
         sys.stdout.write(orjson.dumps(out).decode() + "\n")
     else:
         Console().print(out)
+
+
+@models_app.command("fetch")
+def models_fetch(name: Annotated[str | None, typer.Option(help="Model name (default: the configured one).")] = None) -> None:
+    """Download (once), verify and extract an embedding model's files into the model cache."""
+    from jevmem.models import fetch
+
+    settings = _settings()
+    path = fetch(name or settings.embedder, settings.model_cache)
+    console.print(f"model {name or settings.embedder} ready in {path}")
+
+
+@models_app.command("list")
+def models_list() -> None:
+    """Known embedding models and whether their files are in the cache."""
+    from topology.embedding import MODELS, ModelMissing, default_cache, model_files
+
+    settings = _settings()
+    for name, spec in MODELS.items():
+        try:
+            model_files(spec, settings.model_cache or default_cache())
+            state = "ready"
+        except ModelMissing:
+            state = "missing (jevmem models fetch)"
+        where = " + ".join(a.coordinate for a in spec.archives.values())
+        default = "  [default]" if name == settings.embedder else ""
+        sys.stdout.write(f"{name}\t{spec.dim}\t{where}\t{state}{default}\n")
 
 
 def main() -> None:

@@ -10,11 +10,11 @@ from typing import Any
 from jevmem.settings import Settings
 from query_api.controller import Retrieval, RetrievalController
 from query_api.system_two import OpenAICompatibleSystemTwo
-from storage.qdrant import QdrantVectorIndex
+from storage.qdrant_edge import QdrantEdgeVectorIndex
 from storage.reader import StoreReader
-from storage.sqlite import SqliteDeadLetters, SqliteEdgeStore, SqliteLexicalIndex, SqliteNodeStore, connect
+from storage.sqlite import SqliteDeadLetters, SqliteEdgeStore, SqliteLexicalIndex, SqliteNodeStore, check_model, connect
 from streams.embedded import EmbeddedPipeline, Stores
-from topology.embedding import default_embedder
+from topology.embedding import load_embedder
 from topology.pipeline import WritePath
 from topology.ports import Embedder
 from topology.schemas import DeadLetter, EdgeEvent, MemoryNode, Observation, Scope
@@ -41,15 +41,20 @@ def system_two(settings: Settings) -> OpenAICompatibleSystemTwo | None:
     return OpenAICompatibleSystemTwo(settings.system_two_url, settings.system_two_model, key)
 
 
-def embedded_stores(data_dir: Path | str, dim: int) -> Stores:
-    """SQLite (nodes, edges, lexical, dead letters) + Qdrant local mode under ``data_dir``;
-    ``":memory:"`` keeps everything in RAM."""
+def embedded_stores(data_dir: Path | str, dim: int, embedder: str | None = None) -> Stores:
+    """SQLite (nodes, edges, lexical, dead letters) + Qdrant's in-process engine for vectors under
+    ``data_dir``; ``":memory:"`` keeps SQLite in RAM and vectors in a temporary directory.
+
+    ``embedder`` is recorded with a new store; opening a store built with another model raises
+    :class:`~topology.errors.ModelMismatch` (its vectors would not be comparable)."""
     mem = str(data_dir) == ":memory:"
     db = ":memory:" if mem else Path(data_dir) / "memory.sqlite3"
     conns = [connect(db) for _ in range(4)] if not mem else [connect(":memory:")] * 4
+    if embedder is not None:
+        check_model(conns[0], embedder)
     return Stores(
         nodes=SqliteNodeStore(conns[0]), edges=SqliteEdgeStore(conns[1]),
-        vectors=QdrantVectorIndex.local(":memory:" if mem else str(Path(data_dir) / "qdrant"), dim),
+        vectors=QdrantEdgeVectorIndex.temporary(dim) if mem else QdrantEdgeVectorIndex(Path(data_dir) / "vectors", dim),
         lexical=SqliteLexicalIndex(conns[2]), dead_letters=SqliteDeadLetters(conns[3]),
     )
 
@@ -66,14 +71,14 @@ class Embedded:
 
 
 def build_embedded(settings: Settings, embedder: Embedder | None = None, data_dir: Path | str | None = None) -> Embedded:
-    emb = embedder or default_embedder()
-    stores = embedded_stores(data_dir if data_dir is not None else settings.data_dir, emb.dim)
+    emb = embedder or load_embedder(settings.embedder, settings.model_cache)
+    stores = embedded_stores(data_dir if data_dir is not None else settings.data_dir, emb.dim, emb.name)
     so = CountingSystemOne(system_one(settings))
     reader = StoreReader(stores.vectors, stores.lexical, stores.nodes)
     write_path = WritePath(emb, so, reader, settings.params, summariser=system_two(settings))
     controller = RetrievalController(emb, so.inner, stores.vectors, stores.lexical, stores.nodes, stores.edges,
                                      settings.params)
-    return Embedded(EmbeddedPipeline(stores, write_path, so), controller, emb, stores)
+    return Embedded(EmbeddedPipeline(stores, write_path, so, settings.write_batch), controller, emb, stores)
 
 
 class EmbeddedService:
@@ -101,8 +106,7 @@ class EmbeddedService:
             await self._s2.aclose()
 
     async def submit(self, observations: Sequence[Observation]) -> None:
-        for i in range(0, len(observations), self.settings.write_batch):
-            await self.mem.pipeline.ingest(observations[i: i + self.settings.write_batch])
+        await self.mem.pipeline.ingest(observations)
 
     async def reject(self, letters: Sequence[DeadLetter]) -> None:
         await self.mem.stores.dead_letters.put(letters)

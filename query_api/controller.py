@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
+import numpy as np
 from pydantic import BaseModel
 
 from query_api import formulas
@@ -24,7 +25,7 @@ from topology import text
 from topology.params import Params
 from topology.ports import Embedder
 from topology.schemas import MemoryNode, Scope, TemporalRef
-from topology.stages.candidates import cosine
+from topology.stages.candidates import matrix
 from topology.systemone.catalog import ASSESS, ROUTE, SCORE
 from topology.systemone.port import CountingSystemOne, Item, SystemOne
 
@@ -117,9 +118,10 @@ class RetrievalController:
         vec, lex = await asyncio.gather(self.vectors.search(scope, qvec, pool), self.lexical.search(scope, question, pool))
         return vec, lex
 
-    def _features(self, st: _QueryState, c: _Cand, evidence: Sequence[_Cand]) -> dict[str, Any]:
+    def _features(self, st: _QueryState, c: _Cand, z: float, sims: Sequence[float]) -> dict[str, Any]:
+        """The score question's state for ``c``: ``z`` is its cosine to the question and ``sims``
+        its cosines to the (up to 5) strongest other evidence nodes."""
         n = c.node
-        z = cosine(st.qvec, n.embedding)
         ntoks = set(n.tokens)
         lexical = len(st.qtokens & ntoks) / len(st.qtokens) if st.qtokens else 0.0
         names = {e.name.lower() for e in n.entities} | ({n.speaker.lower()} if n.speaker else set())
@@ -130,8 +132,6 @@ class RetrievalController:
         reply = 0.0
         if prev is not None and prev.node.content.rstrip().endswith("?") and prev.node.speaker != n.speaker:
             reply = max(st.anchor_strength.get(prev.node.id, 0.0), st.bm25.get(prev.node.id, 0.0))
-        top = [e for e in evidence if e.node.id != n.id][:5]
-        sims = [cosine(n.embedding, e.node.embedding) for e in top]
         return {
             "question": st.question, "memory": n.content, "speaker": n.speaker or "",
             "cosine": round(z, 6), "lexical": round(lexical, 6), "entity": round(entity, 6),
@@ -148,9 +148,21 @@ class RetrievalController:
             "neighbour_of_strong": 1.0 if c.via != "anchor" and c.pi_e >= 0.6 else 0.0,
         }
 
+    def _all_features(self, st: _QueryState, cands: Sequence[_Cand]) -> list[dict[str, Any]]:
+        """Features of every candidate, cosines computed as two matrix products."""
+        ranked = sorted(st.pool.values(), key=lambda c: -c.score)[:6]
+        m = matrix([c.node.embedding for c in cands], self.embedder.dim)
+        ev = matrix([e.node.embedding for e in ranked], self.embedder.dim)
+        z = m @ np.asarray(st.qvec, dtype=np.float64)
+        sim = m @ ev.T
+        out = []
+        for i, c in enumerate(cands):
+            others = [j for j, e in enumerate(ranked) if e.node.id != c.node.id][:5]
+            out.append(self._features(st, c, float(z[i]), [float(sim[i, j]) for j in others]))
+        return out
+
     async def _score(self, so: SystemOne, st: _QueryState, cands: Sequence[_Cand], t_star: datetime | None) -> None:
-        ranked = sorted(st.pool.values(), key=lambda c: -c.score)
-        items = [Item(SCORE, self._features(st, c, ranked)) for c in cands]
+        items = [Item(SCORE, f) for f in self._all_features(st, cands)]
         answers = await so.ask(items)
         w, r = self.params.weights, st.route["recency"]
         for c, item, ans in zip(cands, items, answers, strict=True):
@@ -185,9 +197,9 @@ class RetrievalController:
         best = 2.0 / (p.rrf_kappa + 1)
         st.anchor_strength = {i: fused[i] / best for i in anchor_ids}
         nodes = await self.nodes.get(scope, anchor_ids)
-        cosines = [cosine(qvec, n.embedding) for n in nodes]
-        if cosines:
-            st.cos_range = (min(cosines), max(cosines))
+        cosines = matrix([n.embedding for n in nodes], self.embedder.dim) @ np.asarray(qvec, dtype=np.float64)
+        if len(cosines):
+            st.cos_range = (float(cosines.min()), float(cosines.max()))
         t_star = max((n.observed_at for n in nodes if n.observed_at), default=None)
         for n in nodes:
             st.pool[n.id] = _Cand(n, "anchor", 1.0, st.anchor_strength[n.id])

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Sequence
 
 from storage.ports import LexicalIndex, NodeStore, VectorIndex
@@ -14,6 +15,15 @@ class StoreReader:
 
     async def similar_before(self, scope: Scope, vector: Sequence[float], before_seq: int, limit: int) -> list[str]:
         return [h.id for h in await self.vectors.search(scope, vector, limit, before_seq=before_seq)]
+
+    async def similar_before_many(self, scope: Scope, queries: Sequence[tuple[Sequence[float], int]],
+                                  limit: int) -> list[list[str]]:
+        many = getattr(self.vectors, "search_many", None)
+        if many is not None:
+            hits = await many(scope, [(v, b) for v, b in queries], limit)
+        else:
+            hits = await asyncio.gather(*(self.vectors.search(scope, v, limit, before_seq=b) for v, b in queries))
+        return [[h.id for h in hs] for hs in hits]
 
     async def overlapping_before(self, scope: Scope, tokens: Sequence[str], before_seq: int, limit: int) -> list[str]:
         return await self.lexical.overlapping(scope, tokens, before_seq, limit)

@@ -10,6 +10,7 @@ updates, which in-memory BM25 libraries (rank-bm25, bm25s) lack. Calls are synch
 from __future__ import annotations
 
 import sqlite3
+from collections import OrderedDict
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 
@@ -18,7 +19,7 @@ import orjson
 
 from storage.ports import Hit
 from topology import text as textmod
-from topology.errors import StoreUnavailable
+from topology.errors import ModelMismatch, StoreUnavailable
 from topology.schemas import ConsolidationDecision, DeadLetter, EdgeEvent, MemoryNode, Scope, View
 
 _SCHEMA = """
@@ -41,6 +42,7 @@ CREATE INDEX IF NOT EXISTS edges_target ON edges(tenant, conv, target, view);
 CREATE TABLE IF NOT EXISTS decisions (
   tenant TEXT NOT NULL, conv TEXT NOT NULL, id TEXT NOT NULL, body BLOB NOT NULL,
   PRIMARY KEY (tenant, conv, id));
+CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
 CREATE TABLE IF NOT EXISTS dead_letters (
   n INTEGER PRIMARY KEY AUTOINCREMENT, body BLOB NOT NULL);
 CREATE VIRTUAL TABLE IF NOT EXISTS lexical USING fts5(
@@ -68,6 +70,16 @@ def connect(path: str | Path) -> sqlite3.Connection:
     return conn
 
 
+def check_model(conn: sqlite3.Connection, embedder: str) -> None:
+    """Record ``embedder`` in a new store; raise :class:`ModelMismatch` if the store was built
+    with another model (its vectors are not comparable: rebuild with ``jevmem replay``/re-ingest)."""
+    conn.execute("INSERT OR IGNORE INTO meta VALUES ('embedder', ?)", (embedder,))
+    row = conn.execute("SELECT value FROM meta WHERE key='embedder'").fetchone()
+    if row[0] != embedder:
+        raise ModelMismatch(f"this store was built with embedding model {row[0]!r}, not {embedder!r}: "
+                            "use that model (JEVMEM_EMBEDDER) or rebuild the store into a fresh directory")
+
+
 class _Base:
     def __init__(self, conn: sqlite3.Connection) -> None:
         self._conn = conn
@@ -89,12 +101,26 @@ def _vec(blob: bytes | None) -> list[float] | None:
     return None if blob is None else np.frombuffer(blob, dtype=np.float32).astype(float).tolist()
 
 
+#: Decoded nodes kept in memory (about 13 KB each with the embedding): candidate discovery and
+#: queries fetch the same recent nodes again and again.
+NODE_CACHE = 8192
+
+
 class SqliteNodeStore(_Base):
-    """Canonical nodes (JSON body + float32 embedding) and an entity posting table."""
+    """Canonical nodes (JSON body + float32 embedding) and an entity posting table.
+
+    ``get`` keeps an LRU of decoded nodes; this store is its database's only writer of nodes,
+    and an upsert drops the nodes it rewrites from the cache, so the cache never serves stale data."""
+
+    def __init__(self, conn: sqlite3.Connection) -> None:
+        super().__init__(conn)
+        self._cache: OrderedDict[str, MemoryNode] = OrderedDict()
 
     async def upsert(self, nodes: Sequence[MemoryNode]) -> None:
         if not nodes:
             return
+        for n in nodes:
+            self._cache.pop(n.id, None)
         try:
             self._conn.execute("BEGIN")
             for n in nodes:
@@ -115,11 +141,24 @@ class SqliteNodeStore(_Base):
     async def get(self, scope: Scope, ids: Sequence[str]) -> list[MemoryNode]:
         if not ids:
             return []
-        marks = ",".join("?" * len(ids))
-        rows = self._conn.execute(
-            f"SELECT id, body, embedding FROM nodes WHERE tenant=? AND conv=? AND id IN ({marks})",
-            (scope.tenant_id, scope.conversation_id, *ids)).fetchall()
-        found = {r[0]: MemoryNode.model_validate({**orjson.loads(r[1]), "embedding": _vec(r[2])}) for r in rows}
+        cache = self._cache
+        found: dict[str, MemoryNode] = {}
+        for i in ids:
+            n = cache.get(i)
+            if n is not None and n.tenant_id == scope.tenant_id and n.conversation_id == scope.conversation_id:
+                found[i] = n
+                cache.move_to_end(i)
+        missing = [i for i in dict.fromkeys(ids) if i not in found]
+        if missing:
+            marks = ",".join("?" * len(missing))
+            rows = self._conn.execute(
+                f"SELECT id, body, embedding FROM nodes WHERE tenant=? AND conv=? AND id IN ({marks})",
+                (scope.tenant_id, scope.conversation_id, *missing)).fetchall()
+            for r in rows:
+                node = MemoryNode.model_validate({**orjson.loads(r[1]), "embedding": _vec(r[2])})
+                found[r[0]] = cache[r[0]] = node
+            while len(cache) > NODE_CACHE:
+                cache.popitem(last=False)
         return [found[i] for i in ids if i in found]
 
     async def seqs(self, scope: Scope, event_ids: Sequence[str]) -> dict[str, int]:

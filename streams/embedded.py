@@ -2,15 +2,16 @@
 
 ``EmbeddedPipeline.ingest`` validates nothing (it takes models); ``ingest_raw`` decodes bytes,
 sends anything invalid to the dead-letter sink with its reason, and writes the rest. A batch is
-processed as: seqs -> nodes (1 embedding call, 1 typing request) -> materialise nodes -> candidates
--> relations (1 request) -> edges -> consolidation when a block of writes completes.
+processed in chunks as: seqs -> nodes (1 embedding call, 1 typing request) -> materialise nodes ->
+candidates -> relations (1 request) -> edges -> consolidation when a block of writes completes; the
+next chunk's embedding runs while the current chunk is linked.
 Writes are serialised by one lock: seq assignment needs a single writer per conversation.
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
@@ -60,8 +61,8 @@ def dead_letter(original: bytes | str, reason: str, source: str) -> DeadLetter:
 
 
 class EmbeddedPipeline:
-    def __init__(self, stores: Stores, write_path: WritePath, so: CountingSystemOne) -> None:
-        self.stores, self.write_path, self.so = stores, write_path, so
+    def __init__(self, stores: Stores, write_path: WritePath, so: CountingSystemOne, chunk: int = 64) -> None:
+        self.stores, self.write_path, self.so, self.chunk = stores, write_path, so, max(1, chunk)
         self._lock = asyncio.Lock()
 
     async def ingest_raw(self, payloads: Sequence[bytes | str], source: str = "ingest") -> IngestReport:
@@ -79,46 +80,73 @@ class EmbeddedPipeline:
         report.dead_letters = bad
         return report
 
-    async def ingest(self, observations: Sequence[Observation]) -> IngestReport:
+    async def ingest(self, observations: Sequence[Observation],
+                     on_chunk: Callable[[int], None] | None = None) -> IngestReport:
+        """Write ``observations`` (any number; duplicates of an event are one event).
+
+        They are written in chunks of ``chunk`` events, pipelined: chunk i+1 is embedded (in
+        worker threads, reading no store) while chunk i is typed, materialised and linked, so the
+        embedding model and the linking work use both cores. The graph is the same as for any
+        other batching (seqs are assigned up front; discovery only sees earlier seqs, which are
+        materialised first). ``on_chunk(n)`` is called after each chunk of ``n`` events."""
         obs = dedupe(observations)
         if not obs:
             return IngestReport()
         async with self._lock:
-            return await self._write(obs)
+            return await self._write(obs, on_chunk)
 
-    async def _write(self, obs: list[Observation]) -> IngestReport:
-        stores, wp = self.stores, self.write_path
+    async def _number(self, obs: list[Observation]) -> tuple[list[tuple[Observation, int]], set[tuple[str, str, str]]]:
+        nodes = self.stores.nodes
         known: dict[tuple[str, str, str], int] = {}
         next_seq: dict[Scope, int] = {}
         for scope in dict.fromkeys(o.scope for o in obs):
-            seqs = await stores.nodes.seqs(scope, [o.event_id for o in obs if o.scope == scope])
+            seqs = await nodes.seqs(scope, [o.event_id for o in obs if o.scope == scope])
             known.update({(scope.tenant_id, scope.conversation_id, e): s for e, s in seqs.items()})
-            next_seq[scope] = await stores.nodes.next_seq(scope)
-        numbered = assign_seqs(obs, known, next_seq)
+            next_seq[scope] = await nodes.next_seq(scope)
+        return assign_seqs(obs, known, next_seq), set(known)
+
+    async def _write(self, obs: list[Observation], on_chunk: Callable[[int], None] | None) -> IngestReport:
+        numbered, known = await self._number(obs)
+        chunks = [numbered[i: i + self.chunk] for i in range(0, len(numbered), self.chunk)]
+        report = IngestReport(accepted=len(obs), new_nodes=sum(
+            1 for o in obs if (o.tenant_id, o.conversation_id, o.event_id) not in known))
+        ahead: asyncio.Task[list[MemoryNode]] | None = asyncio.create_task(self.write_path.embed(chunks[0]))
+        try:
+            for i in range(len(chunks)):
+                assert ahead is not None
+                embedded = await ahead
+                ahead = asyncio.create_task(self.write_path.embed(chunks[i + 1])) if i + 1 < len(chunks) else None
+                await self._link(embedded, report)
+                if on_chunk is not None:
+                    on_chunk(len(chunks[i]))
+        finally:
+            if ahead is not None:
+                ahead.cancel()
+        return report
+
+    async def _link(self, embedded: list[MemoryNode], report: IngestReport) -> None:
+        """Type, materialise, link and consolidate one chunk of embedded nodes."""
+        stores, wp = self.stores, self.write_path
         calls0 = self.so.calls
-        nodes = await wp.build_nodes(numbered)
+        nodes = await wp.type(embedded)
         await stores.materialise(nodes)
         _, _, edges = await wp.link(nodes)
         await stores.edges.upsert(edges)
-        write_calls = self.so.calls - calls0
-        decisions = 0
+        report.write_calls += self.so.calls - calls0
+        calls1 = self.so.calls
         for scope, run, last in consolidation_runs(nodes, wp.params.consolidate_every):
             found, links, derived = await wp.consolidate(scope, run, last, self._neighbours)
             if derived:
                 await stores.materialise(await wp.build_nodes_from(derived))
             await stores.edges.upsert_decisions(found)
             await stores.edges.upsert(links)
-            decisions += len(found)
+            report.decisions += len(found)
+        report.consolidation_calls += self.so.calls - calls1
+        report.edges += len(edges)
         by_node: dict[str, list[EdgeEvent]] = {}
         for e in edges:
             by_node.setdefault(e.target, []).append(e)
-        new = sum(1 for o in obs if (o.tenant_id, o.conversation_id, o.event_id) not in known)
-        return IngestReport(
-            accepted=len(obs), new_nodes=new, edges=len(edges), decisions=decisions,
-            write_calls=write_calls, consolidation_calls=self.so.calls - calls0 - write_calls,
-            results=[WriteResult(node=n.without_embedding(), edges=by_node.get(n.id, []))
-                     for n in nodes],
-        )
+        report.results += [WriteResult(node=n.without_embedding(), edges=by_node.get(n.id, [])) for n in nodes]
 
     async def _neighbours(self, scope: Scope, ids: Sequence[str]) -> list[EdgeEvent]:
         return await self.stores.edges.neighbours(scope, ids, ["semantic"], 10_000)

@@ -29,3 +29,7 @@ class SystemTwoError(JevMemError):
 
 class BrokerUnavailable(JevMemError):
     """The Kafka broker could not be reached or did not acknowledge a write."""
+
+
+class ModelMismatch(JevMemError):
+    """A store was built with another embedding model than the one configured."""

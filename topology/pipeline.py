@@ -66,6 +66,15 @@ class WritePath:
         """Describe, embed and type (one embedding call, one typing request)."""
         return await typing.type_nodes([typing.describe(o, s) for o, s in numbered], self.embedder, self.so)
 
+    async def embed(self, numbered: Sequence[tuple[Observation, int]]) -> list[MemoryNode]:
+        """Describe and embed (no controller call): the CPU-heavy half of :meth:`build_nodes`,
+        safe to run ahead of earlier batches' linking because it reads no store."""
+        return await typing.embed_nodes([typing.describe(o, s) for o, s in numbered], self.embedder)
+
+    async def type(self, nodes: Sequence[MemoryNode]) -> list[MemoryNode]:
+        """Type embedded nodes (one request): the other half of :meth:`build_nodes`."""
+        return await typing.type_only(nodes, self.so)
+
     async def build_nodes_from(self, derived: Sequence[MemoryNode]) -> list[MemoryNode]:
         """Embed and type System-Two-derived nodes (one embedding call, one typing request)."""
         return await typing.type_nodes(derived, self.embedder, self.so)
@@ -73,7 +82,7 @@ class WritePath:
     async def discover(self, nodes: Sequence[MemoryNode]) -> list[CandidateSet]:
         """Candidate sets for (already materialised) observation nodes, in (scope, seq) order."""
         ordered = sorted((n for n in nodes if n.kind == "observation"), key=lambda n: (n.scope.key, n.seq))
-        return [await candidates.discover(n, self.reader, self.params.k_write) for n in ordered]
+        return await candidates.discover_many(ordered, self.reader, self.params.k_write)
 
     async def judge(self, csets: Sequence[CandidateSet]) -> tuple[list[RelationJudgment], list[EdgeEvent]]:
         """One relation request for all pairs of ``csets``, plus the rule edges."""

@@ -35,6 +35,11 @@ class MemoryReader(Protocol):
         """Ids of the nearest earlier nodes by cosine, best first."""
         ...
 
+    async def similar_before_many(self, scope: Scope, queries: Sequence[tuple[Sequence[float], int]],
+                                  limit: int) -> list[list[str]]:
+        """:meth:`similar_before` for each ``(vector, before_seq)``, as one batch where the store can."""
+        ...
+
     async def overlapping_before(self, scope: Scope, tokens: Sequence[str], before_seq: int, limit: int) -> list[str]:
         """Ids of earlier nodes sharing the most content tokens, most first."""
         ...

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+import numpy as np
+
 from topology.ports import MemoryReader
 from topology.schemas import Candidate, CandidateFeatures, CandidateSet, MemoryNode
 
@@ -25,7 +27,16 @@ DAY_HALF_LIFE = 7.0
 def cosine(a: Sequence[float] | None, b: Sequence[float] | None) -> float:
     if not a or not b:
         return 0.0
-    return float(sum(x * y for x, y in zip(a, b, strict=True)))
+    return float(np.dot(np.asarray(a, dtype=np.float64), np.asarray(b, dtype=np.float64)))
+
+
+def matrix(vectors: Sequence[Sequence[float] | None], dim: int) -> np.ndarray:
+    """Rows of ``vectors`` as a float64 matrix; a missing vector is a zero row (cosine 0)."""
+    out = np.zeros((len(vectors), dim), dtype=np.float64)
+    for i, v in enumerate(vectors):
+        if v:
+            out[i] = v
+    return out
 
 
 def dice(a: Sequence[str], b: Sequence[str]) -> float:
@@ -41,31 +52,45 @@ def jaccard(a: set[str], b: set[str]) -> float:
     return len(a & b) / len(a | b)
 
 
-def features(node: MemoryNode, other: MemoryNode) -> CandidateFeatures:
+def _feature_values(node: MemoryNode, other: MemoryNode, cos: float) -> tuple[float, float, float, float]:
+    """(cosine, lexical, entity, temporal), each rounded to 6 decimals."""
     gap = abs(node.seq - other.seq)
     temporal = 1.0 / (1.0 + max(0, gap - 1) / TURN_HALF_LIFE)
     if node.event_time and other.event_time:
         days = abs((node.event_time - other.event_time).days)
         temporal = 0.5 * temporal + 0.5 / (1.0 + days / DAY_HALF_LIFE)
-    return CandidateFeatures(
-        cosine=round(cosine(node.embedding, other.embedding), 6),
-        lexical=round(dice(node.tokens, other.tokens), 6),
-        entity=round(jaccard({e.id for e in node.entities}, {e.id for e in other.entities}), 6),
-        temporal=round(temporal, 6),
-    )
+    return (round(cos, 6), round(dice(node.tokens, other.tokens), 6),
+            round(jaccard({e.id for e in node.entities}, {e.id for e in other.entities}), 6), round(temporal, 6))
 
 
-def rank(node: MemoryNode, pool: Sequence[MemoryNode], k: int) -> list[Candidate]:
-    """Top-``k`` earlier nodes of ``pool`` by the weighted feature score (ties: later first)."""
+def features(node: MemoryNode, other: MemoryNode, cos: float | None = None) -> CandidateFeatures:
+    """Pair features; ``cos`` is the precomputed cosine of the two embeddings, when known."""
+    c, lex, ent, tmp = _feature_values(node, other, cosine(node.embedding, other.embedding) if cos is None else cos)
+    return CandidateFeatures(cosine=c, lexical=lex, entity=ent, temporal=tmp)
+
+
+def rank(node: MemoryNode, pool: Sequence[MemoryNode], k: int,
+         cosines: dict[str, float] | None = None) -> list[Candidate]:
+    """Top-``k`` earlier nodes of ``pool`` by the weighted feature score (ties: later first).
+    ``cosines`` (pool node id -> cosine to ``node``) saves recomputing them when given."""
+    earlier = [o for o in pool if o.id != node.id and o.seq < node.seq
+               and o.tenant_id == node.tenant_id and o.conversation_id == node.conversation_id]
+    if not earlier:
+        return []
+    if cosines is not None:
+        cos = [cosines.get(o.id, 0.0) for o in earlier]
+    elif node.embedding:
+        cos = (matrix([o.embedding for o in earlier], len(node.embedding)) @ np.asarray(node.embedding)).tolist()
+    else:
+        cos = [0.0] * len(earlier)
     scored = []
-    for other in pool:
-        if other.id == node.id or other.seq >= node.seq or other.scope != node.scope:
-            continue
-        f = features(node, other)
-        s = W_COSINE * f.cosine + W_LEXICAL * f.lexical + W_ENTITY * f.entity + W_TEMPORAL * f.temporal
-        scored.append(Candidate(node_id=other.id, seq=other.seq, score=round(s, 6), features=f))
-    scored.sort(key=lambda c: (-c.score, -c.seq))
-    return scored[:k]
+    for other, c in zip(earlier, cos, strict=True):
+        f = _feature_values(node, other, c)
+        s = W_COSINE * f[0] + W_LEXICAL * f[1] + W_ENTITY * f[2] + W_TEMPORAL * f[3]
+        scored.append((-round(s, 6), -other.seq, other, f))
+    scored.sort(key=lambda t: (t[0], t[1]))
+    return [Candidate(node_id=o.id, seq=o.seq, score=-neg, features=CandidateFeatures(
+        cosine=f[0], lexical=f[1], entity=f[2], temporal=f[3])) for neg, _, o, f in scored[:k]]
 
 
 async def discover(node: MemoryNode, reader: MemoryReader, k: int) -> CandidateSet:
@@ -82,3 +107,41 @@ async def discover(node: MemoryNode, reader: MemoryReader, k: int) -> CandidateS
     ids.update(dict.fromkeys(await reader.preceding(scope, before, 3)))
     pool = await reader.get_nodes(scope, sorted(ids))
     return CandidateSet(node=node, candidates=rank(node, pool, k))
+
+
+async def discover_many(nodes: Sequence[MemoryNode], reader: MemoryReader, k: int) -> list[CandidateSet]:
+    """:func:`discover` for a batch, with the same result for each node, in fewer store calls:
+    one batched vector search and one node fetch per scope. Nodes are returned in input order."""
+    by_scope: dict[tuple[str, str], list[MemoryNode]] = {}
+    for n in nodes:
+        by_scope.setdefault((n.tenant_id, n.conversation_id), []).append(n)
+    found: dict[str, CandidateSet] = {}
+    for group in by_scope.values():
+        scope = group[0].scope
+        with_vec = [n for n in group if n.embedding]
+        similar = await reader.similar_before_many(
+            scope, [(n.embedding or [], n.seq) for n in with_vec], POOL_PER_SOURCE)
+        pools: dict[str, dict[str, None]] = {n.id: {} for n in group}
+        for n, hits in zip(with_vec, similar, strict=True):
+            pools[n.id].update(dict.fromkeys(hits))
+        for n in group:
+            ids = pools[n.id]
+            if n.tokens:
+                ids.update(dict.fromkeys(await reader.overlapping_before(scope, n.tokens, n.seq, POOL_PER_SOURCE)))
+            if n.entities:
+                ent = [e.id for e in n.entities]
+                ids.update(dict.fromkeys(await reader.sharing_entities_before(scope, ent, n.seq, POOL_PER_SOURCE)))
+            ids.update(dict.fromkeys(await reader.preceding(scope, n.seq, 3)))
+        union = sorted({i for ids in pools.values() for i in ids})
+        fetched = {m.id: m for m in await reader.get_nodes(scope, union)}
+        members = list(fetched.values())
+        dim = len(group[0].embedding or []) or len(next((m.embedding for m in members if m.embedding), []))
+        # every (new node, pool node) cosine of the scope in one matrix product
+        sims = (matrix([n.embedding for n in group], dim) @ matrix([m.embedding for m in members], dim).T
+                if dim and members else None)
+        col = {m.id: j for j, m in enumerate(members)}
+        for row, n in enumerate(group):
+            pool = [fetched[i] for i in sorted(pools[n.id]) if i in fetched]
+            cos = {m.id: (float(sims[row, col[m.id]]) if sims is not None else 0.0) for m in pool}
+            found[n.id] = CandidateSet(node=n, candidates=rank(n, pool, k, cos))
+    return [found[n.id] for n in nodes]

@@ -46,15 +46,27 @@ def describe(obs: Observation, seq: int) -> MemoryNode:
     )
 
 
-async def type_nodes(nodes: Sequence[MemoryNode], embedder: Embedder, so: SystemOne) -> list[MemoryNode]:
-    """Embed and type a batch of nodes: one embedding call, one System One request."""
+async def embed_nodes(nodes: Sequence[MemoryNode], embedder: Embedder) -> list[MemoryNode]:
+    """The nodes with their embeddings: one embedding call, run off the event loop."""
     if not nodes:
         return []
     vectors = await asyncio.to_thread(embedder.embed, [embedding_text(n.speaker, n.content) for n in nodes])
+    return [n.model_copy(update={"embedding": v}) for n, v in zip(nodes, vectors, strict=True)]
+
+
+async def type_only(nodes: Sequence[MemoryNode], so: SystemOne) -> list[MemoryNode]:
+    """The nodes with their 4 type scores: one System One request."""
+    if not nodes:
+        return []
     items = [Item(TYPING, {"text": n.content, "speaker": n.speaker or "", "role": n.role}) for n in nodes]
     answers = await so.ask(items)
     out = []
-    for node, vec, ans in zip(nodes, vectors, answers, strict=True):
+    for node, ans in zip(nodes, answers, strict=True):
         types = TypeScores(**{k: round(ans.p(k), 6) for k in ("episodic", "semantic", "procedural", "preference")})
-        out.append(node.model_copy(update={"embedding": vec, "types": types}))
+        out.append(node.model_copy(update={"types": types}))
     return out
+
+
+async def type_nodes(nodes: Sequence[MemoryNode], embedder: Embedder, so: SystemOne) -> list[MemoryNode]:
+    """Embed and type a batch of nodes: one embedding call, one System One request."""
+    return await type_only(await embed_nodes(nodes, embedder), so)
