@@ -226,7 +226,7 @@ def bench_locomo(directory: Path,
                  as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object.")] = False) -> None:
     """Evidence recall@5/10/20 of jevmem vs bm25/vector/hybrid_rrf on LoCoMo conversation files."""
     from jevmem.bench import CATS, KS, METHODS, run_locomo
-    from topology.embedding import default_embedder
+    from topology.embedding import load_embedder
 
     settings = _settings()
     with _progress() as bar:
@@ -237,7 +237,7 @@ def bench_locomo(directory: Path,
                 tasks[label] = bar.add_task(label, total=total)
             bar.update(tasks[label], completed=done)
 
-        out = _run(run_locomo(directory, settings, default_embedder(), progress))
+        out = _run(run_locomo(directory, settings, load_embedder(settings.embedder, settings.model_cache), progress))
     if as_json:
         sys.stdout.write(orjson.dumps(out).decode() + "\n")
         return
@@ -251,6 +251,25 @@ def bench_locomo(directory: Path,
             table.add_row(m, *[("-" if row[c] is None else f"{row[c]:.3f}") for c in CATS])
         Console().print(table)
     Console().print({k: v for k, v in out.items() if k != "recall"})
+
+
+@bench_app.command("scale")
+def bench_scale(observations: Annotated[int, typer.Option(help="Synthetic observations to ingest.")] = 100_000,
+                conversations: int = 1000, tenants: int = 10,
+                as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object.")] = False) -> None:
+    """Ingest rate per tenth of a synthetic multi-tenant stream, then query latency, peak RSS, disk."""
+    from jevmem.bench_scale import run_scale
+    from topology.embedding import load_embedder
+
+    settings = _settings()
+    with _progress() as bar:
+        task = bar.add_task("ingest", total=observations)
+        out = _run(run_scale(settings, load_embedder(settings.embedder, settings.model_cache), observations,
+                             conversations, tenants, progress=lambda done, _: bar.update(task, completed=done)))
+    if as_json:
+        sys.stdout.write(orjson.dumps(out).decode() + "\n")
+    else:
+        Console().print(out)
 
 
 @bench_app.command("kafka")

@@ -62,6 +62,9 @@ class QdrantEdgeVectorIndex:
                            qe.UpdateOperation.create_field_index("seq", qe.PayloadSchemaType.Integer)):
                     self._shard.update(op)
         except Exception as exc:  # the engine raises plain exceptions
+            if "WouldBlock" in str(exc):
+                raise StoreUnavailable(f"vector store {p} is in use by another process (one process owns an embedded "
+                                       "store: stop the other `jevmem serve`/`ingest`, or use another --data-dir)") from exc
             raise StoreUnavailable(f"qdrant-edge {p}: {exc}") from exc
         self._closed = False
         self._remove = p if remove_on_close else None

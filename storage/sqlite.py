@@ -9,6 +9,7 @@ updates, which in-memory BM25 libraries (rank-bm25, bm25s) lack. Calls are synch
 
 from __future__ import annotations
 
+import hashlib
 import sqlite3
 from collections import OrderedDict
 from collections.abc import Iterable, Sequence
@@ -45,9 +46,12 @@ CREATE TABLE IF NOT EXISTS decisions (
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
 CREATE TABLE IF NOT EXISTS dead_letters (
   n INTEGER PRIMARY KEY AUTOINCREMENT, body BLOB NOT NULL);
-CREATE VIRTUAL TABLE IF NOT EXISTS lexical USING fts5(
-  content, tenant UNINDEXED, conv UNINDEXED, node UNINDEXED, seq UNINDEXED,
+CREATE VIRTUAL TABLE IF NOT EXISTS lexical_v2 USING fts5(
+  content, scope, tenant UNINDEXED, conv UNINDEXED, node UNINDEXED, seq UNINDEXED,
   tokenize = 'porter unicode61');
+CREATE TABLE IF NOT EXISTS lexical_rows (
+  tenant TEXT NOT NULL, conv TEXT NOT NULL, node TEXT NOT NULL, rid INTEGER NOT NULL,
+  PRIMARY KEY (tenant, conv, node));
 CREATE TABLE IF NOT EXISTS postings (
   tenant TEXT NOT NULL, conv TEXT NOT NULL, token TEXT NOT NULL, node TEXT NOT NULL, seq INTEGER NOT NULL,
   PRIMARY KEY (tenant, conv, token, node));
@@ -73,6 +77,10 @@ def connect(path: str | Path) -> sqlite3.Connection:
 def check_model(conn: sqlite3.Connection, embedder: str) -> None:
     """Record ``embedder`` in a new store; raise :class:`ModelMismatch` if the store was built
     with another model (its vectors are not comparable: rebuild with ``jevmem replay``/re-ingest)."""
+    if conn.execute("SELECT 1 FROM meta WHERE key='embedder'").fetchone() is None and \
+            conn.execute("SELECT 1 FROM nodes LIMIT 1").fetchone() is not None:
+        raise ModelMismatch("this store was built before stores recorded their embedding model: "
+                            "rebuild it into a fresh directory")
     conn.execute("INSERT OR IGNORE INTO meta VALUES ('embedder', ?)", (embedder,))
     row = conn.execute("SELECT value FROM meta WHERE key='embedder'").fetchone()
     if row[0] != embedder:
@@ -243,8 +251,18 @@ def fts_query(query: str) -> str:
     return " OR ".join(f'"{w}"' for w in dict.fromkeys(words))
 
 
+def scope_token(scope: Scope) -> str:
+    """One FTS token per (tenant, conversation), unambiguous for any ids: a search ANDs it with the
+    query so FTS5 walks only the scope's rows (cost flat in the size of other scopes)."""
+    return "s" + hashlib.sha256(orjson.dumps([scope.tenant_id, scope.conversation_id])).hexdigest()[:24]
+
+
 class SqliteLexicalIndex(_Base):
-    """BM25 on FTS5 (porter stemming) plus a token posting table for candidate overlap."""
+    """BM25 on FTS5 (porter stemming) plus a token posting table for candidate overlap.
+
+    Each row carries its scope's token in a second column (weight 0 in BM25) so a search is an
+    FTS5 AND over the scope's rows; ``lexical_rows`` maps a node to its FTS rowid so a re-index
+    deletes by rowid instead of scanning the table."""
 
     async def upsert(self, nodes: Sequence[MemoryNode]) -> None:
         if not nodes:
@@ -252,10 +270,14 @@ class SqliteLexicalIndex(_Base):
         try:
             self._conn.execute("BEGIN")
             for n in nodes:
-                self._conn.execute("DELETE FROM lexical WHERE node=? AND tenant=? AND conv=?",
-                                   (n.id, n.tenant_id, n.conversation_id))
-                self._conn.execute("INSERT INTO lexical VALUES (?,?,?,?,?)",
-                                   (n.content, n.tenant_id, n.conversation_id, n.id, n.seq))
+                old = self._conn.execute("SELECT rid FROM lexical_rows WHERE tenant=? AND conv=? AND node=?",
+                                         (n.tenant_id, n.conversation_id, n.id)).fetchone()
+                if old is not None:
+                    self._conn.execute("DELETE FROM lexical_v2 WHERE rowid=?", (old[0],))
+                cur = self._conn.execute("INSERT INTO lexical_v2 VALUES (?,?,?,?,?,?)",
+                                         (n.content, scope_token(n.scope), n.tenant_id, n.conversation_id, n.id, n.seq))
+                self._conn.execute("INSERT OR REPLACE INTO lexical_rows VALUES (?,?,?,?)",
+                                   (n.tenant_id, n.conversation_id, n.id, cur.lastrowid))
                 self._conn.executemany("INSERT OR IGNORE INTO postings VALUES (?,?,?,?,?)",
                                        [(n.tenant_id, n.conversation_id, t, n.id, n.seq) for t in set(n.tokens)])
             self._conn.execute("COMMIT")
@@ -267,9 +289,10 @@ class SqliteLexicalIndex(_Base):
         q = fts_query(text)
         if not q:
             return []
+        match = f"scope : {scope_token(scope)} AND content : ({q})"
         rows = self._conn.execute(
-            "SELECT node, bm25(lexical) FROM lexical WHERE lexical MATCH ? AND tenant=? AND conv=? "
-            "ORDER BY bm25(lexical), node LIMIT ?", (q, scope.tenant_id, scope.conversation_id, limit)).fetchall()
+            "SELECT node, bm25(lexical_v2, 1.0, 0.0) b FROM lexical_v2 WHERE lexical_v2 MATCH ? AND tenant=? AND conv=? "
+            "ORDER BY b, node LIMIT ?", (match, scope.tenant_id, scope.conversation_id, limit)).fetchall()
         return [Hit(r[0], -float(r[1])) for r in rows]
 
     async def overlapping(self, scope: Scope, tokens: Sequence[str], before_seq: int, limit: int) -> list[str]:

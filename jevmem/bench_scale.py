@@ -1,0 +1,107 @@
+"""``jevmem bench scale``: does ingest stay flat as memory grows?
+
+A synthetic, deterministic workload (a seeded generator, no data files): N chat-like
+observations over ``conversations`` conversations of ``tenants`` tenants, arriving interleaved
+as a multi-tenant stream would (each batch mixes many conversations). The embedded pipeline
+ingests them in stream order, every stage on, into a fresh store; the benchmark reports the
+ingest rate per tenth of the run, then query latency over the full store, peak RSS and disk use.
+"""
+
+from __future__ import annotations
+
+import random
+import resource
+import tempfile
+import time
+from collections.abc import Callable, Iterator
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+from jevmem.bench import percentile
+from jevmem.settings import Settings
+from jevmem.wiring import build_embedded
+from topology.ports import Embedder
+from topology.schemas import Observation, Scope
+
+_NAMES = ["Ana", "Ben", "Chloe", "Dev", "Elif", "Farid", "Grace", "Hugo", "Ines", "Jon", "Kemi", "Lior",
+          "Maya", "Nils", "Omar", "Priya", "Quinn", "Rosa", "Sami", "Tara"]
+_PLACES = ["Boston", "Denver", "Lisbon", "Osaka", "Nairobi", "Oslo", "Lima", "Seoul", "Austin", "Porto"]
+_THINGS = ["a puppy", "a bike", "a guitar", "a new job", "a garden", "a camera", "a kayak", "a novel", "a cat",
+           "a pottery class", "a marathon", "a sourdough starter"]
+_TEMPLATES = [
+    "I moved to {place} {when}.",
+    "We adopted {thing} {when} and named it {name2}.",
+    "{name2} told me about {thing} at the cafe.",
+    "Did you ever go to {place}?",
+    "My favourite thing this month is {thing}.",
+    "I started {thing} because {name2} recommended it.",
+    "The trip to {place} was cancelled {when}, so I stayed home.",
+    "Can you remind me what {name2} said about {place}?",
+    "I finished {thing} {when}; it took weeks.",
+    "Honestly, {thing} has been the best part of living in {place}.",
+]
+_WHEN = ["yesterday", "last week", "two days ago", "last Friday", "this morning", "in March", "a month ago"]
+
+
+def workload(n: int, conversations: int = 1000, tenants: int = 10, seed: int = 7) -> Iterator[Observation]:
+    """``n`` observations in stream order; the same arguments give the same stream."""
+    rng = random.Random(seed)
+    counters = [0] * conversations
+    start = datetime(2024, 1, 1, tzinfo=UTC)
+    for i in range(n):
+        c = rng.randrange(conversations)
+        turn = counters[c]
+        counters[c] += 1
+        a, b = _NAMES[c % len(_NAMES)], _NAMES[(c * 7 + 3) % len(_NAMES)]
+        text = rng.choice(_TEMPLATES).format(place=rng.choice(_PLACES), thing=rng.choice(_THINGS),
+                                            when=rng.choice(_WHEN), name2=rng.choice(_NAMES))
+        yield Observation(tenant_id=f"tenant-{c % tenants}", conversation_id=f"conv-{c}", event_id=f"t{turn}",
+                          content=text, speaker=a if turn % 2 == 0 else b, role="user",
+                          observed_at=start + timedelta(minutes=i))
+
+
+def _disk_mb(path: Path) -> float:
+    """Allocated size (blocks, as ``du`` counts): the vector engine preallocates sparse files."""
+    return round(sum(p.stat().st_blocks * 512 for p in path.rglob("*") if p.is_file()) / 2**20, 1)
+
+
+async def run_scale(settings: Settings, embedder: Embedder, n: int = 100_000, conversations: int = 1000,
+                    tenants: int = 10, queries: int = 200,
+                    progress: Callable[[int, int], None] | None = None) -> dict[str, Any]:
+    obs = list(workload(n, conversations, tenants))
+    tenth = max(1, n // 10)
+    rates: list[float] = []
+    with tempfile.TemporaryDirectory(prefix="jevmem-scale-") as tmp:
+        mem = build_embedded(settings, embedder=embedder, data_dir=tmp)
+        try:
+            t_all = time.perf_counter()
+            for k in range(10):
+                part = obs[k * tenth: (k + 1) * tenth if k < 9 else n]
+                t0 = time.perf_counter()
+                await mem.pipeline.ingest(part)
+                rates.append(round(len(part) / (time.perf_counter() - t0), 2))
+                if progress:
+                    progress(min(n, (k + 1) * tenth), n)
+            total_s = time.perf_counter() - t_all
+            rng = random.Random(11)
+            latencies = []
+            for _ in range(queries):
+                c = rng.randrange(conversations)
+                scope = Scope(tenant_id=f"tenant-{c % tenants}", conversation_id=f"conv-{c}")
+                question = f"What did {rng.choice(_NAMES)} say about {rng.choice(_PLACES)}?"
+                t1 = time.perf_counter()
+                await mem.controller.retrieve(scope, question, top_k=10)
+                latencies.append((time.perf_counter() - t1) * 1000)
+            disk = _disk_mb(Path(tmp))
+        finally:
+            await mem.close()
+    return {
+        "observations": n, "conversations": conversations, "tenants": tenants, "embedder": embedder.name,
+        "observations_per_second": round(n / total_s, 2),
+        "rate_by_tenth": rates,
+        "last_over_first": round(rates[-1] / rates[0], 3) if rates[0] else None,
+        "query_ms": {"p50": round(percentile(latencies, 50), 2), "p95": round(percentile(latencies, 95), 2)},
+        "peak_rss_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1),
+        "disk_mb": disk,
+    }

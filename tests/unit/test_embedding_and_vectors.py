@@ -1,0 +1,112 @@
+"""The embedder port (named models, batch invariance, clear errors), the model recorded with a
+store, and the embedded vector index on Qdrant's in-process engine (scoped, exact, durable)."""
+
+from __future__ import annotations
+
+import tempfile
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from jevmem.wiring import embedded_stores
+from storage.qdrant_edge import QdrantEdgeVectorIndex
+from tests.conftest import CHAT
+from topology import ids
+from topology.embedding import DEFAULT_MODEL, MODELS, ModelMissing, OnnxEmbedder, load_embedder
+from topology.errors import ModelMismatch, StoreUnavailable
+from topology.ports import Embedder
+from topology.schemas import MemoryNode, Scope
+from topology.stages import candidates
+
+
+def test_vectors_do_not_depend_on_the_batch(embedder: Embedder) -> None:
+    texts = [t for _, t in CHAT]
+    together = embedder.embed(texts)
+    alone = [embedder.embed([t])[0] for t in texts]
+    assert together == alone
+    v = np.asarray(together)
+    assert v.shape == (len(texts), embedder.dim)
+    assert np.allclose(np.linalg.norm(v, axis=1), 1.0, atol=1e-5)
+    # asymmetric model: a question is embedded as a query, not as a passage
+    assert embedder.embed_query(["Where does Ana live?"]) != embedder.embed(["Where does Ana live?"])
+
+
+def test_related_texts_are_closer(embedder: Embedder) -> None:
+    q = np.asarray(embedder.embed_query(["What is the name of the dog?"])[0])
+    near, far = (np.asarray(v) for v in embedder.embed(["Our puppy is called Biscuit.", "Taxes are due in April."]))
+    assert q @ near > q @ far
+
+
+def test_missing_model_is_a_clear_error() -> None:
+    with tempfile.TemporaryDirectory() as empty, pytest.raises(ModelMissing, match="jevmem models fetch"):
+        OnnxEmbedder(MODELS[DEFAULT_MODEL], Path(empty))
+    with pytest.raises(ModelMissing, match="unknown embedding model"):
+        load_embedder("no-such-model@1")
+
+
+async def test_a_store_remembers_its_model(tmp_path: Path) -> None:
+    await embedded_stores(tmp_path, 4, "model-a@1").close()
+    # same model: fine; another model: a clear error before anything is read or written
+    await embedded_stores(tmp_path, 4, "model-a@1").close()
+    with pytest.raises(ModelMismatch, match="model-a@1"):
+        embedded_stores(tmp_path, 4, "model-b@1")
+
+
+async def test_one_process_owns_a_vector_directory(tmp_path: Path) -> None:
+    first = QdrantEdgeVectorIndex(tmp_path / "v", 4)
+    with pytest.raises(StoreUnavailable, match="in use"):
+        QdrantEdgeVectorIndex(tmp_path / "v", 4)
+    await first.close()
+    await QdrantEdgeVectorIndex(tmp_path / "v", 4).close()
+
+
+def _node(tenant: str, conv: str, seq: int, vec: list[float]) -> MemoryNode:
+    return MemoryNode(id=ids.node_id(tenant, conv, str(seq)), tenant_id=tenant, conversation_id=conv, event_id=str(seq), seq=seq,
+                      content="x", embedding=vec)
+
+
+async def test_edge_index_is_scoped_exact_and_durable(tmp_path: Path) -> None:
+    rng = np.random.default_rng(7)
+    vecs = rng.standard_normal((60, 8))
+    vecs /= np.linalg.norm(vecs, axis=1, keepdims=True)
+    nodes = [_node(t, c, i, vecs[k].round(6).tolist())
+             for k, (t, c, i) in enumerate((t, c, i) for t in ("a", "b") for c in ("c1", "c2") for i in range(15))]
+    index = QdrantEdgeVectorIndex(tmp_path / "v", 8)
+    await index.upsert(nodes)
+    q = vecs[0].tolist()
+    scope = Scope(tenant_id="a", conversation_id="c2")
+    hits = await index.search(scope, q, limit=5, before_seq=10)
+    mine = [n for n in nodes if (n.tenant_id, n.conversation_id) == ("a", "c2") and n.seq < 10]
+    brute = sorted(mine, key=lambda n: -float(np.dot(n.embedding or [], q)))[:5]
+    assert [h.id for h in hits] == [n.id for n in brute]
+    assert all(abs(h.score - float(np.dot(n.embedding or [], q))) < 1e-4 for h, n in zip(hits, brute, strict=True))
+    batch = await index.search_many(scope, [(q, 10), (vecs[1].tolist(), None)], limit=5)
+    assert [h.id for h in batch[0]] == [h.id for h in hits] and len(batch[1]) == 5
+    await index.close()
+    reopened = QdrantEdgeVectorIndex(tmp_path / "v", 8)
+    assert [h.id for h in await reopened.search(scope, q, limit=5, before_seq=10)] == [h.id for h in hits]
+    await reopened.delete_scope(scope)
+    assert await reopened.search(scope, q, limit=5) == []
+    assert len(await reopened.search(Scope(tenant_id="b", conversation_id="c2"), q, limit=50)) == 15
+    await reopened.close()
+
+
+async def test_batched_discovery_equals_one_by_one(embedder: Embedder) -> None:
+    from jevmem.settings import Settings
+    from jevmem.wiring import build_embedded
+    from storage.reader import StoreReader
+    from tests.conftest import chat_observations
+
+    mem = build_embedded(Settings(), embedder=embedder, data_dir=":memory:")
+    try:
+        await mem.pipeline.ingest(chat_observations())
+        scope = Scope(tenant_id="t1", conversation_id="c1")
+        nodes = await mem.stores.nodes.get(scope, [n.id for n in await mem.stores.nodes.scan(scope)])
+        reader = StoreReader(mem.stores.vectors, mem.stores.lexical, mem.stores.nodes)
+        many = await candidates.discover_many(nodes, reader, 10)
+        one = [await candidates.discover(n, reader, 10) for n in nodes]
+        assert [[c.node_id for c in cs.candidates] for cs in many] == [[c.node_id for c in cs.candidates] for cs in one]
+        assert sum(len(cs.candidates) for cs in many) > 0
+    finally:
+        await mem.close()
