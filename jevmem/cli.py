@@ -288,12 +288,14 @@ def bench_kafka(directory: Path, workers: int = 2,
 
 
 @models_app.command("fetch")
-def models_fetch(name: Annotated[str | None, typer.Option(help="Model name (default: the configured one).")] = None) -> None:
+def models_fetch(name: Annotated[str | None, typer.Option(help="Model name (default: the configured one).")] = None,
+                 archives: Annotated[Path | None, typer.Option(help="A folder of already downloaded archives.")] = None,
+                 ) -> None:
     """Download (once), verify and extract an embedding model's files into the model cache."""
     from jevmem.models import fetch
 
     settings = _settings()
-    path = fetch(name or settings.embedder, settings.model_cache)
+    path = fetch(name or settings.embedder, settings.model_cache, archives=archives)
     console.print(f"model {name or settings.embedder} ready in {path}")
 
 

