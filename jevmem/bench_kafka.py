@@ -27,7 +27,7 @@ from jevmem.distributed import ensure_topics, read_topic
 from jevmem.settings import Settings
 from jevmem.wiring import build_embedded
 from streams.producer import ObservationProducer
-from topology.embedding import default_embedder
+from topology.embedding import load_embedder
 from topology.schemas import CandidateSet, Observation, decode
 from topology.topics import topics
 
@@ -67,13 +67,12 @@ async def run_kafka(directory: Path, settings: Settings, workers: int = 2, rate:
         obs += locomo.observations(locomo.load(f), "bench", f"locomo-{f.stem}")
     if not obs:
         raise FileNotFoundError(f"no conversation files (*.json) in {directory}")
-    embedder = default_embedder()
+    embedder = load_embedder(settings.embedder, settings.model_cache)
 
     with tempfile.TemporaryDirectory() as tmp:
         mem = build_embedded(settings, embedder=embedder, data_dir=tmp)
         t0 = time.perf_counter()
-        for i in range(0, len(obs), settings.write_batch):
-            await mem.pipeline.ingest(obs[i: i + settings.write_batch])
+        await mem.pipeline.ingest(obs)  # chunks of write_batch, as `bench locomo` and `ingest` do
         embedded_s = time.perf_counter() - t0
         await mem.close()
 

@@ -207,10 +207,23 @@ class SqliteNodeStore(_Base):
         return [r[0] for r in rows]
 
 
+#: Decoded edges kept in memory: graph expansion reads the same neighbourhoods again and again.
+EDGE_CACHE = 32768
+
+
 class SqliteEdgeStore(_Base):
-    """Edges of the four views and consolidation decisions."""
+    """Edges of the four views and consolidation decisions.
+
+    ``neighbours`` ranks edges in SQL and decodes only those not in its LRU; an upsert drops the
+    edges it rewrites from the cache (this store is its database's only writer of edges)."""
+
+    def __init__(self, conn: sqlite3.Connection) -> None:
+        super().__init__(conn)
+        self._cache: OrderedDict[str, EdgeEvent] = OrderedDict()
 
     async def upsert(self, edges: Sequence[EdgeEvent]) -> None:
+        for e in edges:
+            self._cache.pop(e.id, None)
         self._write(
             "INSERT INTO edges VALUES (?,?,?,?,?,?,?,?) ON CONFLICT(tenant, conv, id) DO UPDATE SET "
             "probability=excluded.probability, body=excluded.body",
@@ -222,12 +235,28 @@ class SqliteEdgeStore(_Base):
             return []
         n, v = ",".join("?" * len(node_ids)), ",".join("?" * len(views))
         args = (scope.tenant_id, scope.conversation_id, *views)
-        rows = self._conn.execute(
-            f"SELECT body, probability, id FROM edges WHERE tenant=? AND conv=? AND view IN ({v}) AND source IN ({n}) "
-            f"UNION SELECT body, probability, id FROM edges WHERE tenant=? AND conv=? AND view IN ({v}) "
+        ranked = [r[0] for r in self._conn.execute(
+            f"SELECT id, probability FROM edges WHERE tenant=? AND conv=? AND view IN ({v}) AND source IN ({n}) "
+            f"UNION SELECT id, probability FROM edges WHERE tenant=? AND conv=? AND view IN ({v}) "
             f"AND target IN ({n}) ORDER BY probability DESC, id LIMIT ?",
-            (*args, *node_ids, *args, *node_ids, limit)).fetchall()
-        return [EdgeEvent.model_validate(orjson.loads(r[0])) for r in rows]
+            (*args, *node_ids, *args, *node_ids, limit)).fetchall()]
+        cache = self._cache
+        missing = [i for i in ranked if i not in cache]
+        for start in range(0, len(missing), 500):
+            part = missing[start: start + 500]
+            rows = self._conn.execute(
+                f"SELECT id, body FROM edges WHERE tenant=? AND conv=? AND id IN ({','.join('?' * len(part))})",
+                (scope.tenant_id, scope.conversation_id, *part)).fetchall()
+            for r in rows:
+                cache[r[0]] = EdgeEvent.model_validate_json(r[1])
+        out = []
+        for i in ranked:
+            if (e := cache.get(i)) is not None:
+                cache.move_to_end(i)
+                out.append(e)
+        while len(cache) > EDGE_CACHE:
+            cache.popitem(last=False)
+        return out
 
     async def scan(self, scope: Scope) -> list[EdgeEvent]:
         rows = self._conn.execute("SELECT body FROM edges WHERE tenant=? AND conv=? ORDER BY id",
