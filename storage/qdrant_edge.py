@@ -122,13 +122,13 @@ class QdrantEdgeVectorIndex:
         res = await self._call(lambda: self._shard.query(req), "search")
         return [Hit(str(p.id), float(p.score)) for p in res]
 
-    async def search_many(self, scope: Scope, queries: Sequence[tuple[Sequence[float], int | None]],
+    async def search_many(self, queries: Sequence[tuple[Scope, Sequence[float], int | None]],
                           limit: int) -> list[list[Hit]]:
-        """One planned batch of searches in ``scope``: ``(vector, before_seq)`` each."""
+        """One planned batch of searches, ``(scope, vector, before_seq)`` each, in one thread hop."""
         if not queries:
             return []
         qe = self._qe
-        batch = qe.QueryBatchRequest([self._request(scope, v, limit, b) for v, b in queries])
+        batch = qe.QueryBatchRequest([self._request(s, v, limit, b) for s, v, b in queries])
         res = await self._call(lambda: self._shard.query_batch(batch), "search")
         return [[Hit(str(p.id), float(p.score)) for p in hits] for hits in res]
 

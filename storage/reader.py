@@ -16,13 +16,13 @@ class StoreReader:
     async def similar_before(self, scope: Scope, vector: Sequence[float], before_seq: int, limit: int) -> list[str]:
         return [h.id for h in await self.vectors.search(scope, vector, limit, before_seq=before_seq)]
 
-    async def similar_before_many(self, scope: Scope, queries: Sequence[tuple[Sequence[float], int]],
+    async def similar_before_many(self, queries: Sequence[tuple[Scope, Sequence[float], int]],
                                   limit: int) -> list[list[str]]:
         many = getattr(self.vectors, "search_many", None)
         if many is not None:
-            hits = await many(scope, [(v, b) for v, b in queries], limit)
+            hits = await many(list(queries), limit)
         else:
-            hits = await asyncio.gather(*(self.vectors.search(scope, v, limit, before_seq=b) for v, b in queries))
+            hits = await asyncio.gather(*(self.vectors.search(s, v, limit, before_seq=b) for s, v, b in queries))
         return [[h.id for h in hs] for hs in hits]
 
     async def overlapping_before(self, scope: Scope, tokens: Sequence[str], before_seq: int, limit: int) -> list[str]:

@@ -163,7 +163,9 @@ class SqliteNodeStore(_Base):
                 f"SELECT id, body, embedding FROM nodes WHERE tenant=? AND conv=? AND id IN ({marks})",
                 (scope.tenant_id, scope.conversation_id, *missing)).fetchall()
             for r in rows:
-                node = MemoryNode.model_validate({**orjson.loads(r[1]), "embedding": _vec(r[2])})
+                node = MemoryNode.model_validate_json(r[1])
+                if r[2] is not None:
+                    node = node.model_copy(update={"embedding": _vec(r[2])})
                 found[r[0]] = cache[r[0]] = node
             while len(cache) > NODE_CACHE:
                 cache.popitem(last=False)

@@ -99,8 +99,11 @@ class EmbeddedPipeline:
         nodes = self.stores.nodes
         known: dict[tuple[str, str, str], int] = {}
         next_seq: dict[Scope, int] = {}
-        for scope in dict.fromkeys(o.scope for o in obs):
-            seqs = await nodes.seqs(scope, [o.event_id for o in obs if o.scope == scope])
+        by_scope: dict[Scope, list[str]] = {}
+        for o in obs:
+            by_scope.setdefault(o.scope, []).append(o.event_id)
+        for scope, event_ids in by_scope.items():
+            seqs = await nodes.seqs(scope, event_ids)
             known.update({(scope.tenant_id, scope.conversation_id, e): s for e, s in seqs.items()})
             next_seq[scope] = await nodes.next_seq(scope)
         return assign_seqs(obs, known, next_seq), set(known)

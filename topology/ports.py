@@ -35,9 +35,10 @@ class MemoryReader(Protocol):
         """Ids of the nearest earlier nodes by cosine, best first."""
         ...
 
-    async def similar_before_many(self, scope: Scope, queries: Sequence[tuple[Sequence[float], int]],
+    async def similar_before_many(self, queries: Sequence[tuple[Scope, Sequence[float], int]],
                                   limit: int) -> list[list[str]]:
-        """:meth:`similar_before` for each ``(vector, before_seq)``, as one batch where the store can."""
+        """:meth:`similar_before` for each ``(scope, vector, before_seq)``, as one batch where the
+        store can (a batch of writes spans many conversations)."""
         ...
 
     async def overlapping_before(self, scope: Scope, tokens: Sequence[str], before_seq: int, limit: int) -> list[str]:

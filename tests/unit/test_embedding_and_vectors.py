@@ -81,7 +81,7 @@ async def test_edge_index_is_scoped_exact_and_durable(tmp_path: Path) -> None:
     brute = sorted(mine, key=lambda n: -float(np.dot(n.embedding or [], q)))[:5]
     assert [h.id for h in hits] == [n.id for n in brute]
     assert all(abs(h.score - float(np.dot(n.embedding or [], q))) < 1e-4 for h, n in zip(hits, brute, strict=True))
-    batch = await index.search_many(scope, [(q, 10), (vecs[1].tolist(), None)], limit=5)
+    batch = await index.search_many([(scope, q, 10), (scope, vecs[1].tolist(), None)], limit=5)
     assert [h.id for h in batch[0]] == [h.id for h in hits] and len(batch[1]) == 5
     await index.close()
     reopened = QdrantEdgeVectorIndex(tmp_path / "v", 8)

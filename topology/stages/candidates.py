@@ -111,19 +111,19 @@ async def discover(node: MemoryNode, reader: MemoryReader, k: int) -> CandidateS
 
 async def discover_many(nodes: Sequence[MemoryNode], reader: MemoryReader, k: int) -> list[CandidateSet]:
     """:func:`discover` for a batch, with the same result for each node, in fewer store calls:
-    one batched vector search and one node fetch per scope. Nodes are returned in input order."""
+    one batched vector search for the whole batch and one node fetch per scope. Nodes are
+    returned in input order."""
     by_scope: dict[tuple[str, str], list[MemoryNode]] = {}
     for n in nodes:
         by_scope.setdefault((n.tenant_id, n.conversation_id), []).append(n)
+    with_vec = [n for n in nodes if n.embedding]
+    similar = await reader.similar_before_many([(n.scope, n.embedding or [], n.seq) for n in with_vec], POOL_PER_SOURCE)
+    pools: dict[str, dict[str, None]] = {n.id: {} for n in nodes}
+    for n, hits in zip(with_vec, similar, strict=True):
+        pools[n.id].update(dict.fromkeys(hits))
     found: dict[str, CandidateSet] = {}
     for group in by_scope.values():
         scope = group[0].scope
-        with_vec = [n for n in group if n.embedding]
-        similar = await reader.similar_before_many(
-            scope, [(n.embedding or [], n.seq) for n in with_vec], POOL_PER_SOURCE)
-        pools: dict[str, dict[str, None]] = {n.id: {} for n in group}
-        for n, hits in zip(with_vec, similar, strict=True):
-            pools[n.id].update(dict.fromkeys(hits))
         for n in group:
             ids = pools[n.id]
             if n.tokens:
@@ -132,7 +132,7 @@ async def discover_many(nodes: Sequence[MemoryNode], reader: MemoryReader, k: in
                 ent = [e.id for e in n.entities]
                 ids.update(dict.fromkeys(await reader.sharing_entities_before(scope, ent, n.seq, POOL_PER_SOURCE)))
             ids.update(dict.fromkeys(await reader.preceding(scope, n.seq, 3)))
-        union = sorted({i for ids in pools.values() for i in ids})
+        union = sorted({i for n in group for i in pools[n.id]})
         fetched = {m.id: m for m in await reader.get_nodes(scope, union)}
         members = list(fetched.values())
         dim = len(group[0].embedding or []) or len(next((m.embedding for m in members if m.embedding), []))
