@@ -10,6 +10,7 @@ for in-process use and for tests.
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Awaitable, Callable, Sequence
 
 from topology.params import Params
@@ -90,8 +91,8 @@ class WritePath:
         for cs in csets:
             wanted.setdefault(cs.node.scope, set()).update(c.node_id for c in cs.candidates)
         earlier: dict[str, MemoryNode] = {}
-        for scope, ids in wanted.items():
-            earlier.update({n.id: n for n in await self.reader.get_nodes(scope, sorted(ids))})
+        for got in await asyncio.gather(*(self.reader.get_nodes(scope, sorted(ids)) for scope, ids in wanted.items())):
+            earlier.update({n.id: n for n in got})
         judgments, so_edges = await relations.judge(csets, earlier, self.so, self.params.theta_rel)
         edges = [e for cs in csets for e in relations.rule_edges(cs, earlier)] + so_edges
         return judgments, edges

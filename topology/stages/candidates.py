@@ -7,6 +7,7 @@ shared entities, temporal proximity), all restricted to earlier nodes; ranking i
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Sequence
 
 import numpy as np
@@ -121,19 +122,25 @@ async def discover_many(nodes: Sequence[MemoryNode], reader: MemoryReader, k: in
     pools: dict[str, dict[str, None]] = {n.id: {} for n in nodes}
     for n, hits in zip(with_vec, similar, strict=True):
         pools[n.id].update(dict.fromkeys(hits))
+
+    async def others(n: MemoryNode) -> list[str]:
+        """The node's lexical, entity and temporal pool (in this order)."""
+        scope, out = n.scope, []
+        if n.tokens:
+            out += await reader.overlapping_before(scope, n.tokens, n.seq, POOL_PER_SOURCE)
+        if n.entities:
+            out += await reader.sharing_entities_before(scope, [e.id for e in n.entities], n.seq, POOL_PER_SOURCE)
+        return out + await reader.preceding(scope, n.seq, 3)
+
+    # independent reads, issued together (a networked store answers them concurrently)
+    for n, ids in zip(nodes, await asyncio.gather(*(others(n) for n in nodes)), strict=True):
+        pools[n.id].update(dict.fromkeys(ids))
+    groups = list(by_scope.values())
+    fetched_by_group = await asyncio.gather(*(
+        reader.get_nodes(g[0].scope, sorted({i for n in g for i in pools[n.id]})) for g in groups))
     found: dict[str, CandidateSet] = {}
-    for group in by_scope.values():
-        scope = group[0].scope
-        for n in group:
-            ids = pools[n.id]
-            if n.tokens:
-                ids.update(dict.fromkeys(await reader.overlapping_before(scope, n.tokens, n.seq, POOL_PER_SOURCE)))
-            if n.entities:
-                ent = [e.id for e in n.entities]
-                ids.update(dict.fromkeys(await reader.sharing_entities_before(scope, ent, n.seq, POOL_PER_SOURCE)))
-            ids.update(dict.fromkeys(await reader.preceding(scope, n.seq, 3)))
-        union = sorted({i for n in group for i in pools[n.id]})
-        fetched = {m.id: m for m in await reader.get_nodes(scope, union)}
+    for group, got in zip(groups, fetched_by_group, strict=True):
+        fetched = {m.id: m for m in got}
         members = list(fetched.values())
         dim = len(group[0].embedding or []) or len(next((m.embedding for m in members if m.embedding), []))
         # every (new node, pool node) cosine of the scope in one matrix product
