@@ -5,19 +5,31 @@ sends anything invalid to the dead-letter sink with its reason, and writes the r
 processed as: seqs -> nodes (1 embedding call, 1 typing request) -> materialise nodes -> candidates
 -> relations (1 request) -> edges -> consolidation when a block of writes completes.
 Writes are serialised by one lock: seq assignment needs a single writer per conversation.
+``write_batch`` is the write path both drivers run (the Faust agent calls it per micro-batch).
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
 from storage.ports import DeadLetterSink, EdgeStore, LexicalIndex, NodeStore, VectorIndex
 from topology.errors import InvalidEvent
-from topology.pipeline import WritePath, assign_seqs, consolidation_runs, dedupe
-from topology.schemas import DeadLetter, EdgeEvent, MemoryNode, Observation, Scope, WriteResult, decode
+from topology.pipeline import SeqState, WritePath, assign_seqs, consolidation_runs, dedupe
+from topology.schemas import (
+    CandidateSet,
+    ConsolidationDecision,
+    DeadLetter,
+    EdgeEvent,
+    MemoryNode,
+    Observation,
+    RelationJudgment,
+    Scope,
+    WriteResult,
+    decode,
+)
 from topology.systemone.port import CountingSystemOne
 
 
@@ -59,6 +71,66 @@ def dead_letter(original: bytes | str, reason: str, source: str) -> DeadLetter:
     return DeadLetter(original=raw, reason=reason, source=source, received_at=datetime.now(UTC))
 
 
+async def number(nodes: NodeStore, obs: Sequence[Observation]) -> tuple[list[tuple[Observation, int]], int]:
+    """Seqs for a deduplicated batch, read from the node store (the authority: a conversation has
+    one writer, its partition's owner, and nodes are acknowledged before the input offset is
+    committed), and the number of events not stored before."""
+    known: dict[tuple[str, str, str], int] = {}
+    states: dict[Scope, SeqState] = {}
+    for scope in dict.fromkeys(o.scope for o in obs):
+        seqs = await nodes.seqs(scope, [o.event_id for o in obs if o.scope == scope])
+        known.update({(scope.tenant_id, scope.conversation_id, e): s for e, s in seqs.items()})
+        nxt, count = await nodes.next_seq(scope), await nodes.observation_count(scope)
+        states[scope] = SeqState.of(count, nxt, await nodes.used_seqs(scope) if count != nxt else None)
+    numbered = assign_seqs(obs, known, states)
+    return numbered, sum(1 for o in obs if (o.tenant_id, o.conversation_id, o.event_id) not in known)
+
+
+@dataclass
+class Written:
+    """Everything one batch wrote (what the Faust driver also logs to the output topics)."""
+
+    nodes: list[MemoryNode]
+    candidates: list[CandidateSet]
+    judgments: list[RelationJudgment]
+    edges: list[EdgeEvent]
+    decisions: list[ConsolidationDecision]
+    links: list[EdgeEvent]
+    derived: list[MemoryNode]
+    new: int
+    write_calls: int
+
+
+async def write_batch(stores: Stores, wp: WritePath, obs: list[Observation],
+                      calls: Callable[[], int] = lambda: 0) -> Written:
+    """The whole write path for one deduplicated batch, as both drivers run it: seqs -> nodes ->
+    materialise -> candidates -> relations -> edges -> consolidation. Every write is an idempotent
+    upsert acknowledged before this returns, so running a batch again (after a crash, or any
+    prefix of it) writes the same nodes, seqs and edges. ``calls`` reads the System One request
+    counter (to report the write path's share)."""
+    numbered, new = await number(stores.nodes, obs)
+    nodes = await wp.build_nodes(numbered)
+    await stores.materialise(nodes)
+    csets, judgments, edges = await wp.link(nodes)
+    await stores.edges.upsert(edges)
+    out = Written(nodes, csets, judgments, edges, [], [], [], new, calls())
+
+    async def neighbours(scope: Scope, ids: Sequence[str]) -> list[EdgeEvent]:
+        return await stores.edges.neighbours(scope, ids, ["semantic"], 10_000)
+
+    for scope, run, last in consolidation_runs(nodes, wp.params.consolidate_every):
+        found, links, derived = await wp.consolidate(scope, run, last, neighbours)
+        if derived:
+            built = await wp.build_nodes_from(derived)
+            await stores.materialise(built)
+            out.derived += built
+        await stores.edges.upsert_decisions(found)
+        await stores.edges.upsert(links)
+        out.decisions += found
+        out.links += links
+    return out
+
+
 class EmbeddedPipeline:
     def __init__(self, stores: Stores, write_path: WritePath, so: CountingSystemOne) -> None:
         self.stores, self.write_path, self.so = stores, write_path, so
@@ -87,41 +159,17 @@ class EmbeddedPipeline:
             return await self._write(obs)
 
     async def _write(self, obs: list[Observation]) -> IngestReport:
-        stores, wp = self.stores, self.write_path
-        known: dict[tuple[str, str, str], int] = {}
-        next_seq: dict[Scope, int] = {}
-        for scope in dict.fromkeys(o.scope for o in obs):
-            seqs = await stores.nodes.seqs(scope, [o.event_id for o in obs if o.scope == scope])
-            known.update({(scope.tenant_id, scope.conversation_id, e): s for e, s in seqs.items()})
-            next_seq[scope] = await stores.nodes.next_seq(scope)
-        numbered = assign_seqs(obs, known, next_seq)
         calls0 = self.so.calls
-        nodes = await wp.build_nodes(numbered)
-        await stores.materialise(nodes)
-        _, _, edges = await wp.link(nodes)
-        await stores.edges.upsert(edges)
-        write_calls = self.so.calls - calls0
-        decisions = 0
-        for scope, run, last in consolidation_runs(nodes, wp.params.consolidate_every):
-            found, links, derived = await wp.consolidate(scope, run, last, self._neighbours)
-            if derived:
-                await stores.materialise(await wp.build_nodes_from(derived))
-            await stores.edges.upsert_decisions(found)
-            await stores.edges.upsert(links)
-            decisions += len(found)
+        w = await write_batch(self.stores, self.write_path, obs, lambda: self.so.calls - calls0)
         by_node: dict[str, list[EdgeEvent]] = {}
-        for e in edges:
+        for e in w.edges:
             by_node.setdefault(e.target, []).append(e)
-        new = sum(1 for o in obs if (o.tenant_id, o.conversation_id, o.event_id) not in known)
         return IngestReport(
-            accepted=len(obs), new_nodes=new, edges=len(edges), decisions=decisions,
-            write_calls=write_calls, consolidation_calls=self.so.calls - calls0 - write_calls,
+            accepted=len(obs), new_nodes=w.new, edges=len(w.edges), decisions=len(w.decisions),
+            write_calls=w.write_calls, consolidation_calls=self.so.calls - calls0 - w.write_calls,
             results=[WriteResult(node=n.without_embedding(), edges=by_node.get(n.id, []))
-                     for n in nodes],
+                     for n in w.nodes],
         )
-
-    async def _neighbours(self, scope: Scope, ids: Sequence[str]) -> list[EdgeEvent]:
-        return await self.stores.edges.neighbours(scope, ids, ["semantic"], 10_000)
 
     async def close(self) -> None:
         await self.so.aclose()
