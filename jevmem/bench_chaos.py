@@ -16,9 +16,10 @@ LoCoMo observations (paced, so faults land mid-stream) and injects one fault at 
 No worker is ever added after a fault (except ``scale``'s, which *is* the fault) and nothing
 nudges the group. A round passes when, within the time bound, every conversation has the
 expected events exactly once with seqs ``0..n-1`` and its graph (node ids and seqs, edges with
-probabilities, consolidation decisions) equals the embedded run's. A round in which the graph
-stops changing for ``stall_s`` before being complete is *stalled*; the survivors then log their
-consumer state (SIGUSR2) and the group's committed offsets are recorded in the result.
+probabilities, consolidation decisions) equals the embedded run's. A round whose graph stops
+changing for ``stall_s`` (or runs out of time) before that is *stalled* when the group's committed
+offsets stop short of the log end (else it is a graph mismatch); the survivors' consumer state
+(SIGUSR2 dump) and the committed offsets are then recorded in the result.
 
 The servers are the ones named by ``JEVMEM_KAFKA_BOOTSTRAP`` / ``JEVMEM_ELASTICSEARCH_URL``;
 faults act on the processes of ``scripts/kafka/kafka.sh`` and ``scripts/elasticsearch/es.sh`` found
@@ -304,20 +305,19 @@ async def run_round(obs: list[Observation], ref: Reference, settings: Settings, 
         result.detail += await inject(rnd, servers, rng, es_outage_s)
         await producer
         last, since = (-2, -2, -2), time.monotonic()
+        now = last
         while time.monotonic() < deadline:
             now = await _count(stores, scopes)
             if now != last:
                 last, since = now, time.monotonic()
-            elif now[0] == len(obs) and time.monotonic() - since > 3.0 and not await matches(stores, ref):
-                break
-            elif time.monotonic() - since > stall_s:
-                result.stalled = True
+            elif (now[0] == len(obs) and time.monotonic() - since > 3.0 and not await matches(stores, ref)) or time.monotonic() - since > stall_s:
                 break
             await asyncio.sleep(1.0)
-        else:
-            result.stalled = True
-        if result.stalled:
+        if now[0] != len(obs) or await matches(stores, ref):
+            # not finished: stalled if the group stopped short of the log end (else: a mismatch)
             result.stall_state = await stall_state(rnd)
+            offsets = result.stall_state.get("offsets", {})
+            result.stalled = not offsets or any(o["committed"] < o["end"] for o in offsets.values())
         await check(stores, ref, result)
     finally:
         if producer is not None and not producer.done():

@@ -78,10 +78,12 @@ async def number(nodes: NodeStore, obs: Sequence[Observation]) -> tuple[list[tup
     known: dict[tuple[str, str, str], int] = {}
     states: dict[Scope, SeqState] = {}
     for scope in dict.fromkeys(o.scope for o in obs):
-        seqs = await nodes.seqs(scope, [o.event_id for o in obs if o.scope == scope])
-        known.update({(scope.tenant_id, scope.conversation_id, e): s for e, s in seqs.items()})
+        # the counters first, the batch's own events last: a late write of an earlier attempt of
+        # this batch then shows up as known events (whose seqs assign_seqs never hands out again)
         nxt, count = await nodes.next_seq(scope), await nodes.observation_count(scope)
         states[scope] = SeqState.of(count, nxt, await nodes.used_seqs(scope) if count != nxt else None)
+        seqs = await nodes.seqs(scope, [o.event_id for o in obs if o.scope == scope])
+        known.update({(scope.tenant_id, scope.conversation_id, e): s for e, s in seqs.items()})
     numbered = assign_seqs(obs, known, states)
     return numbered, sum(1 for o in obs if (o.tenant_id, o.conversation_id, o.event_id) not in known)
 

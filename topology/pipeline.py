@@ -69,23 +69,35 @@ def assign_seqs(observations: Sequence[Observation], known: Mapping[tuple[str, s
     them written, redelivery (which resumes at or before that batch, in the same order) gives the
     missing events exactly the seqs they had, because those are the holes, ascending. So seqs
     stay ``0..n-1`` and a conversation's graph does not depend on where a worker died.
+    A seq held by a known event of the batch is never drawn for a new one: ``states`` may be read
+    *before* ``known`` (see ``streams.embedded.number``), so a write of this same batch that lands
+    late (a request that timed out but was applied afterwards) cannot make two events share a seq.
     Contract: ``observations`` holds each (tenant, conversation, event_id) once (see ``dedupe``).
     """
-    out: list[tuple[Observation, int]] = []
+    taken: dict[Scope, set[int]] = {}
+    for o in observations:
+        seq = known.get((o.tenant_id, o.conversation_id, o.event_id))
+        if seq is not None:
+            taken.setdefault(o.scope, set()).add(seq)
     free = {scope: list(st.free) for scope, st in states.items()}
     nxt = {scope: st.next for scope, st in states.items()}
+
+    def draw(scope: Scope) -> int:
+        holes = free.setdefault(scope, [])
+        while holes:
+            seq = holes.pop(0)
+            if seq not in taken.get(scope, ()):
+                return seq
+        while True:
+            seq = nxt.get(scope, 0)
+            nxt[scope] = seq + 1
+            if seq not in taken.get(scope, ()):
+                return seq
+
+    out: list[tuple[Observation, int]] = []
     for o in observations:
         key = (o.tenant_id, o.conversation_id, o.event_id)
-        if key in known:
-            out.append((o, known[key]))
-            continue
-        holes = free.setdefault(o.scope, [])
-        if holes:
-            out.append((o, holes.pop(0)))
-        else:
-            seq = nxt.get(o.scope, 0)
-            nxt[o.scope] = seq + 1
-            out.append((o, seq))
+        out.append((o, known[key] if key in known else draw(o.scope)))
     return out
 
 

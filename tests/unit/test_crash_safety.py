@@ -40,6 +40,17 @@ def test_new_events_fill_holes_first_in_ascending_order() -> None:
     assert [s for _, s in got] == [1, 2, 3, 6]
 
 
+def test_a_late_write_of_the_same_batch_cannot_make_two_events_share_a_seq() -> None:
+    """The counters were read (next = 22), then a timed-out earlier attempt's bulk write landed
+    (e22..e25 with seqs 22..25), then the batch's known events were read."""
+    batch = obs(A, *(f"e{i}" for i in range(22, 30)))
+    known = {("t1", "c1", f"e{i}"): i for i in range(22, 26)}
+    got = assign_seqs(batch, known, {A: SeqState(22)})
+    assert [s for _, s in got] == list(range(22, 30))
+    holes = assign_seqs(obs(A, "x", "k", "y"), {("t1", "c1", "k"): 1}, {A: SeqState.of(1, 4, [3])})
+    assert [s for _, s in holes] == [0, 1, 2]
+
+
 def test_seq_state_needs_the_used_seqs_only_when_there_are_holes() -> None:
     assert SeqState.of(4, 4) == SeqState(4)
     with pytest.raises(ValueError, match="holes"):
