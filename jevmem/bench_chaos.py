@@ -310,8 +310,10 @@ async def run_round(obs: list[Observation], ref: Reference, settings: Settings, 
             now = await _count(stores, scopes)
             if now != last:
                 last, since = now, time.monotonic()
-            elif (now[0] == len(obs) and time.monotonic() - since > 3.0 and not await matches(stores, ref)) or time.monotonic() - since > stall_s:
-                break
+            else:
+                quiet = time.monotonic() - since
+                if quiet > stall_s or (now[0] == len(obs) and quiet > 3.0 and not await matches(stores, ref)):
+                    break
             await asyncio.sleep(1.0)
         if now[0] != len(obs) or await matches(stores, ref):
             # not finished: stalled if the group stopped short of the log end (else: a mismatch)
