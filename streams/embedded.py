@@ -42,10 +42,11 @@ class Stores:
     dead_letters: DeadLetterSink
 
     async def materialise(self, nodes: Sequence[MemoryNode]) -> None:
-        """Write nodes to every store that candidate discovery and queries read."""
-        await self.nodes.upsert(nodes)
+        """Write nodes to every store that candidate discovery and queries read; the node store
+        last, so a node that is listed (and counted by seq assignment) is also searchable."""
         await self.vectors.upsert(nodes)
         await self.lexical.upsert(nodes)
+        await self.nodes.upsert(nodes)
 
     async def close(self) -> None:
         await self.nodes.close()
