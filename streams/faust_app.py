@@ -17,8 +17,9 @@ Contracts (what makes a worker's death harmless, see README "Guarantees"):
   write and every output record was acknowledged: at-least-once into idempotent upserts keyed by
   deterministic ids. A failing batch is retried in place with capped exponential backoff (an
   Elasticsearch or broker outage stalls the stream, loses nothing, and resumes by itself).
-* ``stream_wait_empty`` (Faust's default) stays on: on a rebalance the worker finishes and acks
-  its batch before giving up the partition, so the next owner never overlaps it.
+* ``stream_wait_empty`` (Faust's default) stays on: on a rebalance (and on a graceful stop) the
+  worker finishes and acks its batch before giving up the partition, so the next owner never
+  overlaps it (no zombie writes) and a stop never acks a batch it did not finish.
 * A record that does not decode becomes a dead letter (reason, original bytes,
   ``topic:partition:offset``) and the stream goes on.
 
