@@ -316,5 +316,27 @@ def models_list() -> None:
         sys.stdout.write(f"{name}\t{spec.dim}\t{where}\t{state}{default}\n")
 
 
+@bench_app.command("chaos")
+def bench_chaos(directory: Path,
+                rounds: Annotated[int, typer.Option(help="Rounds, cycling through the faults.")] = 10,
+                turns: Annotated[int, typer.Option(help="Turns per conversation.")] = 30,
+                fault: Annotated[list[str] | None, typer.Option(help="Only these faults (repeatable).")] = None,
+                seed: Annotated[int | None, typer.Option(help="Random seed (kill points, victims).")] = None,
+                as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object.")] = False) -> None:
+    """Worker kills, a second kill during recovery, a broker restart, an Elasticsearch outage and
+    scaling mid-stream, on real servers: nothing lost, duplicated or stalled, same graph as embedded."""
+    from jevmem.bench_chaos import FAULTS, run_chaos
+
+    faults = tuple(fault) if fault else FAULTS
+    unknown = set(faults) - set(FAULTS)
+    if unknown:
+        raise typer.BadParameter(f"unknown faults {sorted(unknown)}; choose from {FAULTS}")
+    out = _run(run_chaos(directory, _settings(), rounds, turns, faults, seed))
+    if as_json:
+        sys.stdout.write(orjson.dumps(out).decode() + "\n")
+    else:
+        Console().print({k: v for k, v in out.items() if k != "results"})
+
+
 def main() -> None:
     app()

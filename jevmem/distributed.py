@@ -22,7 +22,7 @@ from storage.qdrant import QdrantVectorIndex
 from storage.reader import StoreReader
 from streams.embedded import Stores
 from streams.producer import ObservationProducer
-from topology.embedding import default_embedder
+from topology.embedding import load_embedder
 from topology.errors import BrokerUnavailable
 from topology.pipeline import WritePath
 from topology.ports import Embedder
@@ -158,7 +158,7 @@ class DistributedService:
 
     def __init__(self, settings: Settings, embedder: Embedder | None = None) -> None:
         self.settings = settings
-        self.embedder = embedder or default_embedder()
+        self.embedder = embedder or load_embedder(settings.embedder, settings.model_cache)
         self._stores: Stores | None = None
         self._producer: ObservationProducer | None = None
         self._controller: RetrievalController | None = None
@@ -229,7 +229,7 @@ def run_worker(settings: Settings) -> None:
     ensure_topics(settings.kafka_bootstrap, settings.topic_prefix, settings.partitions)
     settings.worker_datadir.mkdir(parents=True, exist_ok=True)
     prefix = asyncio.run(resolve_prefix(settings))
-    embedder = default_embedder()
+    embedder = load_embedder(settings.embedder, settings.model_cache)
     stores = distributed_stores(settings, prefix, embedder.dim)
     config = AppConfig(broker=f"kafka://{settings.kafka_bootstrap}", app_id=settings.app_id,
                        prefix=settings.topic_prefix, partitions=settings.partitions, batch=settings.write_batch,
@@ -246,7 +246,7 @@ async def replay(settings: Settings, source: str, new_prefix: str, switch: bool)
     from streams.replay import rebuild_from_log, recompute, verify
 
     spec = topics(settings.topic_prefix)
-    embedder = default_embedder()
+    embedder = load_embedder(settings.embedder, settings.model_cache)
     old_prefix = await resolve_prefix(settings)
     if new_prefix == old_prefix:
         raise ValueError(f"{new_prefix!r} is the active generation; choose a fresh prefix")

@@ -235,6 +235,23 @@ class ElasticNodeStore(_Elastic):
         hits = await self._hits(index, query, [{"seq": "desc"}], ["seq"], 1)
         return int(hits[0]["_source"]["seq"]) + 1 if hits else 0
 
+    async def observation_count(self, scope: Scope) -> int:
+        """Number of observation nodes of the scope (exact: ``count`` API)."""
+        index = await self._ensure("memories", _MEMORIES)
+        query = {"bool": {"filter": _scoped(scope, {"term": {"kind": "observation"}})}}
+        try:
+            res = await self._client.count(index=index, query=query)
+        except (ApiError, TransportError) as exc:
+            raise StoreUnavailable(f"elasticsearch count {index}: {exc}") from exc
+        return int(res["count"])
+
+    async def used_seqs(self, scope: Scope) -> list[int]:
+        """Every observation seq of the scope, ascending."""
+        index = await self._ensure("memories", _MEMORIES)
+        query = {"bool": {"filter": _scoped(scope, {"term": {"kind": "observation"}})}}
+        hits = await self._hits(index, query, [{"seq": "asc"}, {"node_id": "asc"}], ["seq"])
+        return [int(h["_source"]["seq"]) for h in hits]
+
     async def scan(self, scope: Scope) -> list[MemoryNode]:
         """All nodes of the scope by (seq, id), without embeddings."""
         index = await self._ensure("memories", _MEMORIES)

@@ -60,6 +60,14 @@ class NodeStore(Protocol):
         """One past the largest observation seq of the scope (0 when empty)."""
         ...
 
+    async def observation_count(self, scope: Scope) -> int:
+        """Number of observation nodes of the scope (== ``next_seq`` unless a seq is unused)."""
+        ...
+
+    async def used_seqs(self, scope: Scope) -> list[int]:
+        """Every observation seq of the scope, ascending (read only when there are holes)."""
+        ...
+
     async def scan(self, scope: Scope) -> list[MemoryNode]:
         """All nodes of the scope by seq (without embeddings)."""
         ...

@@ -186,6 +186,18 @@ class SqliteNodeStore(_Base):
             (scope.tenant_id, scope.conversation_id)).fetchone()
         return 0 if row[0] is None else int(row[0]) + 1
 
+    async def observation_count(self, scope: Scope) -> int:
+        row = self._conn.execute(
+            "SELECT COUNT(*) FROM nodes WHERE tenant=? AND conv=? AND kind='observation'",
+            (scope.tenant_id, scope.conversation_id)).fetchone()
+        return int(row[0])
+
+    async def used_seqs(self, scope: Scope) -> list[int]:
+        rows = self._conn.execute(
+            "SELECT seq FROM nodes WHERE tenant=? AND conv=? AND kind='observation' ORDER BY seq",
+            (scope.tenant_id, scope.conversation_id)).fetchall()
+        return [int(r[0]) for r in rows]
+
     async def scan(self, scope: Scope) -> list[MemoryNode]:
         rows = self._conn.execute(
             "SELECT body FROM nodes WHERE tenant=? AND conv=? ORDER BY seq, id",

@@ -6,6 +6,7 @@ processed in chunks as: seqs -> nodes (1 embedding call, 1 typing request) -> ma
 candidates -> relations (1 request) -> edges -> consolidation when a block of writes completes; the
 next chunk's embedding runs while the current chunk is linked.
 Writes are serialised by one lock: seq assignment needs a single writer per conversation.
+``write_batch`` is the write path both drivers run (the Faust agent calls it per micro-batch).
 """
 
 from __future__ import annotations
@@ -17,8 +18,19 @@ from datetime import UTC, datetime
 
 from storage.ports import DeadLetterSink, EdgeStore, LexicalIndex, NodeStore, VectorIndex
 from topology.errors import InvalidEvent
-from topology.pipeline import WritePath, assign_seqs, consolidation_runs, dedupe
-from topology.schemas import DeadLetter, EdgeEvent, MemoryNode, Observation, Scope, WriteResult, decode
+from topology.pipeline import SeqState, WritePath, assign_seqs, consolidation_runs, dedupe
+from topology.schemas import (
+    CandidateSet,
+    ConsolidationDecision,
+    DeadLetter,
+    EdgeEvent,
+    MemoryNode,
+    Observation,
+    RelationJudgment,
+    Scope,
+    WriteResult,
+    decode,
+)
 from topology.systemone.port import CountingSystemOne
 
 
@@ -31,10 +43,11 @@ class Stores:
     dead_letters: DeadLetterSink
 
     async def materialise(self, nodes: Sequence[MemoryNode]) -> None:
-        """Write nodes to every store that candidate discovery and queries read."""
-        await self.nodes.upsert(nodes)
+        """Write nodes to every store that candidate discovery and queries read; the node store
+        last, so a node that is listed (and counted by seq assignment) is also searchable."""
         await self.vectors.upsert(nodes)
         await self.lexical.upsert(nodes)
+        await self.nodes.upsert(nodes)
 
     async def close(self) -> None:
         await self.nodes.close()
@@ -58,6 +71,83 @@ class IngestReport:
 def dead_letter(original: bytes | str, reason: str, source: str) -> DeadLetter:
     raw = original.decode("utf-8", "replace") if isinstance(original, bytes) else original
     return DeadLetter(original=raw, reason=reason, source=source, received_at=datetime.now(UTC))
+
+
+async def number(nodes: NodeStore, obs: Sequence[Observation]) -> tuple[list[tuple[Observation, int]], int]:
+    """Seqs for a deduplicated batch, read from the node store (the authority: a conversation has
+    one writer, its partition's owner, and nodes are acknowledged before the input offset is
+    committed), and the number of events not stored before. Scopes are read concurrently."""
+    by_scope: dict[Scope, list[str]] = {}
+    for o in obs:
+        by_scope.setdefault(o.scope, []).append(o.event_id)
+
+    async def read(scope: Scope, event_ids: list[str]) -> tuple[SeqState, dict[str, int]]:
+        # the counters first, the batch's own events last: a late write of an earlier attempt of
+        # this batch then shows up as known events (whose seqs assign_seqs never hands out again)
+        nxt, count = await nodes.next_seq(scope), await nodes.observation_count(scope)
+        state = SeqState.of(count, nxt, await nodes.used_seqs(scope) if count != nxt else None)
+        return state, await nodes.seqs(scope, event_ids)
+
+    known: dict[tuple[str, str, str], int] = {}
+    states: dict[Scope, SeqState] = {}
+    for scope, (state, seqs) in zip(by_scope, await asyncio.gather(*(read(s, e) for s, e in by_scope.items())),
+                                    strict=True):
+        states[scope] = state
+        known.update({(scope.tenant_id, scope.conversation_id, e): s for e, s in seqs.items()})
+    numbered = assign_seqs(obs, known, states)
+    return numbered, sum(1 for o in obs if (o.tenant_id, o.conversation_id, o.event_id) not in known)
+
+
+@dataclass
+class Written:
+    """Everything one batch wrote (what the Faust driver also logs to the output topics)."""
+
+    nodes: list[MemoryNode]
+    candidates: list[CandidateSet]
+    judgments: list[RelationJudgment]
+    edges: list[EdgeEvent]
+    decisions: list[ConsolidationDecision]
+    links: list[EdgeEvent]
+    derived: list[MemoryNode]
+    new: int
+    write_calls: int
+
+
+async def write_batch(stores: Stores, wp: WritePath, obs: list[Observation],
+                      calls: Callable[[], int] = lambda: 0) -> Written:
+    """The whole write path for one deduplicated batch, as both drivers run it: seqs -> nodes ->
+    materialise -> candidates -> relations -> edges -> consolidation. Every write is an idempotent
+    upsert acknowledged before this returns, so running a batch again (after a crash, or any
+    prefix of it) writes the same nodes, seqs and edges. ``calls`` reads the System One request
+    counter (to report the write path's share)."""
+    numbered, new = await number(stores.nodes, obs)
+    return await write_embedded(stores, wp, await wp.embed(numbered), new, calls)
+
+
+async def write_embedded(stores: Stores, wp: WritePath, embedded: list[MemoryNode], new: int = 0,
+                         calls: Callable[[], int] = lambda: 0) -> Written:
+    """:func:`write_batch` from embedded (numbered, not yet typed) nodes on: type -> materialise
+    -> candidates -> relations -> edges -> consolidation."""
+    nodes = await wp.type(embedded)
+    await stores.materialise(nodes)
+    csets, judgments, edges = await wp.link(nodes)
+    await stores.edges.upsert(edges)
+    out = Written(nodes, csets, judgments, edges, [], [], [], new, calls())
+
+    async def neighbours(scope: Scope, ids: Sequence[str]) -> list[EdgeEvent]:
+        return await stores.edges.neighbours(scope, ids, ["semantic"], 10_000)
+
+    for scope, run, last in consolidation_runs(nodes, wp.params.consolidate_every):
+        found, links, derived = await wp.consolidate(scope, run, last, neighbours)
+        if derived:
+            built = await wp.build_nodes_from(derived)
+            await stores.materialise(built)
+            out.derived += built
+        await stores.edges.upsert_decisions(found)
+        await stores.edges.upsert(links)
+        out.decisions += found
+        out.links += links
+    return out
 
 
 class EmbeddedPipeline:
@@ -84,42 +174,37 @@ class EmbeddedPipeline:
                      on_chunk: Callable[[int], None] | None = None) -> IngestReport:
         """Write ``observations`` (any number; duplicates of an event are one event).
 
-        They are written in chunks of ``chunk`` events, pipelined: chunk i+1 is embedded (in
-        worker threads, reading no store) while chunk i is typed, materialised and linked, so the
-        embedding model and the linking work use both cores. The graph is the same as for any
-        other batching (seqs are assigned up front; discovery only sees earlier seqs, which are
-        materialised first). ``on_chunk(n)`` is called after each chunk of ``n`` events."""
+        They are numbered up front, then written in chunks of ``chunk`` events, pipelined: chunk
+        i+1 is embedded (in worker threads, reading no store) while chunk i is typed, materialised
+        and linked, so the embedding model and the linking work use both cores. The graph is the
+        same as for any other batching (discovery only sees earlier seqs, materialised first).
+        ``on_chunk(n)`` is called after each chunk of ``n`` events."""
         obs = dedupe(observations)
         if not obs:
             return IngestReport()
         async with self._lock:
             return await self._write(obs, on_chunk)
 
-    async def _number(self, obs: list[Observation]) -> tuple[list[tuple[Observation, int]], set[tuple[str, str, str]]]:
-        nodes = self.stores.nodes
-        known: dict[tuple[str, str, str], int] = {}
-        next_seq: dict[Scope, int] = {}
-        by_scope: dict[Scope, list[str]] = {}
-        for o in obs:
-            by_scope.setdefault(o.scope, []).append(o.event_id)
-        for scope, event_ids in by_scope.items():
-            seqs = await nodes.seqs(scope, event_ids)
-            known.update({(scope.tenant_id, scope.conversation_id, e): s for e, s in seqs.items()})
-            next_seq[scope] = await nodes.next_seq(scope)
-        return assign_seqs(obs, known, next_seq), set(known)
-
     async def _write(self, obs: list[Observation], on_chunk: Callable[[int], None] | None) -> IngestReport:
-        numbered, known = await self._number(obs)
+        numbered, new = await number(self.stores.nodes, obs)
         chunks = [numbered[i: i + self.chunk] for i in range(0, len(numbered), self.chunk)]
-        report = IngestReport(accepted=len(obs), new_nodes=sum(
-            1 for o in obs if (o.tenant_id, o.conversation_id, o.event_id) not in known))
+        report = IngestReport(accepted=len(obs), new_nodes=new)
         ahead: asyncio.Task[list[MemoryNode]] | None = asyncio.create_task(self.write_path.embed(chunks[0]))
         try:
             for i in range(len(chunks)):
                 assert ahead is not None
                 embedded = await ahead
                 ahead = asyncio.create_task(self.write_path.embed(chunks[i + 1])) if i + 1 < len(chunks) else None
-                await self._link(embedded, report)
+                calls0 = self.so.calls
+                w = await write_embedded(self.stores, self.write_path, embedded, calls=self._counter(calls0))
+                by_node: dict[str, list[EdgeEvent]] = {}
+                for e in w.edges:
+                    by_node.setdefault(e.target, []).append(e)
+                report.edges += len(w.edges)
+                report.decisions += len(w.decisions)
+                report.write_calls += w.write_calls
+                report.consolidation_calls += self.so.calls - calls0 - w.write_calls
+                report.results += [WriteResult(node=n.without_embedding(), edges=by_node.get(n.id, [])) for n in w.nodes]
                 if on_chunk is not None:
                     on_chunk(len(chunks[i]))
         finally:
@@ -127,32 +212,9 @@ class EmbeddedPipeline:
                 ahead.cancel()
         return report
 
-    async def _link(self, embedded: list[MemoryNode], report: IngestReport) -> None:
-        """Type, materialise, link and consolidate one chunk of embedded nodes."""
-        stores, wp = self.stores, self.write_path
-        calls0 = self.so.calls
-        nodes = await wp.type(embedded)
-        await stores.materialise(nodes)
-        _, _, edges = await wp.link(nodes)
-        await stores.edges.upsert(edges)
-        report.write_calls += self.so.calls - calls0
-        calls1 = self.so.calls
-        for scope, run, last in consolidation_runs(nodes, wp.params.consolidate_every):
-            found, links, derived = await wp.consolidate(scope, run, last, self._neighbours)
-            if derived:
-                await stores.materialise(await wp.build_nodes_from(derived))
-            await stores.edges.upsert_decisions(found)
-            await stores.edges.upsert(links)
-            report.decisions += len(found)
-        report.consolidation_calls += self.so.calls - calls1
-        report.edges += len(edges)
-        by_node: dict[str, list[EdgeEvent]] = {}
-        for e in edges:
-            by_node.setdefault(e.target, []).append(e)
-        report.results += [WriteResult(node=n.without_embedding(), edges=by_node.get(n.id, [])) for n in nodes]
-
-    async def _neighbours(self, scope: Scope, ids: Sequence[str]) -> list[EdgeEvent]:
-        return await self.stores.edges.neighbours(scope, ids, ["semantic"], 10_000)
+    def _counter(self, start: int) -> Callable[[], int]:
+        """System One requests made since ``start``."""
+        return lambda: self.so.calls - start
 
     async def close(self) -> None:
         await self.so.aclose()

@@ -1,45 +1,56 @@
-"""The Faust app: thin agents over the shared stages (decode -> stage -> emit/sink).
+"""The Faust app: one agent runs the whole write path per micro-batch, then logs what it wrote.
 
-    observations --typing--> memories --linking--> candidates --relations--> judgments, edges
-                     |                    |  (materialise nodes,        |  (materialise edges,
-                     v                    |   then discover)            |   consolidate every 20)
-                deadletters               v                             v
-                                     vector/lexical/node stores      edge store, consolidation
+    observations --write--> [decode -> seqs -> nodes -> materialise -> candidates -> relations
+                             -> edges -> consolidation]  --> memories, candidates, judgments,
+                                                             edges, consolidation, deadletters
 
-* ``typing`` micro-batches with ``take_events(batch, within)`` so one embedding call and one
-  System One request serve a whole batch. It assigns each event its per-conversation ``seq`` from
-  the ``jevmem-seq`` table (the conversation's write counter; changelog-backed, partitioned like
-  the source so it moves with the partition on rebalance).
-* ``linking`` materialises the nodes (acknowledged) *before* discovering candidates, and a
-  conversation lives on one partition, so discovery sees every earlier observation
-  (read-your-writes), and a replay sees exactly what the first run saw (``seq`` filters).
-* ``relations`` judges all pairs of a batch in one request, writes edges to the edge store, emits
-  them, and runs consolidation when a node's seq completes a block of ``consolidate_every`` writes.
+Contracts (what makes a worker's death harmless, see README "Guarantees"):
 
-Events are acknowledged (and so their offsets committed) only after the batch's writes and
-sends were acknowledged: at-least-once delivery into idempotent, id-keyed upserts.
+* One consumed topic, no Faust Table. A conversation (the record key) lives on one partition, so
+  it has one writer at a time: the partition's owner.
+* A batch's seqs come from the node store (``streams.embedded.number``), the same authority the
+  embedded driver uses. Nodes are materialised (acknowledged, read-your-writes) before the batch's
+  offsets can be committed, so whoever owns the partition next reads the seqs the previous owner
+  wrote; a crash mid-batch leaves holes that redelivery refills with the same seqs
+  (``topology.pipeline.assign_seqs``). There is no cached counter to go stale or to lose.
+* The batch's events are acknowledged (and so their offsets committed) only after every store
+  write and every output record was acknowledged: at-least-once into idempotent upserts keyed by
+  deterministic ids. A failing batch is retried in place with capped exponential backoff (an
+  Elasticsearch or broker outage stalls the stream, loses nothing, and resumes by itself).
+* ``stream_wait_empty`` (Faust's default) stays on: on a rebalance (and on a graceful stop) the
+  worker finishes and acks its batch before giving up the partition, so the next owner never
+  overlaps it (no zombie writes) and a stop never acks a batch it did not finish.
+* A record that does not decode becomes a dead letter (reason, original bytes,
+  ``topic:partition:offset``) and the stream goes on.
+
+Why no Table: with a table, Faust's recovery resumes the stream partitions, awaits the seek to the
+committed offsets and only then resumes flow control, which clears every agent's input buffer;
+records of a taken-over partition fetched in that window are dropped after aiokafka's fetch
+position moved past them, and nothing seeks back (the partition stalls; later records may even be
+committed across the gap). Without tables Faust resumes with the consumer's flow still stopped.
 """
 
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import faust
 
-from streams.embedded import Stores, dead_letter
+from streams.embedded import Stores, dead_letter, write_batch
 from topology.errors import InvalidEvent
-from topology.pipeline import WritePath, consolidation_runs
-from topology.schemas import CandidateSet, EdgeEvent, MemoryNode, Observation, Scope, decode, encode
+from topology.pipeline import WritePath, dedupe
+from topology.schemas import DeadLetter, Observation, Scope, decode, encode
 from topology.topics import topics
 
 log = logging.getLogger("jevmem.streams")
 
-#: Event ids remembered per conversation to give redelivered events their original seq.
-RECENT_EVENTS = 4096
+#: Backoff between attempts of a failing batch: doubles from FIRST to at most MAX seconds.
+RETRY_FIRST_S, RETRY_MAX_S = 0.5, 10.0
 
 
 @dataclass
@@ -57,32 +68,51 @@ class AppConfig:
 
 @dataclass
 class Services:
-    """What the agents call: the write path and the stores it materialises into."""
+    """What the agent calls: the write path and the stores it materialises into."""
 
     write_path: WritePath
     stores: Stores
-
-
-def assign(table_value: dict[str, Any] | None, event_id: str) -> tuple[int, dict[str, Any]]:
-    """Pure seq assignment for one event given the conversation's table value.
-
-    Returns (seq, new table value). A known event keeps its seq; a new one takes ``next``.
-    """
-    nxt = 0 if table_value is None else int(table_value["next"])
-    recent: dict[str, int] = {} if table_value is None else {k: int(v) for k, v in table_value["recent"].items()}
-    if event_id in recent:
-        return recent[event_id], {"next": nxt, "recent": recent}
-    recent[event_id] = nxt
-    if len(recent) > RECENT_EVENTS:
-        for old in sorted(recent, key=recent.__getitem__)[: len(recent) - RECENT_EVENTS]:
-            del recent[old]
-    return nxt, {"next": nxt + 1, "recent": recent}
 
 
 async def _send_all(topic: faust.TopicT, records: Sequence[tuple[str, bytes]]) -> None:
     """Send and wait until the broker acknowledged every record."""
     futures = [await topic.send(key=key.encode(), value=value) for key, value in records]
     await asyncio.gather(*futures)
+
+
+async def retrying(what: str, attempt: Callable[[], Awaitable[None]],
+                   first_s: float = RETRY_FIRST_S, max_s: float = RETRY_MAX_S) -> int:
+    """Run ``attempt`` until it succeeds; returns the number of failed attempts. Only safe for an
+    idempotent attempt (a batch: upserts by deterministic ids, seqs from the store)."""
+    failures, delay = 0, first_s
+    while True:
+        try:
+            await attempt()
+            return failures
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:
+            failures += 1
+            log.warning("%s failed (attempt %d), retrying in %.1f s: %r", what, failures, delay, exc)
+            await asyncio.sleep(delay)
+            delay = min(max_s, delay * 2)
+
+
+def decode_batch(values: Sequence[tuple[bytes, str]]) -> tuple[list[Observation], list[DeadLetter]]:
+    """Observations of a batch (first copy of each event id kept, see ``dedupe``) and a dead letter
+    for every value that does not decode; ``values`` are (bytes, "topic:partition:offset")."""
+    good: list[Observation] = []
+    letters: list[DeadLetter] = []
+    for value, source in values:
+        try:
+            good.append(decode(Observation, value))
+        except InvalidEvent as exc:
+            letters.append(dead_letter(value, exc.reason, source))
+    return dedupe(good), letters
+
+
+def _key(tenant_id: str, conversation_id: str) -> str:
+    return Scope(tenant_id=tenant_id, conversation_id=conversation_id).key
 
 
 def create_app(config: AppConfig, services: Services) -> faust.App:
@@ -102,10 +132,6 @@ def create_app(config: AppConfig, services: Services) -> faust.App:
         # a dead worker's partitions move within ~10 s instead of the 60 s default
         broker_session_timeout=10.0,
         broker_heartbeat_interval=1.0,
-        stream_wait_empty=False,
-        # no standby table replicas: promoting a standby after a member died sometimes left the
-        # taken-over partitions unfetched (faust-streaming 0.15); active-only recovery does not
-        table_standby_replicas=0,
     )
     spec = topics(config.prefix)
 
@@ -118,69 +144,35 @@ def create_app(config: AppConfig, services: Services) -> faust.App:
     observations, memories, candidates = topic("observations"), topic("memories"), topic("candidates")
     judgments, edges, consolidation, deadletters = (
         topic("judgments"), topic("edges"), topic("consolidation"), topic("deadletters"))
-    seqs = app.Table(f"{config.app_id}-seq", default=None, partitions=config.partitions,
-                     use_partitioner=True)  # app defaults: raw keys (as the producer's), json values
     wp, stores = services.write_path, services.stores
 
-    @app.agent(observations)
-    async def typing_agent(stream: faust.StreamT[bytes]) -> AsyncIterator[None]:
-        async for events in stream.take_events(config.batch, within=config.within_s):  # type: ignore[attr-defined]
-            good: list[tuple[Observation, int]] = []
-            letters = []
-            seen: set[tuple[str, str]] = set()
-            for ev in events:
-                msg = ev.message
-                try:
-                    obs = decode(Observation, ev.value)
-                except InvalidEvent as exc:
-                    letters.append(dead_letter(ev.value, exc.reason, f"{msg.topic}:{msg.partition}:{msg.offset}"))
-                    continue
-                if (obs.scope.key, obs.event_id) in seen:
-                    continue
-                seen.add((obs.scope.key, obs.event_id))
-                key = obs.scope.key
-                seq, state = assign(seqs.get(key), obs.event_id)
-                seqs[key] = state
-                good.append((obs, seq))
-            nodes = await wp.build_nodes(good)
-            await _send_all(memories, [(n.scope.key, encode(n)) for n in nodes])
+    async def process(values: Sequence[tuple[bytes, str]]) -> None:
+        obs, letters = decode_batch(values)
+        if letters:
             await _send_all(deadletters, [("rejected", encode(d)) for d in letters])
             for d in letters:
                 log.warning("dead letter %s: %s", d.source, d.reason)
-            yield None
+        if not obs:
+            return
+        w = await write_batch(stores, wp, obs)
+        await _send_all(memories, [(n.scope.key, encode(n)) for n in w.nodes + w.derived])
+        await _send_all(candidates, [(c.node.scope.key, encode(c)) for c in w.candidates])
+        await _send_all(judgments, [(_key(j.tenant_id, j.conversation_id), encode(j)) for j in w.judgments])
+        await _send_all(edges, [(_key(e.tenant_id, e.conversation_id), encode(e)) for e in w.edges + w.links])
+        await _send_all(consolidation, [(_key(d.tenant_id, d.conversation_id), encode(d)) for d in w.decisions])
 
-    @app.agent(memories)
-    async def linking_agent(stream: faust.StreamT[bytes]) -> AsyncIterator[None]:
-        async for values in stream.take(config.batch, within=config.within_s):
-            nodes = [decode(MemoryNode, v) for v in values]
-            await stores.materialise(nodes)
-            csets = await wp.discover(nodes)  # derived nodes are materialised, not linked
-            await _send_all(candidates, [(c.node.scope.key, encode(c)) for c in csets])
-            yield None
-
-    @app.agent(candidates)
-    async def relations_agent(stream: faust.StreamT[bytes]) -> AsyncIterator[None]:
-        async for values in stream.take(config.batch, within=config.within_s):
-            csets = [decode(CandidateSet, v) for v in values]
-            found, new_edges = await wp.judge(csets)
-            await stores.edges.upsert(new_edges)
-            await _send_all(judgments, [(j_scope(j.tenant_id, j.conversation_id), encode(j)) for j in found])
-            await _send_all(edges, [(j_scope(e.tenant_id, e.conversation_id), encode(e)) for e in new_edges])
-            for scope, run, last in consolidation_runs([c.node for c in csets], wp.params.consolidate_every):
-                decisions, links, derived = await wp.consolidate(scope, run, last, _neighbours(stores))
-                if derived:
-                    built = await wp.build_nodes_from(derived)
-                    await stores.materialise(built)
-                    await _send_all(memories, [(n.scope.key, encode(n)) for n in built])
-                await stores.edges.upsert_decisions(decisions)
-                await stores.edges.upsert(links)
-                await _send_all(consolidation, [(scope.key, encode(d)) for d in decisions])
-                await _send_all(edges, [(scope.key, encode(e)) for e in links])
-            yield None
+    @app.agent(observations)
+    async def write_agent(stream: faust.StreamT[bytes]) -> AsyncIterator[None]:
+        async for events in stream.take_events(config.batch, within=config.within_s):  # type: ignore[attr-defined]
+            values = [(ev.value, f"{ev.message.topic}:{ev.message.partition}:{ev.message.offset}") for ev in events]
+            first = values[0][1] if values else "empty"
+            await retrying(f"batch from {first} ({len(values)} records)", functools.partial(process, values))
+            yield None  # the batch's events are acked when the stream moves on
 
     @app.task  # type: ignore[untyped-decorator]
     async def dump_on_sigusr2() -> None:
-        """``kill -USR2 <worker>`` logs every asyncio task's stack (diagnosing a stalled worker)."""
+        """``kill -USR2 <worker>`` logs every asyncio task's stack and the consumer's per-partition
+        positions (diagnosing a stalled worker)."""
         import io
         import signal
 
@@ -189,19 +181,34 @@ def create_app(config: AppConfig, services: Services) -> faust.App:
             for task in asyncio.all_tasks():
                 task.print_stack(file=buf)
             log.warning("task dump:\n%s", buf.getvalue())
+            log.warning("consumer state: %s", consumer_state(app))
 
         asyncio.get_running_loop().add_signal_handler(signal.SIGUSR2, dump)
 
-    app.jevmem_agents = (typing_agent, linking_agent, relations_agent)  # type: ignore[attr-defined]
+    app.jevmem_agents = (write_agent,)  # type: ignore[attr-defined]
     return app
 
 
-def j_scope(tenant_id: str, conversation_id: str) -> str:
-    return Scope(tenant_id=tenant_id, conversation_id=conversation_id).key
-
-
-def _neighbours(stores: Stores) -> Any:
-    async def fetch(scope: Scope, ids: Sequence[str]) -> list[EdgeEvent]:
-        return await stores.edges.neighbours(scope, ids, ["semantic"], 10_000)
-
-    return fetch
+def consumer_state(app: faust.App) -> dict[str, Any]:
+    """Per assigned partition: aiokafka's fetch position, Faust's read/committed offsets and
+    whether Faust considers it active or paused (diagnosing a partition that stopped moving)."""
+    consumer: Any = app.consumer
+    out: dict[str, Any] = {}
+    try:
+        inner = consumer._thread._ensure_consumer()
+        assignment = inner._subscription.subscription.assignment
+    except Exception:  # diagnostics only: internals differ across versions
+        inner, assignment = None, None
+    active = consumer._active_partitions or set()
+    for tp in sorted(consumer.assignment()):
+        pos = None
+        if assignment is not None:
+            try:
+                pos = assignment.state_value(tp).position
+            except Exception:
+                pos = None
+        out[f"{tp.topic}:{tp.partition}"] = {
+            "fetch_position": pos, "read_offset": consumer._read_offset.get(tp),
+            "committed": consumer._committed_offset.get(tp), "active": tp in active,
+            "paused": tp in consumer._paused_partitions}
+    return out

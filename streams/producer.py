@@ -1,9 +1,10 @@
 """Producer SDK for agent runtimes: observations onto the observations topic.
 
 confluent-kafka with the idempotent producer (``enable.idempotence``, ``acks=all``): retries never
-duplicate or reorder within a partition. The key is ``tenant_id/conversation_id`` so a
-conversation stays ordered. ``send`` resolves only when the broker acknowledged every record and
-raises :class:`BrokerUnavailable` listing the records that failed (delivery reports surfaced).
+duplicate or reorder within a partition. The key is :attr:`Scope.key` (tenant + conversation) so
+a conversation stays ordered, partitioned by murmur2 like the Java and aiokafka clients.
+``send`` resolves only when the broker acknowledged every record and raises
+:class:`BrokerUnavailable` listing the records that failed (delivery reports surfaced).
 """
 
 from __future__ import annotations
@@ -36,6 +37,9 @@ def producer_config(bootstrap: str, **extra: Any) -> dict[str, Any]:
         "linger.ms": 5,
         "compression.type": "none",  # consumers (aiokafka in the Faust workers) read none/gzip natively
         "message.timeout.ms": 30_000,
+        # the Java client's (and aiokafka's, so Faust's) partitioner: a key lands on the same
+        # partition whichever client wrote it (librdkafka's default, consistent_random, is CRC32)
+        "partitioner": "murmur2_random",
         **extra,
     }
 

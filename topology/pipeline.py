@@ -11,7 +11,8 @@ for in-process use and for tests.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
 
 from topology.params import Params
 from topology.ports import Embedder, MemoryReader
@@ -29,25 +30,75 @@ from topology.systemone.port import SystemOne
 
 
 def dedupe(observations: Sequence[Observation]) -> list[Observation]:
-    """First occurrence of each (tenant, conversation, event_id), order kept."""
+    """First occurrence of each (tenant, conversation, event_id), order kept.
+
+    An event id names one event: a second copy in the same batch is the same event delivered
+    twice (a producer retry, an at-least-once redelivery), so it is dropped on purpose; it would
+    map to the same node id anyway. (A copy in a later batch is a redelivery: it keeps its seq.)"""
     seen: dict[tuple[str, str, str], Observation] = {}
     for o in observations:
         seen.setdefault((o.tenant_id, o.conversation_id, o.event_id), o)
     return list(seen.values())
 
 
-def assign_seqs(observations: Sequence[Observation], known: dict[tuple[str, str, str], int],
-                next_seq: dict[Scope, int]) -> list[tuple[Observation, int]]:
-    """Keep the seq of events already stored; number new ones in arrival order per scope."""
-    out, counters = [], dict(next_seq)
+@dataclass(frozen=True)
+class SeqState:
+    """A scope's stored observation seqs, as seq assignment needs them: ``next`` is one past the
+    largest, ``free`` the unused seqs below it, ascending (holes left by a batch that was only
+    partly written before a crash)."""
+
+    next: int = 0
+    free: tuple[int, ...] = ()
+
+    @staticmethod
+    def of(count: int, next_seq: int, used: Iterable[int] | None = None) -> SeqState:
+        """From the store's observation ``count`` and ``next_seq``; ``used`` (every stored seq) is
+        needed only when there are holes (``count != next_seq``), and is then required."""
+        if count == next_seq:
+            return SeqState(next_seq)
+        if used is None:
+            raise ValueError(f"{next_seq - count} holes below {next_seq}: the used seqs are needed")
+        return SeqState(next_seq, tuple(sorted(set(range(next_seq)) - set(used))))
+
+
+def assign_seqs(observations: Sequence[Observation], known: Mapping[tuple[str, str, str], int],
+                states: Mapping[Scope, SeqState]) -> list[tuple[Observation, int]]:
+    """Number a batch: an event already stored keeps its seq (``known``); new events take the
+    lowest free seqs of their scope in arrival order (holes first, then ``next`` onwards).
+
+    Why holes first: a batch numbers its new events in offset order; if a crash left only some of
+    them written, redelivery (which resumes at or before that batch, in the same order) gives the
+    missing events exactly the seqs they had, because those are the holes, ascending. So seqs
+    stay ``0..n-1`` and a conversation's graph does not depend on where a worker died.
+    A seq held by a known event of the batch is never drawn for a new one: ``states`` may be read
+    *before* ``known`` (see ``streams.embedded.number``), so a write of this same batch that lands
+    late (a request that timed out but was applied afterwards) cannot make two events share a seq.
+    Contract: ``observations`` holds each (tenant, conversation, event_id) once (see ``dedupe``).
+    """
+    taken: dict[Scope, set[int]] = {}
+    for o in observations:
+        seq = known.get((o.tenant_id, o.conversation_id, o.event_id))
+        if seq is not None:
+            taken.setdefault(o.scope, set()).add(seq)
+    free = {scope: list(st.free) for scope, st in states.items()}
+    nxt = {scope: st.next for scope, st in states.items()}
+
+    def draw(scope: Scope) -> int:
+        holes = free.setdefault(scope, [])
+        while holes:
+            seq = holes.pop(0)
+            if seq not in taken.get(scope, ()):
+                return seq
+        while True:
+            seq = nxt.get(scope, 0)
+            nxt[scope] = seq + 1
+            if seq not in taken.get(scope, ()):
+                return seq
+
+    out: list[tuple[Observation, int]] = []
     for o in observations:
         key = (o.tenant_id, o.conversation_id, o.event_id)
-        if key in known:
-            out.append((o, known[key]))
-        else:
-            seq = counters[o.scope]
-            counters[o.scope] = seq + 1
-            out.append((o, seq))
+        out.append((o, known[key] if key in known else draw(o.scope)))
     return out
 
 

@@ -44,8 +44,12 @@ class Scope(BaseModel):
 
     @property
     def key(self) -> str:
-        """The partition key: one conversation is ordered and owned by one partition."""
-        return f"{self.tenant_id}/{self.conversation_id}"
+        """The record/partition key: one conversation is ordered and owned by one partition.
+
+        ``tenant/conversation`` with ``%`` and ``/`` percent-encoded in the tenant, so the first
+        ``/`` always separates the two and no two scopes share a key (``a/b`` + ``c`` and ``a`` +
+        ``b/c`` differ); unchanged for tenants without those characters."""
+        return f"{self.tenant_id.replace('%', '%25').replace('/', '%2F')}/{self.conversation_id}"
 
 
 class Observation(_Event):

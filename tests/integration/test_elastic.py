@@ -147,6 +147,8 @@ async def snapshot(lex: object, ns: object, edges: object, scope: Scope, nodes: 
     out["neighbours all"] = await edges.neighbours(scope, node_ids, list(VIEWS), 1000)  # type: ignore[attr-defined]
     out["seqs"] = await ns.seqs(scope, [n.event_id for n in nodes] + ["missing"])  # type: ignore[attr-defined]
     out["next_seq"] = await ns.next_seq(scope)  # type: ignore[attr-defined]
+    out["observation_count"] = await ns.observation_count(scope)  # type: ignore[attr-defined]
+    out["used_seqs"] = await ns.used_seqs(scope)  # type: ignore[attr-defined]
     out["get"] = await ns.get(scope, [*reversed(node_ids), "missing", node_ids[0]])  # type: ignore[attr-defined]
     out["list"] = await ns.scan(scope)  # type: ignore[attr-defined]
     out["edges"] = await edges.scan(scope)  # type: ignore[attr-defined]
@@ -168,6 +170,8 @@ async def test_each_method(stores: Stores) -> None:
     assert [n.id for n in listed] == [n.id for n in nodes] and all(n.embedding is None for n in listed)
     assert await stores.nodes.seqs(A, ["ev-2", "ev-5", "nope"]) == {"ev-2": 2, "ev-5": 5}
     assert await stores.nodes.next_seq(A) == len(CHAT)  # the derived node does not count
+    assert await stores.nodes.observation_count(A) == len(CHAT)
+    assert await stores.nodes.used_seqs(A) == list(range(len(CHAT)))
     assert await stores.nodes.preceding(A, 5, 3) == [nodes[4].id, nodes[3].id, nodes[2].id]
     assert await stores.nodes.preceding(A, 100, 1) == [nodes[-2].id]  # observations only
     biscuit = await stores.nodes.sharing_entities_before(A, ["ent:biscuit", "ent:clara"], 11, 10)

@@ -1,0 +1,389 @@
+"""``jevmem bench chaos``: faults injected into the distributed pipeline on real servers, and a
+check that every conversation came out exactly as the embedded run of the same events.
+
+Each round uses fresh topics, consumer group and store prefix, starts its workers, streams the
+LoCoMo observations (paced, so faults land mid-stream) and injects one fault at a random point
+(after a random fraction of the nodes were materialised):
+
+* ``kill``: SIGKILL one of two workers; nobody replaces it.
+* ``double_kill``: three workers; SIGKILL one, then a second while the group is rebalancing
+  (recovering from the first); one worker is left.
+* ``broker_restart``: SIGKILL the Kafka broker, restart it (``scripts/kafka/kafka.sh start``).
+* ``es_outage``: Elasticsearch unreachable for ``--es-outage`` seconds (SIGSTOP/SIGCONT of the
+  node: connections hang and time out, as in a network partition).
+* ``scale``: a third worker joins two mid-stream.
+
+No worker is ever added after a fault (except ``scale``'s, which *is* the fault) and nothing
+nudges the group. A round passes when, within the time bound, every conversation has the
+expected events exactly once with seqs ``0..n-1`` and its graph (node ids and seqs, edges with
+probabilities, consolidation decisions) equals the embedded run's. A round whose graph stops
+changing for ``stall_s`` (or runs out of time) before that is *stalled* when the group's committed
+offsets stop short of the log end (else it is a graph mismatch); the survivors' consumer state
+(SIGUSR2 dump) and the committed offsets are then recorded in the result.
+
+The servers are the ones named by ``JEVMEM_KAFKA_BOOTSTRAP`` / ``JEVMEM_ELASTICSEARCH_URL``;
+faults act on the processes of ``scripts/kafka/kafka.sh`` and ``scripts/elasticsearch/es.sh`` found
+through their pid files (``KAFKA_DATA``, ``ES_HOME_DIR``/``ES_CACHE``+``ES_PORT``, as those
+scripts read them).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import random
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from confluent_kafka import Consumer, TopicPartition
+
+from jevmem import locomo
+from jevmem.distributed import distributed_stores, ensure_topics
+from jevmem.settings import Settings
+from jevmem.wiring import build_embedded
+from streams.embedded import Stores
+from streams.producer import ObservationProducer
+from streams.replay import Graph, graph_of
+from topology.embedding import load_embedder
+from topology.errors import BrokerUnavailable
+from topology.ports import Embedder
+from topology.schemas import ConsolidationDecision, Observation, Scope
+
+FAULTS = ("kill", "double_kill", "broker_restart", "es_outage", "scale")
+REPO = Path(__file__).resolve().parents[1]
+READY = b"[^Worker]: Ready"
+#: Observations sent per producer call while streaming (and the pause between calls).
+CHUNK, PACE_S = 6, 0.4
+
+
+@dataclass
+class Reference:
+    """The embedded run of the same events: what every round must reproduce."""
+
+    graphs: dict[Scope, Graph]
+    decisions: dict[Scope, list[ConsolidationDecision]]
+    events: dict[Scope, list[str]]
+
+
+@dataclass
+class RoundResult:
+    fault: str
+    passed: bool = False
+    lost: int = 0
+    duplicated: int = 0
+    stalled: bool = False
+    graph_mismatch: bool = False
+    seconds: float = 0.0
+    fault_at_nodes: int = 0
+    detail: list[str] = field(default_factory=list)
+    stall_state: dict[str, Any] = field(default_factory=dict)
+
+
+def conversations(directory: Path, tenant: str, turns: int) -> list[Observation]:
+    obs: list[Observation] = []
+    for f in sorted(directory.glob("*.json")):
+        obs += locomo.observations(locomo.load(f), tenant, f"locomo-{f.stem}")[:turns]
+    if not obs:
+        raise FileNotFoundError(f"no conversation files (*.json) in {directory}")
+    return obs
+
+
+async def reference(obs: list[Observation], settings: Settings, embedder: Embedder) -> Reference:
+    with tempfile.TemporaryDirectory() as tmp:
+        mem = build_embedded(settings, embedder=embedder, data_dir=tmp)
+        try:
+            for i in range(0, len(obs), settings.write_batch):
+                await mem.pipeline.ingest(obs[i: i + settings.write_batch])
+            scopes = sorted({o.scope for o in obs}, key=lambda s: s.key)
+            return Reference(graphs={s: await graph_of(mem.stores, s) for s in scopes},
+                             decisions={s: await mem.stores.edges.decisions(s) for s in scopes},
+                             events={s: [o.event_id for o in obs if o.scope == s] for s in scopes})
+        finally:
+            await mem.close()
+
+
+class Servers:
+    """The broker and Elasticsearch node of the project's scripts, found by their pid files."""
+
+    def __init__(self) -> None:
+        self.kafka_data = Path(os.environ.get("KAFKA_DATA", "/tmp/jevmem-kafka"))
+        es_cache = Path(os.environ.get("ES_CACHE", str(Path.home() / ".cache" / "jevmem-es")))
+        es_port = os.environ.get("ES_PORT", "9200")
+        self.es_home = Path(os.environ.get("ES_HOME_DIR", str(es_cache / f"node-{es_port}")))
+
+    @staticmethod
+    def _pid(path: Path) -> int:
+        return int(path.read_text().strip())
+
+    def kill_broker(self) -> None:
+        os.kill(self._pid(self.kafka_data / "kafka.pid"), signal.SIGKILL)
+
+    async def start_broker(self) -> None:
+        env = {k: v for k, v in os.environ.items() if k != "ES_FRESH"}
+        proc = await asyncio.create_subprocess_exec("bash", str(REPO / "scripts" / "kafka" / "kafka.sh"), "start",
+                                                    env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        if await proc.wait() != 0:
+            raise RuntimeError("kafka.sh start failed")
+
+    def pause_es(self, paused: bool) -> None:
+        os.kill(self._pid(self.es_home / "es.pid"), signal.SIGSTOP if paused else signal.SIGCONT)
+
+
+class Round:
+    """One round: its workers (subprocesses), its stores, its fault."""
+
+    def __init__(self, settings: Settings, fault: str, logdir: Path) -> None:
+        tag = f"chaos{uuid.uuid4().hex[:8]}"
+        self.tag, self.fault, self.logdir = tag, fault, logdir
+        self.settings = settings.model_copy(update={"topic_prefix": tag, "app_id": tag, "store_prefix": f"{tag}-"})
+        s = self.settings
+        self.env = {**os.environ, "JEVMEM_KAFKA_BOOTSTRAP": s.kafka_bootstrap,
+                    "JEVMEM_ELASTICSEARCH_URL": s.elasticsearch_url, "JEVMEM_TOPIC_PREFIX": tag,
+                    "JEVMEM_APP_ID": tag, "JEVMEM_STORE_PREFIX": f"{tag}-", "JEVMEM_PARTITIONS": str(s.partitions),
+                    "JEVMEM_WRITE_BATCH": str(s.write_batch)}
+        self.workers: list[subprocess.Popen[bytes]] = []
+
+    def log(self, n: int) -> Path:
+        return self.logdir / f"{self.tag}-w{n}.log"
+
+    def start_worker(self) -> int:
+        n = len(self.workers)
+        env = {**self.env, "JEVMEM_WORKER_DATADIR": str(self.logdir / f"{self.tag}-w{n}")}
+        self.workers.append(subprocess.Popen([sys.executable, "-c", "from jevmem.cli import main; main()", "worker"],
+                                             env=env, stdout=self.log(n).open("wb"), stderr=subprocess.STDOUT))
+        return n
+
+    def kill(self, n: int) -> None:
+        self.workers[n].send_signal(signal.SIGKILL)
+        self.workers[n].wait(10)
+
+    def alive(self) -> list[int]:
+        return [n for n, p in enumerate(self.workers) if p.poll() is None]
+
+    async def wait_ready(self, ns: list[int], timeout: float = 180.0) -> None:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if all(READY in self.log(n).read_bytes() for n in ns):
+                return
+            if any(self.workers[n].poll() is not None for n in ns):
+                raise RuntimeError(f"a worker exited before ready:\n{self.tail()}")
+            await asyncio.sleep(0.5)
+        raise TimeoutError(f"workers not ready:\n{self.tail()}")
+
+    def tail(self, chars: int = 2000) -> str:
+        return "\n".join(self.log(n).read_text(errors="replace")[-chars:] for n in range(len(self.workers)))
+
+    def stop(self) -> None:
+        for p in self.workers:
+            if p.poll() is None:
+                p.terminate()
+        for p in self.workers:
+            try:
+                p.wait(30)
+            except subprocess.TimeoutExpired:
+                p.kill()
+
+
+async def produce(bootstrap: str, prefix: str, obs: list[Observation]) -> None:
+    """Send ``obs`` paced in chunks; a chunk the broker did not acknowledge is sent again (event
+    ids make a resend harmless: same node, same seq)."""
+    async with ObservationProducer(bootstrap, prefix) as producer:
+        for i in range(0, len(obs), CHUNK):
+            while True:
+                try:
+                    await producer.send(obs[i: i + CHUNK])
+                    break
+                except BrokerUnavailable:
+                    await asyncio.sleep(1.0)
+            await asyncio.sleep(PACE_S)
+
+
+async def _count(stores: Stores, scopes: list[Scope]) -> tuple[int, int, int]:
+    """(nodes, edges, decisions) now, or (-1, -1, -1) while the stores do not answer."""
+    try:
+        nodes = sum([len(await stores.nodes.scan(s)) for s in scopes])
+        edges = sum([len(await stores.edges.scan(s)) for s in scopes])
+        decisions = sum([len(await stores.edges.decisions(s)) for s in scopes])
+    except Exception:  # Elasticsearch paused by the es_outage fault
+        return -1, -1, -1
+    return nodes, edges, decisions
+
+
+async def matches(stores: Stores, ref: Reference) -> list[str]:
+    problems = []
+    for scope, want in ref.graphs.items():
+        got = await graph_of(stores, scope)
+        if got != want:
+            problems.append(f"{scope.key}: {len(got.nodes)}/{len(want.nodes)} nodes, "
+                            f"{len(set(got.edges) ^ set(want.edges))} edges differ")
+        elif await stores.edges.decisions(scope) != ref.decisions[scope]:
+            problems.append(f"{scope.key}: consolidation decisions differ")
+    return problems
+
+
+def committed_offsets(settings: Settings) -> dict[str, dict[str, int]]:
+    """The group's committed offset and the log end of every partition of the observations topic."""
+    from topology.topics import topics
+
+    c = Consumer({"bootstrap.servers": settings.kafka_bootstrap, "group.id": settings.app_id})
+    try:
+        name = topics(settings.topic_prefix)["observations"].name
+        tps = [TopicPartition(name, p) for p in range(settings.partitions)]
+        out = {}
+        for tp in c.committed(tps, timeout=10):
+            end = c.get_watermark_offsets(TopicPartition(name, tp.partition), timeout=10)[1]
+            out[f"{name}:{tp.partition}"] = {"committed": tp.offset, "end": end}
+        return out
+    finally:
+        c.close()
+
+
+async def inject(rnd: Round, servers: Servers, rng: random.Random, es_outage_s: float) -> list[str]:
+    """Inject ``rnd.fault``; returns what was done (for the report)."""
+    done: list[str] = []
+    if rnd.fault in ("kill", "double_kill"):
+        victim = rng.choice(rnd.alive())
+        rnd.kill(victim)
+        done.append(f"SIGKILL worker {victim}")
+        if rnd.fault == "double_kill":
+            # the survivors notice the death after the session timeout (10 s): kill a second
+            # worker while they rebalance
+            await asyncio.sleep(rng.uniform(9.0, 13.0))
+            second = rng.choice(rnd.alive())
+            rnd.kill(second)
+            done.append(f"SIGKILL worker {second} during the rebalance")
+    elif rnd.fault == "broker_restart":
+        servers.kill_broker()
+        done.append("SIGKILL broker")
+        await asyncio.sleep(rng.uniform(1.0, 5.0))
+        await servers.start_broker()
+        done.append("broker restarted")
+    elif rnd.fault == "es_outage":
+        servers.pause_es(True)
+        try:
+            await asyncio.sleep(es_outage_s)
+        finally:
+            servers.pause_es(False)
+        done.append(f"Elasticsearch unreachable {es_outage_s:.0f} s")
+    elif rnd.fault == "scale":
+        n = rnd.start_worker()
+        done.append(f"worker {n} joined")
+    else:
+        raise ValueError(f"unknown fault {rnd.fault!r}")
+    return done
+
+
+async def run_round(obs: list[Observation], ref: Reference, settings: Settings, fault: str, servers: Servers,
+                    rng: random.Random, logdir: Path, embedder: Embedder, stall_s: float = 60.0,
+                    timeout_s: float = 420.0, es_outage_s: float = 30.0) -> RoundResult:
+    rnd = Round(settings, fault, logdir)
+    result = RoundResult(fault=fault)
+    t0 = time.monotonic()
+    ensure_topics(rnd.settings.kafka_bootstrap, rnd.settings.topic_prefix, rnd.settings.partitions)
+    stores = distributed_stores(rnd.settings, rnd.settings.store_prefix or "", embedder.dim)
+    scopes = list(ref.graphs)
+    producer: asyncio.Task[None] | None = None
+    try:
+        await rnd.wait_ready([rnd.start_worker() for _ in range(3 if fault == "double_kill" else 2)])
+        producer = asyncio.create_task(produce(rnd.settings.kafka_bootstrap, rnd.settings.topic_prefix, obs))
+        result.fault_at_nodes = rng.randint(len(obs) // 8, len(obs) * 2 // 3)
+        deadline = t0 + timeout_s
+        while (await _count(stores, scopes))[0] < result.fault_at_nodes:
+            if time.monotonic() > deadline or (producer.done() and producer.exception() is not None):
+                result.detail.append("fault point never reached")
+                break
+            await asyncio.sleep(0.5)
+        result.detail += await inject(rnd, servers, rng, es_outage_s)
+        await producer
+        last, since = (-2, -2, -2), time.monotonic()
+        now = last
+        while time.monotonic() < deadline:
+            now = await _count(stores, scopes)
+            if now != last:
+                last, since = now, time.monotonic()
+            else:
+                quiet = time.monotonic() - since
+                if quiet > stall_s or (now[0] == len(obs) and quiet > 3.0 and not await matches(stores, ref)):
+                    break
+            await asyncio.sleep(1.0)
+        if now[0] != len(obs) or await matches(stores, ref):
+            # not finished: stalled if the group stopped short of the log end (else: a mismatch)
+            result.stall_state = await stall_state(rnd)
+            offsets = result.stall_state.get("offsets", {})
+            result.stalled = not offsets or any(o["committed"] < o["end"] for o in offsets.values())
+        await check(stores, ref, result)
+    finally:
+        if producer is not None and not producer.done():
+            producer.cancel()
+        rnd.stop()
+        with contextlib.suppress(Exception):
+            await stores.close()
+    result.seconds = round(time.monotonic() - t0, 1)
+    result.passed = not (result.lost or result.duplicated or result.stalled or result.graph_mismatch)
+    return result
+
+
+async def stall_state(rnd: Round) -> dict[str, Any]:
+    """Committed offsets vs log ends, and each survivor's consumer state (its SIGUSR2 dump)."""
+    state: dict[str, Any] = {}
+    with contextlib.suppress(Exception):
+        state["offsets"] = await asyncio.to_thread(committed_offsets, rnd.settings)
+    for n in rnd.alive():
+        rnd.workers[n].send_signal(signal.SIGUSR2)
+    await asyncio.sleep(2.0)
+    for n in rnd.alive():
+        lines = [ln for ln in rnd.log(n).read_text(errors="replace").splitlines() if "consumer state:" in ln]
+        state[f"worker{n}"] = lines[-1].split("consumer state:", 1)[1].strip() if lines else None
+    return state
+
+
+async def check(stores: Stores, ref: Reference, result: RoundResult) -> None:
+    for scope, events in ref.events.items():
+        nodes = [n for n in await stores.nodes.scan(scope) if n.kind == "observation"]
+        have = Counter(n.event_id for n in nodes)
+        result.lost += sum(1 for e in events if e not in have)
+        result.duplicated += sum(c - 1 for c in have.values()) + sum(c - 1 for c in Counter(n.seq for n in nodes).values())
+        if sorted(n.seq for n in nodes) != list(range(len(nodes))):
+            result.detail.append(f"{scope.key}: seqs are not 0..n-1")
+    problems = await matches(stores, ref)
+    result.graph_mismatch = bool(problems)
+    result.detail += problems
+
+
+async def run_chaos(directory: Path, settings: Settings, rounds: int = 10, turns: int = 30,
+                    faults: tuple[str, ...] = FAULTS, seed: int | None = None, stall_s: float = 60.0,
+                    timeout_s: float = 420.0, es_outage_s: float = 30.0) -> dict[str, Any]:
+    """``rounds`` rounds cycling through ``faults`` over the first ``turns`` turns of each
+    conversation in ``directory``; returns the summary and each round's result."""
+    seed = random.randrange(2**32) if seed is None else seed
+    rng = random.Random(seed)
+    embedder = load_embedder(settings.embedder, settings.model_cache)
+    obs = conversations(directory, "chaos", turns)
+    ref = await reference(obs, settings, embedder)
+    servers = Servers()
+    logdir = Path(tempfile.mkdtemp(prefix="jevmem-chaos-"))
+    results = []
+    for i in range(rounds):
+        results.append(await run_round(obs, ref, settings, faults[i % len(faults)], servers, rng, logdir, embedder,
+                                       stall_s=stall_s, timeout_s=timeout_s, es_outage_s=es_outage_s))
+    per_fault: dict[str, dict[str, int]] = {}
+    for r in results:
+        f = per_fault.setdefault(r.fault, {"rounds": 0, "passed": 0})
+        f["rounds"] += 1
+        f["passed"] += int(r.passed)
+    return {
+        "rounds": rounds, "passed": sum(r.passed for r in results), "lost": sum(r.lost for r in results),
+        "duplicated": sum(r.duplicated for r in results), "stalled": sum(r.stalled for r in results),
+        "graph_mismatches": sum(r.graph_mismatch for r in results), "faults": per_fault,
+        "observations": len(obs), "seed": seed, "logs": str(logdir),
+        "results": [r.__dict__ for r in results],
+    }
