@@ -4,6 +4,7 @@ the HTTP service over them, and the active store generation used by replay's swi
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -11,7 +12,7 @@ from typing import Any
 
 from confluent_kafka import Consumer, TopicPartition
 from confluent_kafka import admin as kafka_admin
-from elasticsearch import AsyncElasticsearch, NotFoundError
+from elasticsearch import ApiError, AsyncElasticsearch, ConflictError, NotFoundError
 
 from jevmem.settings import Settings
 from jevmem.wiring import system_one, system_two
@@ -23,7 +24,7 @@ from storage.reader import StoreReader
 from streams.embedded import Stores
 from streams.producer import ObservationProducer
 from topology.embedding import load_embedder
-from topology.errors import BrokerUnavailable
+from topology.errors import BrokerUnavailable, ModelMismatch, StoreUnavailable
 from topology.pipeline import WritePath
 from topology.ports import Embedder
 from topology.schemas import DeadLetter, EdgeEvent, MemoryNode, Observation, Scope, decode
@@ -102,6 +103,26 @@ async def set_active_generation(es: AsyncElasticsearch, prefix: str) -> None:
     await es.index(index=META_INDEX, id="active", document={"prefix": prefix}, refresh=True)
 
 
+async def check_model(settings: Settings, prefix: str, embedder: str) -> None:
+    """Record ``embedder`` with the store generation ``prefix`` (first use), or raise
+    :class:`ModelMismatch` if that generation was built with another model: its vectors would not
+    be comparable. ``jevmem replay --from observations`` re-embeds into a fresh generation."""
+    key = settings.elasticsearch_api_key.get_secret_value() if settings.elasticsearch_api_key else None
+    es = AsyncElasticsearch(settings.elasticsearch_url, api_key=key)
+    try:
+        with contextlib.suppress(ConflictError):
+            await es.index(index=META_INDEX, id=f"model:{prefix}", document={"embedder": embedder},
+                           op_type="create", refresh=True)
+        recorded = str((await es.get(index=META_INDEX, id=f"model:{prefix}"))["_source"]["embedder"])
+    except ApiError as exc:
+        raise StoreUnavailable(f"elasticsearch meta: {exc}") from exc
+    finally:
+        await es.close()
+    if recorded != embedder:
+        raise ModelMismatch(f"store generation {prefix!r} was built with embedding model {recorded!r}, not {embedder!r}: "
+                            "configure that model, or rebuild with `jevmem replay --from observations`")
+
+
 def distributed_stores(settings: Settings, prefix: str, dim: int) -> Stores:
     """Elasticsearch (lexical, nodes, edges) + Qdrant server, or an exact Elasticsearch vector
     index when no Qdrant URL is configured. Dead letters live on their Kafka topic."""
@@ -167,6 +188,7 @@ class DistributedService:
     async def start(self) -> None:
         ensure_topics(self.settings.kafka_bootstrap, self.settings.topic_prefix, self.settings.partitions)
         prefix = await resolve_prefix(self.settings)
+        await check_model(self.settings, prefix, self.embedder.name)
         self._stores = distributed_stores(self.settings, prefix, self.embedder.dim)
         self._producer = ObservationProducer(self.settings.kafka_bootstrap, self.settings.topic_prefix)
         s = self._stores
@@ -230,6 +252,7 @@ def run_worker(settings: Settings) -> None:
     settings.worker_datadir.mkdir(parents=True, exist_ok=True)
     prefix = asyncio.run(resolve_prefix(settings))
     embedder = load_embedder(settings.embedder, settings.model_cache)
+    asyncio.run(check_model(settings, prefix, embedder.name))
     stores = distributed_stores(settings, prefix, embedder.dim)
     config = AppConfig(broker=f"kafka://{settings.kafka_bootstrap}", app_id=settings.app_id,
                        prefix=settings.topic_prefix, partitions=settings.partitions, batch=settings.write_batch,
@@ -250,6 +273,9 @@ async def replay(settings: Settings, source: str, new_prefix: str, switch: bool)
     old_prefix = await resolve_prefix(settings)
     if new_prefix == old_prefix:
         raise ValueError(f"{new_prefix!r} is the active generation; choose a fresh prefix")
+    if source == "edges":  # the memories topic carries the old generation's vectors
+        await check_model(settings, old_prefix, embedder.name)
+    await check_model(settings, new_prefix, embedder.name)
     old = distributed_stores(settings, old_prefix, embedder.dim)
     new = distributed_stores(settings, new_prefix, embedder.dim)
 
