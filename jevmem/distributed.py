@@ -20,7 +20,7 @@ from query_api.controller import Retrieval, RetrievalController
 from storage.elastic import ElasticEdgeStore, ElasticLexicalIndex, ElasticNodeStore, ElasticVectorIndex
 from storage.ports import VectorIndex
 from storage.qdrant import QdrantVectorIndex
-from storage.reader import StoreReader
+from storage.scope_cache import ScopeCache
 from streams.embedded import Stores
 from streams.producer import ObservationProducer
 from topology.embedding import load_embedder
@@ -169,7 +169,8 @@ async def resolve_prefix(settings: Settings) -> str:
 
 def write_path(settings: Settings, stores: Stores, embedder: Embedder) -> WritePath:
     so = CountingSystemOne(system_one(settings))
-    reader = StoreReader(stores.vectors, stores.lexical, stores.nodes)
+    reader = ScopeCache(stores.nodes)
+    stores.listeners.append(reader.add)
     return WritePath(embedder, so, reader, settings.params, summariser=system_two(settings))
 
 

@@ -11,7 +11,7 @@ from jevmem.settings import Settings
 from query_api.controller import Retrieval, RetrievalController
 from query_api.system_two import OpenAICompatibleSystemTwo
 from storage.qdrant_edge import QdrantEdgeVectorIndex
-from storage.reader import StoreReader
+from storage.scope_cache import ScopeCache
 from storage.sqlite import SqliteDeadLetters, SqliteEdgeStore, SqliteLexicalIndex, SqliteNodeStore, check_model, connect
 from streams.embedded import EmbeddedPipeline, Stores
 from topology.embedding import load_embedder
@@ -74,7 +74,8 @@ def build_embedded(settings: Settings, embedder: Embedder | None = None, data_di
     emb = embedder or load_embedder(settings.embedder, settings.model_cache)
     stores = embedded_stores(data_dir if data_dir is not None else settings.data_dir, emb.dim, emb.name)
     so = CountingSystemOne(system_one(settings))
-    reader = StoreReader(stores.vectors, stores.lexical, stores.nodes)
+    reader = ScopeCache(stores.nodes)
+    stores.listeners.append(reader.add)
     write_path = WritePath(emb, so, reader, settings.params, summariser=system_two(settings))
     controller = RetrievalController(emb, so.inner, stores.vectors, stores.lexical, stores.nodes, stores.edges,
                                      settings.params)

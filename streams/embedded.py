@@ -12,7 +12,7 @@ Writes are serialised by one lock: seq assignment needs a single writer per conv
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
@@ -42,12 +42,18 @@ class Stores:
     lexical: LexicalIndex
     dead_letters: DeadLetterSink
 
+    #: called with every materialised batch once the stores acknowledged it (e.g. the write
+    #: path's in-memory reader, :class:`storage.scope_cache.ScopeCache`)
+    listeners: list[Callable[[Sequence[MemoryNode]], Awaitable[None]]] = field(default_factory=list)
+
     async def materialise(self, nodes: Sequence[MemoryNode]) -> None:
         """Write nodes to every store that candidate discovery and queries read; the node store
         last, so a node that is listed (and counted by seq assignment) is also searchable."""
         await self.vectors.upsert(nodes)
         await self.lexical.upsert(nodes)
         await self.nodes.upsert(nodes)
+        for listener in self.listeners:
+            await listener(nodes)
 
     async def close(self) -> None:
         await self.nodes.close()

@@ -80,6 +80,12 @@ async def _send_all(topic: faust.TopicT, records: Sequence[tuple[str, bytes]]) -
     await asyncio.gather(*futures)
 
 
+async def _send_many(batches: Sequence[tuple[faust.TopicT, Sequence[tuple[str, bytes]]]]) -> None:
+    """Send every record of every topic, then wait until the broker acknowledged all of them."""
+    futures = [await topic.send(key=key.encode(), value=value) for topic, records in batches for key, value in records]
+    await asyncio.gather(*futures)
+
+
 async def retrying(what: str, attempt: Callable[[], Awaitable[None]],
                    first_s: float = RETRY_FIRST_S, max_s: float = RETRY_MAX_S) -> int:
     """Run ``attempt`` until it succeeds; returns the number of failed attempts. Only safe for an
@@ -155,11 +161,23 @@ def create_app(config: AppConfig, services: Services) -> faust.App:
         if not obs:
             return
         w = await write_batch(stores, wp, obs)
-        await _send_all(memories, [(n.scope.key, encode(n)) for n in w.nodes + w.derived])
-        await _send_all(candidates, [(c.node.scope.key, encode(c)) for c in w.candidates])
-        await _send_all(judgments, [(_key(j.tenant_id, j.conversation_id), encode(j)) for j in w.judgments])
-        await _send_all(edges, [(_key(e.tenant_id, e.conversation_id), encode(e)) for e in w.edges + w.links])
-        await _send_all(consolidation, [(_key(d.tenant_id, d.conversation_id), encode(d)) for d in w.decisions])
+        await _send_many([
+            (memories, [(n.scope.key, encode(n)) for n in w.nodes + w.derived]),
+            (candidates, [(c.node.scope.key, encode(c)) for c in w.candidates]),
+            (judgments, [(_key(j.tenant_id, j.conversation_id), encode(j)) for j in w.judgments]),
+            (edges, [(_key(e.tenant_id, e.conversation_id), encode(e)) for e in w.edges + w.links]),
+            (consolidation, [(_key(d.tenant_id, d.conversation_id), encode(d)) for d in w.decisions]),
+        ])
+
+    clear = getattr(wp.reader, "clear", None)
+    if clear is not None:
+        # the write path's in-memory conversations are only fresh while this worker owns their
+        # partitions: forget them whenever the assignment changes (reloaded from the store on use)
+        async def forget(_app: Any, /, *_args: Any, **_kw: Any) -> None:
+            clear()
+
+        app.on_partitions_revoked.connect(forget)
+        app.on_partitions_assigned.connect(forget)
 
     @app.agent(observations)
     async def write_agent(stream: faust.StreamT[bytes]) -> AsyncIterator[None]:

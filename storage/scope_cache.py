@@ -1,0 +1,192 @@
+"""The write path's reader from memory: each conversation's nodes held by the process that writes it.
+
+A conversation has one writer at a time (embedded: the pipeline's lock; distributed: the owner of
+its partition), so that writer can keep the conversation's nodes in memory and answer candidate
+discovery (:class:`topology.ports.MemoryReader`) without a store round trip per node: cosines are
+one matrix product over the conversation, lexical and entity overlap come from in-memory postings.
+
+Contracts:
+
+* Read-your-writes: :meth:`ScopeCache.add` is called with every node the writer materialises
+  (``Stores.materialise`` notifies it), after the stores acknowledged them.
+* A conversation not in memory is loaded from the node store (every acknowledged node, with its
+  embedding) on first use. :meth:`clear` drops everything; the Faust worker calls it whenever its
+  partitions change, so a conversation that comes back after another worker wrote it is reloaded.
+* Answers follow the store readers' semantics: ``similar_before`` ranks by cosine (ties: later
+  first), ``overlapping_before`` by the number of distinct shared tokens then the latest seq,
+  ``sharing_entities_before`` by shared entity ids then the latest seq, ``preceding`` by seq
+  (observations only). Both drivers read through this class, so their graphs agree by construction.
+* Memory is bounded: at most ``max_nodes`` nodes are kept; the least recently used conversations
+  are dropped first (and reloaded from the store when needed again).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections import Counter, OrderedDict
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from storage.ports import NodeStore
+from topology.schemas import MemoryNode, Scope
+
+#: Nodes kept in memory across conversations (about 2 KB each with a 384-d float32 vector).
+MAX_NODES = 200_000
+
+
+@dataclass
+class _Conversation:
+    nodes: dict[str, MemoryNode] = field(default_factory=dict)
+    tokens: dict[str, set[str]] = field(default_factory=dict)    # token -> node ids
+    entities: dict[str, set[str]] = field(default_factory=dict)  # entity id -> node ids
+    ids: list[str] = field(default_factory=list)                 # row order of ``matrix``
+    matrix: np.ndarray | None = None                              # rows: embeddings (zeros when none)
+    seqs: np.ndarray | None = None
+    dirty: bool = True
+
+    def add(self, n: MemoryNode) -> None:
+        old = self.nodes.get(n.id)
+        if old is not None:
+            for t in set(old.tokens):
+                self.tokens.get(t, set()).discard(n.id)
+            for e in old.entities:
+                self.entities.get(e.id, set()).discard(n.id)
+        if n.embedding is None and old is not None:
+            n = n.model_copy(update={"embedding": old.embedding})
+        self.nodes[n.id] = n
+        for t in set(n.tokens):
+            self.tokens.setdefault(t, set()).add(n.id)
+        for e in n.entities:
+            self.entities.setdefault(e.id, set()).add(n.id)
+        self.dirty = True
+
+    def index(self, dim: int) -> tuple[list[str], np.ndarray, np.ndarray]:
+        if self.dirty or self.matrix is None or self.seqs is None or self.matrix.shape[1] != dim:
+            self.ids = list(self.nodes)
+            m = np.zeros((len(self.ids), dim), dtype=np.float64)
+            for i, nid in enumerate(self.ids):
+                v = self.nodes[nid].embedding
+                if v:
+                    m[i] = v
+            self.matrix = m
+            self.seqs = np.asarray([self.nodes[i].seq for i in self.ids], dtype=np.int64)
+            self.dirty = False
+        return self.ids, self.matrix, self.seqs
+
+
+def _top(counts: Counter[str], nodes: dict[str, MemoryNode], before_seq: int, limit: int) -> list[str]:
+    ranked = sorted(((c, nodes[i].seq, i) for i, c in counts.items() if nodes[i].seq < before_seq),
+                    key=lambda t: (-t[0], -t[1], t[2]))
+    return [i for _, _, i in ranked[:limit]]
+
+
+class ScopeCache:
+    def __init__(self, nodes: NodeStore, max_nodes: int = MAX_NODES) -> None:
+        self._store = nodes
+        self._max = max_nodes
+        self._convs: OrderedDict[Scope, _Conversation] = OrderedDict()
+        self._size = 0
+        self._loading: dict[Scope, asyncio.Future[_Conversation]] = {}
+
+    def clear(self) -> None:
+        """Forget every conversation (they are reloaded from the node store on next use)."""
+        self._convs.clear()
+        self._size = 0
+
+    def _evict(self) -> None:
+        while self._size > self._max and len(self._convs) > 1:
+            _, conv = self._convs.popitem(last=False)
+            self._size -= len(conv.nodes)
+
+    async def _conv(self, scope: Scope) -> _Conversation:
+        conv = self._convs.get(scope)
+        if conv is not None:
+            self._convs.move_to_end(scope)
+            return conv
+        pending = self._loading.get(scope)
+        if pending is not None:
+            return await asyncio.shield(pending)
+        fut: asyncio.Future[_Conversation] = asyncio.get_running_loop().create_future()
+        self._loading[scope] = fut
+        try:
+            listed = await self._store.scan(scope)
+            conv = _Conversation()
+            for i in range(0, len(listed), 500):
+                for n in await self._store.get(scope, [m.id for m in listed[i: i + 500]]):
+                    conv.add(n)
+            self._convs[scope] = conv
+            self._size += len(conv.nodes)
+            self._evict()
+            fut.set_result(conv)
+            return conv
+        except BaseException as exc:
+            fut.set_exception(exc)
+            fut.exception()  # retrieved: a waiter re-raises it, nobody else must
+            raise
+        finally:
+            del self._loading[scope]
+
+    async def add(self, nodes: Sequence[MemoryNode]) -> None:
+        """Nodes just materialised (acknowledged by the stores)."""
+        for scope in dict.fromkeys(n.scope for n in nodes):
+            conv = await self._conv(scope)
+            before = len(conv.nodes)
+            for n in nodes:
+                if n.tenant_id == scope.tenant_id and n.conversation_id == scope.conversation_id:
+                    conv.add(n)
+            self._size += len(conv.nodes) - before
+        self._evict()
+
+    # -- MemoryReader -------------------------------------------------------------------------
+
+    async def similar_before(self, scope: Scope, vector: Sequence[float], before_seq: int, limit: int) -> list[str]:
+        return (await self.similar_before_many([(scope, vector, before_seq)], limit))[0]
+
+    async def similar_before_many(self, queries: Sequence[tuple[Scope, Sequence[float], int]],
+                                  limit: int) -> list[list[str]]:
+        out: list[list[str]] = [[] for _ in queries]
+        by_scope: dict[Scope, list[int]] = {}
+        for q, (scope, _, _) in enumerate(queries):
+            by_scope.setdefault(scope, []).append(q)
+        for scope, qs in by_scope.items():
+            conv = await self._conv(scope)
+            asked = [q for q in qs if queries[q][1]]
+            if not conv.nodes or not asked:
+                continue
+            ids, m, seqs = conv.index(len(queries[asked[0]][1]))
+            # one product for every query of the conversation; scores rounded as stored features are
+            scores = np.round(m @ np.asarray([queries[q][1] for q in asked], dtype=np.float64).T, 6)
+            for col, q in enumerate(asked):
+                ok = np.flatnonzero(seqs < queries[q][2])
+                order = ok[np.lexsort((-seqs[ok], -scores[ok, col]))][:limit]  # best first; ties: later first
+                out[q] = [ids[j] for j in order.tolist()]
+        return out
+
+    async def overlapping_before(self, scope: Scope, tokens: Sequence[str], before_seq: int, limit: int) -> list[str]:
+        conv = await self._conv(scope)
+        counts: Counter[str] = Counter()
+        for t in set(tokens):
+            counts.update(conv.tokens.get(t, ()))
+        return _top(counts, conv.nodes, before_seq, limit)
+
+    async def sharing_entities_before(self, scope: Scope, entity_ids: Sequence[str], before_seq: int,
+                                      limit: int) -> list[str]:
+        conv = await self._conv(scope)
+        counts: Counter[str] = Counter()
+        for e in set(entity_ids):
+            counts.update(conv.entities.get(e, ()))
+        return _top(counts, conv.nodes, before_seq, limit)
+
+    async def preceding(self, scope: Scope, before_seq: int, limit: int) -> list[str]:
+        conv = await self._conv(scope)
+        earlier = sorted((n for n in conv.nodes.values() if n.kind == "observation" and n.seq < before_seq),
+                         key=lambda n: -n.seq)
+        return [n.id for n in earlier[:limit]]
+
+    async def get_nodes(self, scope: Scope, ids: Sequence[str]) -> list[MemoryNode]:
+        conv = await self._conv(scope)
+        missing = [i for i in ids if i not in conv.nodes]
+        extra = {n.id: n for n in await self._store.get(scope, missing)} if missing else {}
+        return [n for i in ids if (n := conv.nodes.get(i) or extra.get(i)) is not None]
