@@ -17,7 +17,7 @@ from elasticsearch import ApiError, AsyncElasticsearch, ConflictError, NotFoundE
 from jevmem.settings import Settings
 from jevmem.wiring import system_one, system_two
 from query_api.controller import Retrieval, RetrievalController
-from storage.elastic import ElasticEdgeStore, ElasticLexicalIndex, ElasticNodeStore, ElasticVectorIndex
+from storage.elastic import ElasticEdgeStore, ElasticLexicalIndex, ElasticNodeStore, ElasticVectorIndex, es_client
 from storage.ports import VectorIndex
 from storage.qdrant import QdrantVectorIndex
 from storage.scope_cache import ScopeCache
@@ -108,7 +108,7 @@ async def check_model(settings: Settings, prefix: str, embedder: str) -> None:
     :class:`ModelMismatch` if that generation was built with another model: its vectors would not
     be comparable. ``jevmem replay --from observations`` re-embeds into a fresh generation."""
     key = settings.elasticsearch_api_key.get_secret_value() if settings.elasticsearch_api_key else None
-    es = AsyncElasticsearch(settings.elasticsearch_url, api_key=key)
+    es = es_client(settings.elasticsearch_url, key)
     try:
         with contextlib.suppress(ConflictError):
             await es.index(index=META_INDEX, id=f"model:{prefix}", document={"embedder": embedder},
@@ -127,7 +127,7 @@ def distributed_stores(settings: Settings, prefix: str, dim: int) -> Stores:
     """Elasticsearch (lexical, nodes, edges) + Qdrant server, or an exact Elasticsearch vector
     index when no Qdrant URL is configured. Dead letters live on their Kafka topic."""
     key = settings.elasticsearch_api_key.get_secret_value() if settings.elasticsearch_api_key else None
-    es = AsyncElasticsearch(settings.elasticsearch_url, api_key=key)
+    es = es_client(settings.elasticsearch_url, key)
     vectors: VectorIndex
     if settings.qdrant_url:
         qkey = settings.qdrant_api_key.get_secret_value() if settings.qdrant_api_key else None
@@ -160,7 +160,7 @@ class TopicDeadLetters:
 async def resolve_prefix(settings: Settings) -> str:
     if settings.store_prefix:
         return settings.store_prefix
-    es = AsyncElasticsearch(settings.elasticsearch_url)
+    es = es_client(settings.elasticsearch_url)
     try:
         return await active_generation(es)
     finally:
@@ -298,7 +298,7 @@ async def replay(settings: Settings, source: str, new_prefix: str, switch: bool)
         problems = await verify(old, new, report.scopes)
         switched = False
         if switch and not problems:
-            es = AsyncElasticsearch(settings.elasticsearch_url)
+            es = es_client(settings.elasticsearch_url)
             try:
                 await set_active_generation(es, new_prefix)
             finally:

@@ -33,6 +33,7 @@ from typing import Any, Self
 import numpy as np
 import orjson
 from elasticsearch import ApiError, AsyncElasticsearch, BadRequestError, TransportError
+from elasticsearch.serializer import NdjsonSerializer, OrjsonSerializer
 
 from storage.ports import Hit
 from topology.errors import StoreUnavailable
@@ -80,6 +81,22 @@ def _source(fields: list[str]) -> dict[str, Any]:
     return {"source_includes": fields} if fields else {"source": False}
 
 
+
+class _OrjsonNdjson(NdjsonSerializer):
+    """Bulk bodies through orjson (the default ndjson serializer uses the standard json module)."""
+
+    def json_dumps(self, data: Any) -> bytes:
+        return orjson.dumps(data, default=self.default, option=orjson.OPT_SERIALIZE_NUMPY)
+
+    def json_loads(self, data: bytes) -> Any:
+        return orjson.loads(data)
+
+
+def es_client(url: str, api_key: str | None = None) -> AsyncElasticsearch:
+    """An async client that encodes and decodes with orjson (vectors make JSON the hot path)."""
+    return AsyncElasticsearch(url, api_key=api_key, serializers={
+        "application/json": OrjsonSerializer(), "application/x-ndjson": _OrjsonNdjson()})
+
 class _Elastic:
     """Client, prefix, lazy index creation and the shared read/write helpers."""
 
@@ -92,7 +109,7 @@ class _Elastic:
     @classmethod
     def connect(cls, url: str, prefix: str = "jevmem-", api_key: str | None = None) -> Self:
         """An adapter over a new client for ``url``."""
-        return cls(AsyncElasticsearch(url, api_key=api_key), prefix)
+        return cls(es_client(url, api_key), prefix)
 
     async def close(self) -> None:
         await self._client.close()

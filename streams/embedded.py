@@ -118,16 +118,53 @@ class Written:
     new: int
     write_calls: int
 
+    def merge(self, other: Written) -> None:
+        """Add ``other`` (a later chunk of the same batch) to this result."""
+        self.nodes += other.nodes
+        self.candidates += other.candidates
+        self.judgments += other.judgments
+        self.edges += other.edges
+        self.decisions += other.decisions
+        self.links += other.links
+        self.derived += other.derived
+        self.write_calls += other.write_calls
+
 
 async def write_batch(stores: Stores, wp: WritePath, obs: list[Observation],
-                      calls: Callable[[], int] = lambda: 0) -> Written:
+                      calls: Callable[[], int] = lambda: 0, chunk: int | None = None,
+                      on_chunk: Callable[[Written], None] | None = None) -> Written:
     """The whole write path for one deduplicated batch, as both drivers run it: seqs -> nodes ->
     materialise -> candidates -> relations -> edges -> consolidation. Every write is an idempotent
     upsert acknowledged before this returns, so running a batch again (after a crash, or any
     prefix of it) writes the same nodes, seqs and edges. ``calls`` reads the System One request
-    counter (to report the write path's share)."""
+    counter (to report the write path's share).
+
+    The batch is numbered up front, then written in chunks of ``chunk`` events (all at once when
+    None), pipelined: chunk i+1 is embedded (worker threads, no store reads) while chunk i is
+    typed, materialised and linked, so the model and the linking work overlap. The graph is the
+    same as for any other batching: discovery only sees earlier seqs, materialised first.
+    ``on_chunk`` gets each chunk's part of the result as it completes."""
     numbered, new = await number(stores.nodes, obs)
-    return await write_embedded(stores, wp, await wp.embed(numbered), new, calls)
+    size = max(1, chunk or len(numbered) or 1)
+    chunks = [numbered[i: i + size] for i in range(0, len(numbered), size)]
+    out = Written([], [], [], [], [], [], [], new, 0)
+    if not chunks:
+        return out
+    ahead: asyncio.Task[list[MemoryNode]] | None = asyncio.create_task(wp.embed(chunks[0]))
+    try:
+        for i in range(len(chunks)):
+            assert ahead is not None
+            embedded = await ahead
+            ahead = asyncio.create_task(wp.embed(chunks[i + 1])) if i + 1 < len(chunks) else None
+            start = calls()
+            w = await write_embedded(stores, wp, embedded, 0, lambda s0=start: calls() - s0)  # type: ignore[misc]
+            out.merge(w)
+            if on_chunk is not None:
+                on_chunk(w)
+    finally:
+        if ahead is not None:
+            ahead.cancel()
+    return out
 
 
 async def write_embedded(stores: Stores, wp: WritePath, embedded: list[MemoryNode], new: int = 0,
@@ -192,30 +229,21 @@ class EmbeddedPipeline:
             return await self._write(obs, on_chunk)
 
     async def _write(self, obs: list[Observation], on_chunk: Callable[[int], None] | None) -> IngestReport:
-        numbered, new = await number(self.stores.nodes, obs)
-        chunks = [numbered[i: i + self.chunk] for i in range(0, len(numbered), self.chunk)]
-        report = IngestReport(accepted=len(obs), new_nodes=new)
-        ahead: asyncio.Task[list[MemoryNode]] | None = asyncio.create_task(self.write_path.embed(chunks[0]))
-        try:
-            for i in range(len(chunks)):
-                assert ahead is not None
-                embedded = await ahead
-                ahead = asyncio.create_task(self.write_path.embed(chunks[i + 1])) if i + 1 < len(chunks) else None
-                calls0 = self.so.calls
-                w = await write_embedded(self.stores, self.write_path, embedded, calls=self._counter(calls0))
-                by_node: dict[str, list[EdgeEvent]] = {}
-                for e in w.edges:
-                    by_node.setdefault(e.target, []).append(e)
-                report.edges += len(w.edges)
-                report.decisions += len(w.decisions)
-                report.write_calls += w.write_calls
-                report.consolidation_calls += self.so.calls - calls0 - w.write_calls
-                report.results += [WriteResult(node=n.without_embedding(), edges=by_node.get(n.id, [])) for n in w.nodes]
-                if on_chunk is not None:
-                    on_chunk(len(chunks[i]))
-        finally:
-            if ahead is not None:
-                ahead.cancel()
+        report = IngestReport(accepted=len(obs))
+        calls0 = self.so.calls
+
+        def chunk_done(w: Written) -> None:
+            by_node: dict[str, list[EdgeEvent]] = {}
+            for e in w.edges:
+                by_node.setdefault(e.target, []).append(e)
+            report.results += [WriteResult(node=n.without_embedding(), edges=by_node.get(n.id, [])) for n in w.nodes]
+            if on_chunk is not None:
+                on_chunk(len(w.nodes))
+
+        w = await write_batch(self.stores, self.write_path, obs, self._counter(calls0), self.chunk, chunk_done)
+        report.new_nodes, report.edges, report.decisions = w.new, len(w.edges), len(w.decisions)
+        report.write_calls = w.write_calls
+        report.consolidation_calls = self.so.calls - calls0 - w.write_calls
         return report
 
     def _counter(self, start: int) -> Callable[[], int]:

@@ -160,6 +160,8 @@ def create_app(config: AppConfig, services: Services) -> faust.App:
                 log.warning("dead letter %s: %s", d.source, d.reason)
         if not obs:
             return
+        # one chunk: splitting a batch to overlap embedding with store work measured slower here,
+        # each chunk's bulk writes refresh Elasticsearch once more
         w = await write_batch(stores, wp, obs)
         await _send_many([
             (memories, [(n.scope.key, encode(n)) for n in w.nodes + w.derived]),
