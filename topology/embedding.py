@@ -126,8 +126,12 @@ def model_files(spec: ModelSpec, cache: Path) -> dict[str, Path]:
 
 
 def rounded(arr: np.ndarray) -> list[list[float]]:
-    """Six decimals, as plain floats (stores and the wire keep exactly these values)."""
-    return np.round(arr.astype(np.float64), 6).tolist()  # type: ignore[no-any-return]
+    """Six decimals, then the nearest float32, as plain floats: the stores keep float32 vectors
+    (SQLite blobs, Elasticsearch ``float``, Qdrant), so a vector read back from any store is
+    bit-identical to the one the write path held in memory. (Without the float32 step, a node
+    reloaded from a store differed in the 8th digit from the in-memory node, enough to flip a
+    rounded consolidation probability between two drivers.)"""
+    return np.round(arr.astype(np.float64), 6).astype(np.float32).astype(np.float64).tolist()  # type: ignore[no-any-return]
 
 
 class OnnxEmbedder:

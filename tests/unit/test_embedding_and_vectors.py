@@ -177,3 +177,22 @@ async def test_scope_cache_answers_as_the_stores_do(embedder: Embedder) -> None:
             cache.clear()
     finally:
         await mem.close()
+
+
+async def test_vectors_read_back_from_the_store_are_the_ones_written(embedder: Embedder) -> None:
+    """The write path's in-memory nodes and nodes reloaded from a store carry identical vectors,
+    so a reader that reloads (after a restart or a rebalance) computes the same features."""
+    from jevmem.settings import Settings
+    from jevmem.wiring import build_embedded
+    from tests.conftest import chat_observations
+
+    mem = build_embedded(Settings(), embedder=embedder, data_dir=":memory:")
+    try:
+        report = await mem.pipeline.ingest(chat_observations())
+        scope = Scope(tenant_id="t1", conversation_id="c1")
+        written = {r.node.id: r.node.content for r in report.results}
+        stored = await mem.stores.nodes.get(scope, list(written))
+        again = embedder.embed([f"{n.speaker}: {n.content}" if n.speaker else n.content for n in stored])
+        assert [n.embedding for n in stored] == again
+    finally:
+        await mem.close()
