@@ -20,7 +20,7 @@ from query_api.controller import Retrieval, RetrievalController
 from storage.elastic import ElasticEdgeStore, ElasticLexicalIndex, ElasticNodeStore, ElasticVectorIndex, es_client
 from storage.ports import VectorIndex
 from storage.qdrant import QdrantVectorIndex
-from storage.reader import StoreReader
+from storage.scope_cache import ScopeCache
 from streams.embedded import Stores
 from streams.producer import ObservationProducer
 from topology.embedding import load_embedder
@@ -169,11 +169,10 @@ async def resolve_prefix(settings: Settings) -> str:
 
 def write_path(settings: Settings, stores: Stores, embedder: Embedder) -> WritePath:
     so = CountingSystemOne(system_one(settings))
-    # The store reader, not ScopeCache: a worker's in-memory conversations are only fresh while it
-    # owns their partitions, and one chaos round (double kill) produced different consolidation
-    # decisions with the cache in place; until that is understood the distributed path reads the
-    # stores (what the chaos benchmark verified 10/10).
-    reader = StoreReader(stores.vectors, stores.lexical, stores.nodes)
+    # conversations read from memory (the worker owns their partitions; the Faust app clears the
+    # cache whenever its assignment changes, and conversations reload from the stores)
+    reader = ScopeCache(stores.nodes)
+    stores.listeners.append(reader.add)
     return WritePath(embedder, so, reader, settings.params, summariser=system_two(settings))
 
 

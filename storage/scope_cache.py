@@ -10,10 +10,10 @@ Contracts:
 * Read-your-writes: :meth:`ScopeCache.add` is called with every node the writer materialises
   (``Stores.materialise`` notifies it), after the stores acknowledged them.
 * A conversation not in memory is loaded from the node store (every acknowledged node, with its
-  embedding) on first use. :meth:`clear` drops everything; a Faust worker configured with this
-  reader calls it whenever its partitions change. Today only the embedded driver uses it: in one
-  double-kill chaos round, workers reading through it wrote different consolidation decisions
-  than the embedded run (not yet explained), so workers read the stores (``StoreReader``).
+  embedding) on first use. :meth:`clear` drops everything; the Faust worker calls it whenever its
+  partitions change, so a conversation that comes back after another worker wrote it is reloaded.
+  Reloaded nodes equal the in-memory ones bit for bit: embeddings are float32-exact
+  (:func:`topology.embedding.rounded`), which is what the stores keep.
 * Answers follow the store readers' semantics: ``similar_before`` ranks by cosine (ties: later
   first), ``overlapping_before`` by the number of distinct shared tokens then the latest seq,
   ``sharing_entities_before`` by shared entity ids then the latest seq, ``preceding`` by seq
