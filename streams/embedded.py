@@ -130,6 +130,12 @@ class Written:
         self.write_calls += other.write_calls
 
 
+def _since(calls: Callable[[], int]) -> Callable[[], int]:
+    """A counter reading ``calls()`` relative to its value now."""
+    start = calls()
+    return lambda: calls() - start
+
+
 async def write_batch(stores: Stores, wp: WritePath, obs: list[Observation],
                       calls: Callable[[], int] = lambda: 0, chunk: int | None = None,
                       on_chunk: Callable[[Written], None] | None = None) -> Written:
@@ -156,8 +162,7 @@ async def write_batch(stores: Stores, wp: WritePath, obs: list[Observation],
             assert ahead is not None
             embedded = await ahead
             ahead = asyncio.create_task(wp.embed(chunks[i + 1])) if i + 1 < len(chunks) else None
-            start = calls()
-            w = await write_embedded(stores, wp, embedded, 0, lambda s0=start: calls() - s0)  # type: ignore[misc]
+            w = await write_embedded(stores, wp, embedded, 0, _since(calls))
             out.merge(w)
             if on_chunk is not None:
                 on_chunk(w)
@@ -240,15 +245,11 @@ class EmbeddedPipeline:
             if on_chunk is not None:
                 on_chunk(len(w.nodes))
 
-        w = await write_batch(self.stores, self.write_path, obs, self._counter(calls0), self.chunk, chunk_done)
+        w = await write_batch(self.stores, self.write_path, obs, _since(lambda: self.so.calls), self.chunk, chunk_done)
         report.new_nodes, report.edges, report.decisions = w.new, len(w.edges), len(w.decisions)
         report.write_calls = w.write_calls
         report.consolidation_calls = self.so.calls - calls0 - w.write_calls
         return report
-
-    def _counter(self, start: int) -> Callable[[], int]:
-        """System One requests made since ``start``."""
-        return lambda: self.so.calls - start
 
     async def close(self) -> None:
         await self.so.aclose()

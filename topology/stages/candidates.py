@@ -94,18 +94,23 @@ def rank(node: MemoryNode, pool: Sequence[MemoryNode], k: int,
         cosine=f[0], lexical=f[1], entity=f[2], temporal=f[3])) for neg, _, o, f in scored[:k]]
 
 
+async def _non_vector_pool(n: MemoryNode, reader: MemoryReader) -> list[str]:
+    """The node's lexical, entity and temporal pool sources (earlier nodes only), in this order."""
+    scope, out = n.scope, []
+    if n.tokens:
+        out += await reader.overlapping_before(scope, n.tokens, n.seq, POOL_PER_SOURCE)
+    if n.entities:
+        out += await reader.sharing_entities_before(scope, [e.id for e in n.entities], n.seq, POOL_PER_SOURCE)
+    return out + await reader.preceding(scope, n.seq, 3)
+
+
 async def discover(node: MemoryNode, reader: MemoryReader, k: int) -> CandidateSet:
     """Gather the pool through ``reader`` (earlier nodes only) and rank it."""
-    scope, before = node.scope, node.seq
+    scope = node.scope
     ids: dict[str, None] = {}
     if node.embedding:
-        ids.update(dict.fromkeys(await reader.similar_before(scope, node.embedding, before, POOL_PER_SOURCE)))
-    if node.tokens:
-        ids.update(dict.fromkeys(await reader.overlapping_before(scope, node.tokens, before, POOL_PER_SOURCE)))
-    if node.entities:
-        ent = [e.id for e in node.entities]
-        ids.update(dict.fromkeys(await reader.sharing_entities_before(scope, ent, before, POOL_PER_SOURCE)))
-    ids.update(dict.fromkeys(await reader.preceding(scope, before, 3)))
+        ids.update(dict.fromkeys(await reader.similar_before(scope, node.embedding, node.seq, POOL_PER_SOURCE)))
+    ids.update(dict.fromkeys(await _non_vector_pool(node, reader)))
     pool = await reader.get_nodes(scope, sorted(ids))
     return CandidateSet(node=node, candidates=rank(node, pool, k))
 
@@ -122,18 +127,8 @@ async def discover_many(nodes: Sequence[MemoryNode], reader: MemoryReader, k: in
     pools: dict[str, dict[str, None]] = {n.id: {} for n in nodes}
     for n, hits in zip(with_vec, similar, strict=True):
         pools[n.id].update(dict.fromkeys(hits))
-
-    async def others(n: MemoryNode) -> list[str]:
-        """The node's lexical, entity and temporal pool (in this order)."""
-        scope, out = n.scope, []
-        if n.tokens:
-            out += await reader.overlapping_before(scope, n.tokens, n.seq, POOL_PER_SOURCE)
-        if n.entities:
-            out += await reader.sharing_entities_before(scope, [e.id for e in n.entities], n.seq, POOL_PER_SOURCE)
-        return out + await reader.preceding(scope, n.seq, 3)
-
     # independent reads, issued together (a networked store answers them concurrently)
-    for n, ids in zip(nodes, await asyncio.gather(*(others(n) for n in nodes)), strict=True):
+    for n, ids in zip(nodes, await asyncio.gather(*(_non_vector_pool(n, reader) for n in nodes)), strict=True):
         pools[n.id].update(dict.fromkeys(ids))
     groups = list(by_scope.values())
     fetched_by_group = await asyncio.gather(*(
