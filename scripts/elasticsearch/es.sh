@@ -36,7 +36,7 @@ log() { echo "es.sh: $*" >&2; }
 
 java_major() { # prints the feature version of the given java binary, or 0
     local v
-    v="$("$1" -XshowSettings:properties -version 2>&1 | awk -F'= ' '/java.specification.version/ {print $2; exit}' | cut -d. -f1)" || true
+    v="$("$1" -XshowSettings:properties -version 2>&1 | awk -F'= ' '/java.specification.version/ && !v {v = $2} END {print v}' | cut -d. -f1)" || true
     [[ "$v" =~ ^[0-9]+$ ]] && echo "$v" || echo 0
 }
 
@@ -82,10 +82,15 @@ ensure_built() {
 # (Debian: libzstd1). The native vector library (libvec) is not available either: disable it
 # (Lucene's Panama vector code is used instead).
 native_opts() {
-    local dir="$ES_CACHE/native" lib
-    lib="$(ldconfig -p 2>/dev/null | awk '/libzstd\.so\.1 .*x86-64|libzstd\.so\.1 .*AArch64/ {print $NF; exit}')"
-    [[ -z "$lib" ]] && for c in /usr/lib/x86_64-linux-gnu/libzstd.so.1 /usr/lib/aarch64-linux-gnu/libzstd.so.1 /usr/lib64/libzstd.so.1; do
-        [[ -e "$c" ]] && { lib="$c"; break; }; done
+    local dir="$ES_CACHE/native" lib c
+    # awk reads to the end (no early exit): an early exit would SIGPIPE ldconfig, and with pipefail
+    # that fails the whole script (exit 141) whenever ldconfig's output outgrows the pipe buffer.
+    lib="$(ldconfig -p 2>/dev/null | awk '/libzstd\.so\.1 .*x86-64|libzstd\.so\.1 .*AArch64/ && !f {f = $NF} END {print f}')" || lib=""
+    if [[ -z "$lib" ]]; then
+        for c in /usr/lib/x86_64-linux-gnu/libzstd.so.1 /usr/lib/aarch64-linux-gnu/libzstd.so.1 /usr/lib64/libzstd.so.1; do
+            if [[ -e "$c" ]]; then lib="$c"; break; fi
+        done
+    fi
     echo "-Dorg.elasticsearch.nativeaccess.enableVectorLibrary=false"
     if [[ -n "$lib" ]]; then
         mkdir -p "$dir" && ln -sfn "$lib" "$dir/libzstd.so"
