@@ -15,6 +15,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 
 from jevmem import locomo
+from jevmem.cli_keys import keys_app
 from jevmem.settings import Settings
 
 app = typer.Typer(help="Streaming System-One memory for AI agents.", no_args_is_help=True)
@@ -22,6 +23,7 @@ bench_app = typer.Typer(help="Benchmarks.", no_args_is_help=True)
 app.add_typer(bench_app, name="bench")
 models_app = typer.Typer(help="Embedding models (files from Maven Central, cached, verified).", no_args_is_help=True)
 app.add_typer(models_app, name="models")
+app.add_typer(keys_app, name="keys")
 console = Console(stderr=True)
 T = TypeVar("T")
 
@@ -151,10 +153,12 @@ def query(question: str, conversation: Annotated[str, typer.Option("--conversati
 @app.command()
 def serve(host: str = "127.0.0.1", port: int = 8080, data_dir: DataDir = None,
           distributed: Annotated[bool, typer.Option(help="Ingest to Kafka; query Elasticsearch/Qdrant.")] = False) -> None:
-    """Run the HTTP API (OpenAPI at /docs) over the embedded pipeline or the distributed stack."""
+    """Run the HTTP API (OpenAPI at /docs) over the embedded pipeline or the distributed stack.
+    Every call but /healthz needs an API key: ``jevmem keys create --tenant T``."""
     import uvicorn
 
-    from jevmem.wiring import EmbeddedService
+    from jevmem.wiring import EmbeddedService, key_store
+    from query_api.auth import Authenticator
     from query_api.http import MemoryService, create_app
 
     settings = _settings(data_dir)
@@ -162,10 +166,12 @@ def serve(host: str = "127.0.0.1", port: int = 8080, data_dir: DataDir = None,
     if distributed or settings.mode == "distributed":
         from jevmem.distributed import DistributedService
 
+        settings = settings.model_copy(update={"mode": "distributed"})
         service = DistributedService(settings)
     else:
         service = EmbeddedService(settings)
-    uvicorn.run(create_app(service), host=host, port=port)
+    auth = Authenticator(key_store(settings), settings.auth_cache_seconds)
+    uvicorn.run(create_app(service, auth), host=host, port=port)
 
 
 @app.command()

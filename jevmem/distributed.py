@@ -151,10 +151,12 @@ class TopicDeadLetters:
             self._producer = ObservationProducer(self.settings.kafka_bootstrap, self.settings.topic_prefix)
         await self._producer.dead_letter(letters)
 
-    async def recent(self, limit: int = 100) -> list[DeadLetter]:
+    async def recent(self, limit: int = 100, tenant_id: str | None = None) -> list[DeadLetter]:
+        """Reads the whole topic (an operator's view, not a hot path), newest ``limit`` kept."""
         topic = topics(self.settings.topic_prefix)["deadletters"].name
         records = await asyncio.to_thread(read_topic, self.settings.kafka_bootstrap, topic)
-        return [decode(DeadLetter, r.value) for r in records][-limit:]
+        letters = [decode(DeadLetter, r.value) for r in records]
+        return [d for d in letters if tenant_id is None or d.tenant_id == tenant_id][-limit:]
 
 
 async def resolve_prefix(settings: Settings) -> str:
@@ -233,8 +235,8 @@ class DistributedService:
     async def edges(self, scope: Scope) -> list[EdgeEvent]:
         return await self.stores.edges.scan(scope)
 
-    async def dead_letters(self, limit: int) -> list[DeadLetter]:
-        return await self.stores.dead_letters.recent(limit)
+    async def dead_letters(self, tenant_id: str, limit: int) -> list[DeadLetter]:
+        return await self.stores.dead_letters.recent(limit, tenant_id)
 
     async def health(self) -> dict[str, Any]:
         return {"status": "ok", "mode": "distributed", "embedder": self.embedder.name,

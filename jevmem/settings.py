@@ -39,3 +39,6 @@ class Settings(BaseSettings):
     store_prefix: str | None = None  # None: the active generation recorded in Elasticsearch
     params: Params = Params()
     mode: Literal["embedded", "distributed"] = "embedded"
+    # API keys (see README, "Security model")
+    keys_index: str = "jevmem-keys"  # distributed mode: the Elasticsearch index of key records
+    auth_cache_seconds: float = 5.0  # a verified key is trusted this long (revocation delay)

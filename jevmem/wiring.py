@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import sqlite3
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -10,11 +12,13 @@ from typing import Any
 from jevmem.settings import Settings
 from query_api.controller import Retrieval, RetrievalController
 from query_api.system_two import OpenAICompatibleSystemTwo
+from storage.keys import ElasticKeyStore, KeyStore, SqliteKeyStore
 from storage.qdrant_edge import QdrantEdgeVectorIndex
 from storage.scope_cache import ScopeCache
 from storage.sqlite import SqliteDeadLetters, SqliteEdgeStore, SqliteLexicalIndex, SqliteNodeStore, check_model, connect
 from streams.embedded import EmbeddedPipeline, Stores
 from topology.embedding import load_embedder
+from topology.errors import StoreUnavailable
 from topology.pipeline import WritePath
 from topology.ports import Embedder
 from topology.schemas import DeadLetter, EdgeEvent, MemoryNode, Observation, Scope
@@ -39,6 +43,17 @@ def system_two(settings: Settings) -> OpenAICompatibleSystemTwo | None:
         return None
     key = settings.system_two_api_key.get_secret_value() if settings.system_two_api_key else None
     return OpenAICompatibleSystemTwo(settings.system_two_url, settings.system_two_model, key)
+
+
+def key_store(settings: Settings) -> KeyStore:
+    """Where API keys live: ``keys.sqlite3`` in the data directory (embedded), or an
+    Elasticsearch index (distributed mode)."""
+    if settings.mode == "distributed":
+        from storage.elastic import es_client
+
+        key = settings.elasticsearch_api_key.get_secret_value() if settings.elasticsearch_api_key else None
+        return ElasticKeyStore(es_client(settings.elasticsearch_url, key), settings.keys_index)
+    return SqliteKeyStore(Path(settings.data_dir) / "keys.sqlite3")
 
 
 def embedded_stores(data_dir: Path | str, dim: int, embedder: str | None = None) -> Stores:
@@ -82,6 +97,16 @@ def build_embedded(settings: Settings, embedder: Embedder | None = None, data_di
     return Embedded(EmbeddedPipeline(stores, write_path, so, settings.write_batch), controller, emb, stores)
 
 
+@contextmanager
+def store_errors() -> Iterator[None]:
+    """SQLite failures (a locked, closed, full or corrupt database) surface as
+    :class:`StoreUnavailable`, as every other store's do (the API answers 503)."""
+    try:
+        yield
+    except sqlite3.Error as exc:
+        raise StoreUnavailable(f"sqlite: {exc}") from exc
+
+
 class EmbeddedService:
     """:class:`query_api.http.MemoryService` over the embedded pipeline (one process owns the store)."""
 
@@ -107,25 +132,31 @@ class EmbeddedService:
             await self._s2.aclose()
 
     async def submit(self, observations: Sequence[Observation]) -> None:
-        await self.mem.pipeline.ingest(observations)
+        with store_errors():
+            await self.mem.pipeline.ingest(observations)
 
     async def reject(self, letters: Sequence[DeadLetter]) -> None:
-        await self.mem.stores.dead_letters.put(letters)
+        with store_errors():
+            await self.mem.stores.dead_letters.put(letters)
 
     async def retrieve(self, scope: Scope, question: str, top_k: int) -> Retrieval:
-        return await self.mem.controller.retrieve(scope, question, top_k)
+        with store_errors():
+            return await self.mem.controller.retrieve(scope, question, top_k)
 
     async def answer(self, question: str, evidence: Sequence[str]) -> str | None:
         return None if self._s2 is None else await self._s2.answer(question, evidence)
 
     async def nodes(self, scope: Scope) -> list[MemoryNode]:
-        return await self.mem.stores.nodes.scan(scope)
+        with store_errors():
+            return await self.mem.stores.nodes.scan(scope)
 
     async def edges(self, scope: Scope) -> list[EdgeEvent]:
-        return await self.mem.stores.edges.scan(scope)
+        with store_errors():
+            return await self.mem.stores.edges.scan(scope)
 
-    async def dead_letters(self, limit: int) -> list[DeadLetter]:
-        return await self.mem.stores.dead_letters.recent(limit)
+    async def dead_letters(self, tenant_id: str, limit: int) -> list[DeadLetter]:
+        with store_errors():
+            return await self.mem.stores.dead_letters.recent(limit, tenant_id)
 
     async def health(self) -> dict[str, Any]:
         return {"status": "ok", "mode": "embedded", "embedder": self.mem.embedder.name,

@@ -1,27 +1,51 @@
 """The HTTP API (FastAPI; OpenAPI at /docs and /openapi.json).
 
-- ``POST /v1/observations``: a batch. Each item is validated on its own; valid items are written,
-  invalid ones go to the dead-letter sink with their reason, and the response is 422 listing the
-  per-item reasons whenever any item was invalid (200 otherwise). Accepted items are never lost.
-- ``POST /v1/query``: evidence (and an answer when System Two is configured) with the trace.
-- ``GET /v1/tenants/{tenant}/conversations/{conversation}/nodes|edges``, ``GET /v1/dead-letters``,
-  ``GET /healthz``.
+Every endpoint except ``GET /healthz`` needs ``Authorization: Bearer <api key>``: 401 without a
+valid key, 403 when the key lacks the endpoint's scope or the request names another tenant. The
+tenant always comes from the key; bodies may omit ``tenant_id``.
+
+- ``POST /v1/observations`` (``ingest``): a JSON array of observations, at most
+  ``limits.MAX_BATCH_ITEMS`` (413 above). Each item is validated on its own: valid items are
+  written, invalid ones go to the tenant's dead letters with their reason, and the response is 422
+  listing the per-item reasons whenever any item was invalid (200 otherwise). A body that is not
+  JSON (400) or not an array (422) is dead-lettered whole. Accepted items are never lost.
+- ``POST /v1/query`` (``query``): evidence (and an answer when System Two is configured) with the trace.
+- ``GET /v1/conversations/{conversation}/nodes|edges`` (``query``; also under
+  ``/v1/tenants/{tenant}/...``, 403 for another tenant).
+- ``DELETE /v1/conversations/{conversation}`` and ``.../observations/{event_id}`` (``admin``).
+- ``GET /v1/dead-letters`` (``admin``): the key's tenant's dead letters only.
+
+Any request body is capped at ``limits.MAX_BODY_BYTES`` (413). A store or broker outage answers
+503 with ``Retry-After``; a System One or System Two service failure answers 502 (with
+``Retry-After``); no input yields a 500.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import json
+from collections.abc import Awaitable, Callable, Sequence
 from contextlib import asynccontextmanager
-from datetime import UTC, datetime
-from typing import Any, Protocol
+from typing import Annotated, Any, Protocol
 
 import orjson
-from fastapi import Body, FastAPI, Path
+from fastapi import Depends, FastAPI, HTTPException, Path, Query, Request, Security
+from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
+from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from pydantic import BaseModel, Field, ValidationError
+from starlette.types import ASGIApp, Message, Receive, Send
+from starlette.types import Scope as AsgiScope
 
+from query_api.auth import Authenticator, Forbidden, Principal, Unauthenticated, require, same_tenant
 from query_api.controller import Retrieval
-from topology.schemas import DeadLetter, EdgeEvent, MemoryNode, Observation, Scope, describe
+from topology import limits
+from topology.errors import BrokerUnavailable, StoreUnavailable, SystemOneError, SystemTwoError
+from topology.schemas import DeadLetter, EdgeEvent, Ident, MemoryNode, Observation, Scope, describe
+
+RETRY_AFTER_S = 5
+ConvId = Annotated[str, Path(min_length=1, max_length=limits.MAX_ID)]
+TenantId = Annotated[str, Path(min_length=1, max_length=limits.MAX_ID)]
+EventId = Annotated[str, Path(min_length=1, max_length=limits.MAX_ID)]
 
 
 class MemoryService(Protocol):
@@ -45,7 +69,11 @@ class MemoryService(Protocol):
 
     async def edges(self, scope: Scope) -> list[EdgeEvent]: ...
 
-    async def dead_letters(self, limit: int) -> list[DeadLetter]: ...
+    async def forget(self, scope: Scope, event_id: str | None) -> dict[str, Any]:
+        """Delete one observation (``event_id``) or the whole conversation from every store."""
+        ...
+
+    async def dead_letters(self, tenant_id: str, limit: int) -> list[DeadLetter]: ...
 
     async def health(self) -> dict[str, Any]: ...
 
@@ -62,9 +90,9 @@ class IngestResponse(BaseModel):
 
 
 class QueryRequest(BaseModel):
-    tenant_id: str = Field(min_length=1)
-    conversation_id: str = Field(min_length=1)
-    question: str = Field(min_length=1, max_length=4000)
+    tenant_id: Ident | None = Field(default=None, description="Optional; must be the key's tenant.")
+    conversation_id: Ident
+    question: str = Field(min_length=1, max_length=limits.MAX_QUESTION)
     top_k: int = Field(default=10, ge=1, le=50)
     answer: bool = False
 
@@ -73,7 +101,70 @@ class QueryResponse(Retrieval):
     answer: str | None = None
 
 
-def create_app(service: MemoryService) -> FastAPI:
+def _observation_schema() -> dict[str, Any]:
+    """The request body schema of ``POST /v1/observations``: an array of observations whose
+    ``tenant_id`` may be omitted."""
+    item = Observation.model_json_schema()
+    item["required"] = [f for f in item.get("required", []) if f != "tenant_id"]
+    return {"type": "array", "maxItems": limits.MAX_BATCH_ITEMS, "items": item}
+
+
+class BodyLimit:
+    """ASGI middleware: 413 for a request body over ``limit`` bytes (declared or streamed)."""
+
+    def __init__(self, app: ASGIApp, limit: int = limits.MAX_BODY_BYTES) -> None:
+        self.app, self.limit = app, limit
+
+    async def __call__(self, scope: AsgiScope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        declared = dict(scope.get("headers") or []).get(b"content-length")
+        if declared is not None and declared.isdigit() and int(declared) > self.limit:
+            await _too_large(self.limit)(scope, receive, send)
+            return
+        seen = 0
+
+        async def counted() -> Message:
+            nonlocal seen
+            message = await receive()
+            if message["type"] == "http.request":
+                seen += len(message.get("body", b""))
+                if seen > self.limit:
+                    raise HTTPException(413, f"request body larger than {self.limit} bytes")
+            return message
+
+        await self.app(scope, counted, send)
+
+
+def _too_large(limit: int) -> JSONResponse:
+    return JSONResponse({"detail": f"request body larger than {limit} bytes"}, status_code=413)
+
+
+def _safe(text: str) -> str:
+    """``text`` encodable as UTF-8 (lone surrogates escaped), for error messages."""
+    return text.encode("utf-8", "backslashreplace").decode("utf-8")
+
+
+def _dump(raw: Any) -> str:
+    """A JSON copy of a parsed item for a dead letter (any parsed value, lone surrogates escaped)."""
+    try:
+        return orjson.dumps(raw).decode()
+    except TypeError:
+        return json.dumps(raw, ensure_ascii=True)
+
+
+def _parse(body: bytes) -> Any:
+    """JSON body; lone-surrogate escapes and out-of-range numbers parse (the items holding them are
+    then refused one by one). Raises ValueError for anything that is not JSON."""
+    try:
+        return orjson.loads(body)
+    except orjson.JSONDecodeError:
+        return json.loads(body)  # ValueError (JSONDecodeError, UnicodeDecodeError) when not JSON
+
+
+def create_app(service: MemoryService, auth: Authenticator) -> FastAPI:
+    """The API over ``service``; ``auth`` checks every request's key."""
     @asynccontextmanager
     async def lifespan(_: FastAPI):  # type: ignore[no-untyped-def]
         await service.start()
@@ -84,47 +175,131 @@ def create_app(service: MemoryService) -> FastAPI:
 
     app = FastAPI(title="jevmem", version="0.1.0", lifespan=lifespan,
                   description="Streaming System-One memory for AI agents.")
+    app.add_middleware(BodyLimit)
+    bearer = HTTPBearer(auto_error=False, description="An API key from `jevmem keys create`.")
 
-    @app.post("/v1/observations", response_model=IngestResponse,
-              responses={422: {"model": IngestResponse, "description": "Some items were invalid; the rest were accepted."}})
-    async def ingest(items: list[dict[str, Any]] = Body(..., description="Observation objects.")) -> JSONResponse:
+    def caller(scope: str) -> Callable[..., Awaitable[Principal]]:
+        async def dependency(cred: HTTPAuthorizationCredentials | None = Security(bearer)) -> Principal:
+            who = await auth.principal(f"Bearer {cred.credentials}" if cred is not None else None)
+            require(who, scope)  # type: ignore[arg-type]
+            return who
+        return dependency
+
+    ingest_key = Depends(caller("ingest"))
+    query_key = Depends(caller("query"))
+    admin_key = Depends(caller("admin"))
+
+    @app.exception_handler(Unauthenticated)
+    async def _401(_: Request, exc: Unauthenticated) -> JSONResponse:
+        return JSONResponse({"detail": str(exc)}, status_code=401, headers={"WWW-Authenticate": "Bearer"})
+
+    @app.exception_handler(Forbidden)
+    async def _403(_: Request, exc: Forbidden) -> JSONResponse:
+        return JSONResponse({"detail": str(exc)}, status_code=403)
+
+    @app.exception_handler(StoreUnavailable)
+    @app.exception_handler(BrokerUnavailable)
+    async def _503(_: Request, exc: Exception) -> JSONResponse:
+        return JSONResponse({"detail": f"temporarily unavailable: {_safe(str(exc))[:500]}"}, status_code=503,
+                            headers={"Retry-After": str(RETRY_AFTER_S)})
+
+    @app.exception_handler(SystemOneError)
+    @app.exception_handler(SystemTwoError)
+    async def _502(_: Request, exc: Exception) -> JSONResponse:
+        which = "System One" if isinstance(exc, SystemOneError) else "System Two"
+        return JSONResponse({"detail": f"{which} failed: {_safe(str(exc))[:500]}"}, status_code=502,
+                            headers={"Retry-After": str(RETRY_AFTER_S)})
+
+    @app.exception_handler(RequestValidationError)
+    async def _422(_: Request, exc: RequestValidationError) -> JSONResponse:
+        errors = [{"loc": [str(p) for p in e.get("loc", ())], "msg": _safe(str(e.get("msg", "")))} for e in exc.errors()]
+        return JSONResponse({"detail": errors}, status_code=422)
+
+    @app.exception_handler(ValidationError)
+    async def _422_ids(_: Request, exc: ValidationError) -> JSONResponse:
+        return JSONResponse({"detail": _safe(describe(exc))}, status_code=422)
+
+    def scope_of(who: Principal, conversation_id: str, tenant_id: str | None = None) -> Scope:
+        return Scope(tenant_id=same_tenant(who, tenant_id), conversation_id=conversation_id)
+
+    @app.post("/v1/observations", response_model=IngestResponse, openapi_extra={
+        "requestBody": {"required": True, "content": {"application/json": {"schema": _observation_schema()}}}},
+        responses={422: {"model": IngestResponse, "description": "Some items were invalid; the rest were accepted."},
+                   400: {"description": "The body is not JSON."}, 413: {"description": "Too many items or bytes."}})
+    async def ingest(request: Request, who: Principal = ingest_key) -> JSONResponse:
+        body = await request.body()
+        letter = None
+        try:
+            items = _parse(body)
+        except ValueError as exc:
+            letter = (400, f"body is not JSON: {_safe(str(exc))[:300]}")
+        else:
+            if not isinstance(items, list):
+                letter = (422, f"body must be a JSON array of observations, got {type(items).__name__}")
+            elif len(items) > limits.MAX_BATCH_ITEMS:
+                letter = (413, f"{len(items)} items in one request; the limit is {limits.MAX_BATCH_ITEMS}")
+        if letter is not None:
+            await service.reject([DeadLetter.of(body, letter[1], "http:body", who.tenant_id)])
+            return JSONResponse({"detail": letter[1]}, status_code=letter[0])
+        for raw in items:
+            if isinstance(raw, dict):
+                same_tenant(who, raw.get("tenant_id") if isinstance(raw.get("tenant_id"), str) else None)
         good: list[Observation] = []
         errors: list[ItemError] = []
         letters: list[DeadLetter] = []
-        now = datetime.now(UTC)
         for i, raw in enumerate(items):
             try:
-                good.append(Observation.model_validate(raw))
-            except ValidationError as exc:
-                reason = describe(exc)
+                if not isinstance(raw, dict):
+                    raise ValueError(f"an observation must be a JSON object, got {type(raw).__name__}")
+                good.append(Observation.model_validate({**raw, "tenant_id": who.tenant_id}))
+            except (ValidationError, ValueError) as exc:
+                reason = _safe(describe(exc) if isinstance(exc, ValidationError) else str(exc))
                 errors.append(ItemError(index=i, reason=reason))
-                letters.append(DeadLetter(original=orjson.dumps(raw).decode(), reason=reason,
-                                          source=f"http#{i}", received_at=now))
+                letters.append(DeadLetter.of(_dump(raw), reason, f"http#{i}", who.tenant_id))
         if letters:
             await service.reject(letters)
         if good:
             await service.submit(good)
-        body = IngestResponse(accepted=len(good), rejected=len(errors), errors=errors)
-        return JSONResponse(body.model_dump(), status_code=422 if errors else 200)
+        out = IngestResponse(accepted=len(good), rejected=len(errors), errors=errors)
+        return JSONResponse(out.model_dump(), status_code=422 if errors else 200)
 
     @app.post("/v1/query", response_model=QueryResponse)
-    async def query(req: QueryRequest) -> QueryResponse:
-        res = await service.retrieve(Scope(tenant_id=req.tenant_id, conversation_id=req.conversation_id),
-                                     req.question, req.top_k)
+    async def query(req: QueryRequest, who: Principal = query_key) -> QueryResponse:
+        res = await service.retrieve(scope_of(who, req.conversation_id, req.tenant_id), req.question, req.top_k)
         answer = await service.answer(req.question, [e.content for e in res.evidence]) if req.answer else None
         return QueryResponse(**res.model_dump(), answer=answer)
 
+    @app.get("/v1/conversations/{conversation_id}/nodes", response_model=list[MemoryNode])
+    async def nodes(conversation_id: ConvId, who: Principal = query_key) -> list[MemoryNode]:
+        return await service.nodes(scope_of(who, conversation_id))
+
+    @app.get("/v1/conversations/{conversation_id}/edges", response_model=list[EdgeEvent])
+    async def edges(conversation_id: ConvId, who: Principal = query_key) -> list[EdgeEvent]:
+        return await service.edges(scope_of(who, conversation_id))
+
     @app.get("/v1/tenants/{tenant_id}/conversations/{conversation_id}/nodes", response_model=list[MemoryNode])
-    async def nodes(tenant_id: str = Path(min_length=1), conversation_id: str = Path(min_length=1)) -> list[MemoryNode]:
-        return await service.nodes(Scope(tenant_id=tenant_id, conversation_id=conversation_id))
+    async def tenant_nodes(tenant_id: TenantId, conversation_id: ConvId, who: Principal = query_key) -> list[MemoryNode]:
+        return await service.nodes(scope_of(who, conversation_id, tenant_id))
 
     @app.get("/v1/tenants/{tenant_id}/conversations/{conversation_id}/edges", response_model=list[EdgeEvent])
-    async def edges(tenant_id: str = Path(min_length=1), conversation_id: str = Path(min_length=1)) -> list[EdgeEvent]:
-        return await service.edges(Scope(tenant_id=tenant_id, conversation_id=conversation_id))
+    async def tenant_edges(tenant_id: TenantId, conversation_id: ConvId, who: Principal = query_key) -> list[EdgeEvent]:
+        return await service.edges(scope_of(who, conversation_id, tenant_id))
+
+    @app.delete("/v1/conversations/{conversation_id}")
+    async def forget_conversation(conversation_id: ConvId, who: Principal = admin_key) -> dict[str, Any]:
+        return await service.forget(scope_of(who, conversation_id), None)
+
+    @app.delete("/v1/conversations/{conversation_id}/observations/{event_id}")
+    async def forget_observation(conversation_id: ConvId, event_id: EventId, who: Principal = admin_key) -> dict[str, Any]:
+        problem = limits.text_problem(event_id, control=True)
+        if problem is not None:
+            raise HTTPException(422, f"event_id {problem}")
+        return await service.forget(scope_of(who, conversation_id), event_id)
 
     @app.get("/v1/dead-letters", response_model=list[DeadLetter])
-    async def dead_letters(limit: int = 100) -> list[DeadLetter]:
-        return await service.dead_letters(limit)
+    async def dead_letters(limit: Annotated[int, Query(ge=1, le=1000)] = 100,
+                           who: Principal = admin_key) -> list[DeadLetter]:
+        return await service.dead_letters(who.tenant_id, limit)
 
     @app.get("/healthz")
     async def health() -> dict[str, Any]:

@@ -351,12 +351,24 @@ class SqliteLexicalIndex(_Base):
 
 
 class SqliteDeadLetters(_Base):
-    """The embedded dead-letter queue: append-only, newest last."""
+    """The embedded dead-letter queue: append-only, newest last, listed per tenant."""
+
+    def __init__(self, conn: sqlite3.Connection) -> None:
+        super().__init__(conn)
+        columns = {r[1] for r in conn.execute("PRAGMA table_info(dead_letters)")}
+        if "tenant" not in columns:  # stores made before letters carried their tenant
+            conn.execute("ALTER TABLE dead_letters ADD COLUMN tenant TEXT")
+        conn.execute("CREATE INDEX IF NOT EXISTS dead_letters_tenant ON dead_letters(tenant, n)")
 
     async def put(self, letters: Sequence[DeadLetter]) -> None:
-        self._write("INSERT INTO dead_letters (body) VALUES (?)",
-                    [(orjson.dumps(d.model_dump(mode="json")),) for d in letters])
+        self._write("INSERT INTO dead_letters (tenant, body) VALUES (?, ?)",
+                    [(d.tenant_id, orjson.dumps(d.model_dump(mode="json"))) for d in letters])
 
-    async def recent(self, limit: int = 100) -> list[DeadLetter]:
-        rows = self._conn.execute("SELECT body FROM dead_letters ORDER BY n DESC LIMIT ?", (limit,)).fetchall()
+    async def recent(self, limit: int = 100, tenant_id: str | None = None) -> list[DeadLetter]:
+        """The newest ``limit`` letters, oldest first: ``tenant_id``'s only, or all when None."""
+        if tenant_id is None:
+            rows = self._conn.execute("SELECT body FROM dead_letters ORDER BY n DESC LIMIT ?", (limit,)).fetchall()
+        else:
+            rows = self._conn.execute("SELECT body FROM dead_letters WHERE tenant = ? ORDER BY n DESC LIMIT ?",
+                                      (tenant_id, limit)).fetchall()
         return [DeadLetter.model_validate(orjson.loads(r[0])) for r in reversed(rows)]

@@ -14,7 +14,6 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
 
 from storage.ports import DeadLetterSink, EdgeStore, LexicalIndex, NodeStore, VectorIndex
 from topology.errors import InvalidEvent
@@ -75,8 +74,8 @@ class IngestReport:
 
 
 def dead_letter(original: bytes | str, reason: str, source: str) -> DeadLetter:
-    raw = original.decode("utf-8", "replace") if isinstance(original, bytes) else original
-    return DeadLetter(original=raw, reason=reason, source=source, received_at=datetime.now(UTC))
+    """A bounded dead letter; the tenant is read from the payload when it names one."""
+    return DeadLetter.of(original, reason, source)
 
 
 async def number(nodes: NodeStore, obs: Sequence[Observation]) -> tuple[list[tuple[Observation, int]], int]:

@@ -13,6 +13,7 @@ from typing import Any
 
 import pytest
 import uvicorn
+from fastapi import FastAPI, Request
 
 from jevmem.settings import Settings
 from jevmem.wiring import Embedded, build_embedded
@@ -82,3 +83,21 @@ def serve_http(app: Any) -> Iterator[str]:
     finally:
         server.should_exit = True
         thread.join(10)
+
+
+def fake_llm() -> tuple[FastAPI, list[dict[str, Any]]]:
+    """An OpenAI-compatible chat completions server (System Two stand-in) that records requests
+    and answers "Biscuit" when the prompt mentions it."""
+    seen: list[dict[str, Any]] = []
+    app = FastAPI()
+
+    @app.post("/v1/chat/completions")
+    async def chat(request: Request) -> dict[str, Any]:
+        body = await request.json()
+        seen.append(body)
+        user = body["messages"][-1]["content"]
+        reply = "Biscuit" if "Biscuit" in user else "I do not know"
+        return {"id": "x", "object": "chat.completion", "model": body["model"],
+                "choices": [{"index": 0, "finish_reason": "stop", "message": {"role": "assistant", "content": reply}}]}
+
+    return app, seen

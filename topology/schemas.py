@@ -6,12 +6,13 @@ not know instead of guessing. Timestamps are timezone-aware UTC ``datetime`` val
 
 from __future__ import annotations
 
-from datetime import date, datetime
-from typing import Any, Literal, TypeVar
+from datetime import UTC, date, datetime
+from typing import Annotated, Any, Literal, TypeVar
 
 import orjson
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError, field_validator
 
+from topology import limits
 from topology.errors import InvalidEvent
 
 SCHEMA_VERSION = 1
@@ -19,6 +20,18 @@ SCHEMA_VERSION = 1
 View = Literal["semantic", "temporal", "causal", "entity"]
 VIEWS: tuple[View, ...] = ("semantic", "temporal", "causal", "entity")
 MEMORY_TYPES: tuple[str, ...] = ("episodic", "semantic", "procedural", "preference")
+
+
+def _ident(value: str) -> str:
+    return limits.check_text(value, control=True)
+
+
+def _text(value: str) -> str:
+    return limits.check_text(value)
+
+
+Ident = Annotated[str, Field(min_length=1, max_length=limits.MAX_ID), AfterValidator(_ident)]
+"""A tenant, conversation or event id: 1-200 characters, no control characters or lone surrogates."""
 
 
 class _Event(BaseModel):
@@ -39,8 +52,8 @@ class Scope(BaseModel):
 
     model_config = ConfigDict(frozen=True)
 
-    tenant_id: str = Field(min_length=1, max_length=200)
-    conversation_id: str = Field(min_length=1, max_length=200)
+    tenant_id: Ident
+    conversation_id: Ident
 
     @property
     def key(self) -> str:
@@ -55,22 +68,39 @@ class Scope(BaseModel):
 class Observation(_Event):
     """What an agent runtime emits: one chat turn, tool output or event."""
 
-    tenant_id: str = Field(min_length=1, max_length=200)
-    conversation_id: str = Field(min_length=1, max_length=200)
-    event_id: str = Field(min_length=1, max_length=200)
-    content: str = Field(min_length=1, max_length=100_000)
-    speaker: str | None = None
-    role: str = "user"
-    observed_at: datetime | None = None
-    provenance: dict[str, str] = Field(default_factory=dict)
-    entities: list[str] = Field(default_factory=list)
-    metadata: dict[str, Any] = Field(default_factory=dict)
+    tenant_id: Ident
+    conversation_id: Ident
+    event_id: Ident
+    content: Annotated[str, Field(min_length=1, max_length=limits.MAX_CONTENT), AfterValidator(_text)]
+    speaker: Annotated[str, Field(max_length=limits.MAX_SPEAKER), AfterValidator(_text)] | None = None
+    role: Annotated[str, Field(min_length=1, max_length=limits.MAX_ROLE), AfterValidator(_ident)] = "user"
+    observed_at: datetime | None = Field(default=None, description="Naive values are taken as UTC; 1900-2199.")
+    provenance: dict[Annotated[str, Field(max_length=limits.MAX_PROVENANCE_KEY), AfterValidator(_text)],
+                     Annotated[str, Field(max_length=limits.MAX_PROVENANCE_VALUE), AfterValidator(_text)]] = Field(
+        default_factory=dict, max_length=limits.MAX_PROVENANCE)
+    entities: list[Annotated[str, Field(min_length=1, max_length=limits.MAX_ID), AfterValidator(_text)]] = Field(
+        default_factory=list, max_length=limits.MAX_ENTITIES)
+    metadata: dict[str, Any] = Field(default_factory=dict, description=(
+        f"Plain JSON, at most {limits.MAX_METADATA_DEPTH} levels deep and {limits.MAX_METADATA_BYTES} bytes."))
 
     @field_validator("content")
     @classmethod
     def _not_blank(cls, v: str) -> str:
         if not v.strip():
             raise ValueError("content is blank")
+        return v
+
+    @field_validator("observed_at")
+    @classmethod
+    def _utc(cls, v: datetime | None) -> datetime | None:
+        return None if v is None else limits.utc_in_range(v)
+
+    @field_validator("metadata")
+    @classmethod
+    def _plain_json(cls, v: dict[str, Any]) -> dict[str, Any]:
+        limits.check_json_value(v)
+        if len(orjson.dumps(v)) > limits.MAX_METADATA_BYTES:
+            raise ValueError(f"larger than {limits.MAX_METADATA_BYTES} bytes as JSON")
         return v
 
     @property
@@ -210,12 +240,40 @@ class ConsolidationDecision(_Event):
 
 
 class DeadLetter(_Event):
-    """An input that could not be accepted: original bytes (utf-8, replaced), reason, origin."""
+    """An input that could not be accepted: a bounded copy of the original (UTF-8, invalid bytes
+    replaced, at most ``limits.DEAD_LETTER_ORIGINAL_BYTES``; ``truncated`` tells it was cut and
+    ``original_bytes`` gives the full size), the reason, where it came from, and the tenant it
+    belongs to (from the caller's key over HTTP; read from the payload, when it names one, on a
+    topic; None when unknown: such letters are listed to no tenant)."""
 
     original: str
     reason: str
     source: str = ""
     received_at: datetime
+    tenant_id: str | None = None
+    truncated: bool = False
+    original_bytes: int | None = None
+
+    @classmethod
+    def of(cls, original: bytes | str, reason: str, source: str, tenant_id: str | None = None) -> DeadLetter:
+        """A dead letter for ``original``; ``tenant_id`` None: taken from the payload when it is a
+        JSON object with a valid ``tenant_id``."""
+        text, cut, size = limits.bounded_original(original)
+        if tenant_id is None:
+            tenant_id = _claimed_tenant(original)
+        return cls(original=text, reason=reason, source=source, received_at=datetime.now(UTC),
+                   tenant_id=tenant_id, truncated=cut, original_bytes=size)
+
+
+def _claimed_tenant(original: bytes | str) -> str | None:
+    try:
+        data = orjson.loads(original)
+    except orjson.JSONDecodeError:
+        return None
+    tenant = data.get("tenant_id") if isinstance(data, dict) else None
+    if isinstance(tenant, str) and 0 < len(tenant) <= limits.MAX_ID and limits.text_problem(tenant, control=True) is None:
+        return tenant
+    return None
 
 
 class WriteResult(BaseModel):

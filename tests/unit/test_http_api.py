@@ -6,45 +6,34 @@ from typing import Any
 
 import httpx
 import pytest
-from fastapi import FastAPI, Request
 
 from jevmem.settings import Settings
 from jevmem.wiring import EmbeddedService
+from query_api.auth import Authenticator, mint
 from query_api.http import create_app
 from query_api.system_two import OpenAICompatibleSystemTwo
-from tests.conftest import chat_observations, serve_http
+from storage.keys import SqliteKeyStore
+from tests.conftest import chat_observations, fake_llm, serve_http
 from topology.errors import SystemTwoError
 from topology.ports import Embedder
 
 
-def fake_llm() -> tuple[FastAPI, list[dict[str, Any]]]:
-    seen: list[dict[str, Any]] = []
-    app = FastAPI()
-
-    @app.post("/v1/chat/completions")
-    async def chat(request: Request) -> dict[str, Any]:
-        body = await request.json()
-        seen.append(body)
-        user = body["messages"][-1]["content"]
-        reply = "Biscuit" if "Biscuit" in user else "I do not know"
-        return {"id": "x", "object": "chat.completion", "model": body["model"],
-                "choices": [{"index": 0, "finish_reason": "stop", "message": {"role": "assistant", "content": reply}}]}
-
-    return app, seen
-
-
 @pytest.fixture
-def api(embedder: Embedder) -> Any:
+async def api(embedder: Embedder) -> Any:
     llm, seen = fake_llm()
+    keys = SqliteKeyStore(":memory:")
+    key, record = mint("t1", ["ingest", "query", "admin"])
+    await keys.create(record)
     with serve_http(llm) as llm_url:
         settings = Settings(system_two_url=f"{llm_url}/v1", system_two_model="small")
-        with serve_http(create_app(EmbeddedService(settings, embedder=embedder, data_dir=":memory:"))) as url:
-            yield url, seen
+        app = create_app(EmbeddedService(settings, embedder=embedder, data_dir=":memory:"), Authenticator(keys))
+        with serve_http(app) as url:
+            yield url, seen, {"Authorization": f"Bearer {key}"}
 
 
 def test_ingest_query_and_read_back(api: Any) -> None:
-    url, seen = api
-    with httpx.Client(base_url=url, timeout=60) as c:
+    url, seen, auth = api
+    with httpx.Client(base_url=url, timeout=60, headers=auth) as c:
         batch = [o.model_dump(mode="json") for o in chat_observations()]
         r = c.post("/v1/observations", json=batch)
         assert r.status_code == 200 and r.json() == {"accepted": len(batch), "rejected": 0, "errors": []}
@@ -58,15 +47,16 @@ def test_ingest_query_and_read_back(api: Any) -> None:
         nodes = c.get("/v1/tenants/t1/conversations/c1/nodes").json()
         edges = c.get("/v1/tenants/t1/conversations/c1/edges").json()
         assert len(nodes) == len(batch) and edges and all("embedding" in n and n["embedding"] is None for n in nodes)
-        assert c.get("/v1/tenants/other/conversations/c1/nodes").json() == []
+        assert c.get("/v1/conversations/c1/nodes").json() == nodes
+        assert c.get("/v1/tenants/other/conversations/c1/nodes").status_code == 403
         assert c.get("/healthz").json()["status"] == "ok"
         assert "/v1/query" in c.get("/openapi.json").json()["paths"]
 
 
 def test_bad_items_get_422_with_reasons_and_good_items_are_kept(api: Any) -> None:
-    url, _ = api
+    url, _, auth = api
     good = [o.model_dump(mode="json") for o in chat_observations(n=2)]
-    with httpx.Client(base_url=url, timeout=60) as c:
+    with httpx.Client(base_url=url, timeout=60, headers=auth) as c:
         r = c.post("/v1/observations", json=[good[0], {"tenant_id": "t1", "content": "no ids"}, good[1],
                                              {**good[0], "event_id": "x", "content": " "}])
         assert r.status_code == 422
@@ -78,7 +68,9 @@ def test_bad_items_get_422_with_reasons_and_good_items_are_kept(api: Any) -> Non
         assert len(c.get("/v1/tenants/t1/conversations/c1/nodes").json()) == 2
         letters = c.get("/v1/dead-letters").json()
         assert [d["source"] for d in letters] == ["http#1", "http#3"]
+        assert {d["tenant_id"] for d in letters} == {"t1"}
         assert c.post("/v1/observations", json={"not": "a list"}).status_code == 422
+        assert c.get("/v1/dead-letters").json()[-1]["source"] == "http:body"
         assert c.post("/v1/query", json={"tenant_id": "t1"}).status_code == 422
 
 

@@ -1,0 +1,132 @@
+"""API keys: one tenant and a set of scopes per key; only a salted scrypt hash is ever stored.
+
+A key reads ``jm_<key_id>_<secret>``: ``key_id`` (16 hex characters) names the stored record,
+``secret`` (32 random bytes, URL-safe base64) is checked against the record's scrypt hash. The key
+itself is shown once, when it is made, and kept nowhere.
+
+Scopes: ``ingest`` (write observations), ``query`` (retrieve, read nodes and edges), ``admin``
+(dead letters, deletion). :class:`Authenticator` turns an ``Authorization: Bearer`` header into a
+:class:`Principal`, caching a verified key for ``cache_seconds`` so the slow hash runs once per
+key and a revocation takes effect within that time.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import hmac
+import secrets
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime
+
+from storage.keys import SCOPES, ApiKeyRecord, ApiScope, KeyStore
+
+__all__ = ["SCOPES", "ApiKeyRecord", "ApiScope", "Authenticator", "Forbidden", "KeyStore", "Principal",
+           "Unauthenticated", "matches", "mint", "parse", "require", "same_tenant"]
+_PREFIX = "jm_"
+_SCRYPT = {"n": 2**14, "r": 8, "p": 1, "dklen": 32}
+
+
+def _hash(secret: str, salt: bytes) -> str:
+    return hashlib.scrypt(secret.encode(), salt=salt, **_SCRYPT).hex()
+
+
+def mint(tenant_id: str, scopes: Sequence[str], label: str = "") -> tuple[str, ApiKeyRecord]:
+    """A new key and its record. Raises ValueError for an unknown scope or an invalid tenant."""
+    unknown = sorted(set(scopes) - set(SCOPES))
+    if unknown or not scopes:
+        raise ValueError(f"scopes must be a non-empty subset of {', '.join(SCOPES)} (got {', '.join(scopes) or 'none'})")
+    key_id = secrets.token_hex(8)
+    secret = secrets.token_urlsafe(32)
+    salt = secrets.token_bytes(16)
+    record = ApiKeyRecord.model_validate({
+        "key_id": key_id, "tenant_id": tenant_id, "scopes": sorted(set(scopes), key=SCOPES.index),
+        "salt": salt.hex(), "hash": _hash(secret, salt), "created_at": datetime.now(UTC), "label": label})
+    return f"{_PREFIX}{key_id}_{secret}", record
+
+
+def parse(key: str) -> tuple[str, str] | None:
+    """(key_id, secret) of a well-formed key, else None."""
+    if not key.startswith(_PREFIX):
+        return None
+    key_id, sep, secret = key[len(_PREFIX):].partition("_")
+    if not sep or len(key_id) != 16 or not secret or len(secret) > 128:
+        return None
+    try:
+        int(key_id, 16)
+    except ValueError:
+        return None
+    return key_id, secret
+
+
+def matches(record: ApiKeyRecord, secret: str) -> bool:
+    """Constant-time check of ``secret`` against the record's hash (slow: scrypt)."""
+    return hmac.compare_digest(_hash(secret, bytes.fromhex(record.salt)), record.hash)
+
+
+@dataclass(frozen=True)
+class Principal:
+    """The caller: a key's tenant and scopes."""
+
+    key_id: str
+    tenant_id: str
+    scopes: frozenset[str]
+
+
+class Unauthenticated(Exception):
+    """No key, a malformed key, an unknown or revoked key, or a wrong secret (HTTP 401)."""
+
+
+class Forbidden(Exception):
+    """A valid key without the scope, or naming another tenant (HTTP 403)."""
+
+
+def require(principal: Principal, scope: ApiScope) -> None:
+    if scope not in principal.scopes:
+        raise Forbidden(f"this key lacks the '{scope}' scope")
+
+
+def same_tenant(principal: Principal, tenant_id: str | None) -> str:
+    """The principal's tenant; :class:`Forbidden` when ``tenant_id`` names another one."""
+    if tenant_id is not None and tenant_id != principal.tenant_id:
+        raise Forbidden("this key belongs to another tenant")
+    return principal.tenant_id
+
+
+class Authenticator:
+    """Bearer header -> :class:`Principal`, with a short cache of verified keys."""
+
+    def __init__(self, store: KeyStore, cache_seconds: float = 5.0) -> None:
+        self.store = store
+        self.cache_seconds = cache_seconds
+        self._cache: dict[bytes, tuple[Principal, float]] = {}
+
+    async def principal(self, authorization: str | None) -> Principal:
+        if not authorization:
+            raise Unauthenticated("missing Authorization: Bearer <api key>")
+        scheme, _, key = authorization.partition(" ")
+        if scheme.lower() != "bearer" or not key.strip():
+            raise Unauthenticated("expected Authorization: Bearer <api key>")
+        key = key.strip()
+        fingerprint = hashlib.sha256(key.encode("utf-8", "replace")).digest()
+        hit = self._cache.get(fingerprint)
+        now = time.monotonic()
+        if hit is not None and hit[1] > now:
+            return hit[0]
+        parts = parse(key)
+        if parts is None:
+            raise Unauthenticated("malformed API key")
+        record = await self.store.get(parts[0])
+        if record is None or record.revoked_at is not None:
+            self._cache.pop(fingerprint, None)
+            raise Unauthenticated("unknown or revoked API key")
+        if not await asyncio.to_thread(matches, record, parts[1]):
+            raise Unauthenticated("unknown or revoked API key")
+        who = Principal(record.key_id, record.tenant_id, frozenset(record.scopes))
+        if self.cache_seconds > 0:
+            if len(self._cache) > 10_000:
+                self._cache.clear()
+            self._cache[fingerprint] = (who, now + self.cache_seconds)
+        return who
