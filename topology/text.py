@@ -52,12 +52,17 @@ def stem(word: str) -> str:
     return word
 
 
+MAX_TOKEN = 64  # longer "words" (hashes, runs of one letter) are not content: keyword indexes cap term size
+MAX_ENTITY = 200
+
+
 def tokens(text: str) -> list[str]:
-    """Content tokens: lowercased, stopwords removed, lightly stemmed, order kept, duplicates kept."""
+    """Content tokens: lowercased, stopwords removed, lightly stemmed, order kept, duplicates kept;
+    tokens outside 2..``MAX_TOKEN`` characters are dropped."""
     out = []
     for tok in _TOKEN.findall(text.lower()):
         tok = tok.removesuffix("'s")
-        if tok in STOPWORDS or len(tok) < 2:
+        if tok in STOPWORDS or not 2 <= len(tok) <= MAX_TOKEN:
             continue
         out.append(stem(tok))
     return out
@@ -66,6 +71,22 @@ def tokens(text: str) -> list[str]:
 def entity_id(name: str) -> str:
     """Exact entity id: the normalised surface form."""
     return "ent:" + re.sub(r"[^a-z0-9]+", "_", name.lower()).strip("_")
+
+
+def opens_sentence(text: str, start: int) -> bool:
+    """Whether ``text[start:]`` opens a sentence: ``text[:start]`` is empty or ends with a sentence
+    end (``.!?`` then whitespace) or a newline, then optional whitespace and an optional opening
+    quote or parenthesis. Equal to ``_SENTENCE_START.search(text[:start])``, but it reads only the
+    tail of the prefix (the regex scanned the whole prefix for every phrase: quadratic)."""
+    i = start
+    if i > 0 and text[i - 1] in "\"'(":
+        i -= 1
+    k = i
+    while k > 0 and text[k - 1].isspace():
+        k -= 1
+    if k == 0 or "\n" in text[k:i]:
+        return True
+    return k < i and text[k - 1] in ".!?"
 
 
 def entities(text: str, extra: Iterable[str] = ()) -> list[Entity]:
@@ -86,9 +107,9 @@ def entities(text: str, extra: Iterable[str] = ()) -> list[Entity]:
         if not words:
             continue
         name = " ".join(words)
-        if name.lower() in STOPWORDS or len(name) < 2:
+        if name.lower() in STOPWORDS or not 2 <= len(name) <= MAX_ENTITY:
             continue
-        at_start = bool(_SENTENCE_START.search(text[: m.start()]))
+        at_start = opens_sentence(text, m.start())
         if at_start and len(words) == 1 and name.lower() in _COMMON_OPENERS:
             continue
         found.setdefault(entity_id(name), Entity(id=entity_id(name), name=name))
@@ -186,7 +207,7 @@ def _relative(expr: str, n: str | None, unit: str | None, ref: date) -> Temporal
 
 def temporal_refs(text: str, observed: date | None) -> list[TemporalRef]:
     """Grounded time expressions in ``text``: absolute dates always, relative ones when the
-    observation time is known."""
+    observation time is known; expressions that fall outside the calendar are skipped."""
     refs: list[TemporalRef] = []
     for m in _ABS.finditer(text):
         day_s = m.group("d1") or m.group("d2")
@@ -203,11 +224,17 @@ def temporal_refs(text: str, observed: date | None) -> list[TemporalRef]:
                 continue
             refs.append(TemporalRef(text=m.group(0), start=d, end=d, granularity="day"))
         else:
-            s, t = _month_span(year, month)
+            try:
+                s, t = _month_span(year, month)
+            except ValueError:
+                continue
             refs.append(TemporalRef(text=m.group(0), start=s, end=t, granularity="month"))
     if observed is not None:
         for m in _REL.finditer(text):
-            ref = _relative(m.group("expr"), m.group("n"), m.group("unit"), observed)
+            try:
+                ref = _relative(m.group("expr"), m.group("n"), m.group("unit"), observed)
+            except (ValueError, OverflowError):  # "9999 years ago": outside the calendar, not a date
+                continue
             if ref is not None:
                 refs.append(ref)
     return refs
