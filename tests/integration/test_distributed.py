@@ -174,31 +174,54 @@ async def test_two_workers_kill_dead_letter_and_replay(stack: Stack) -> None:
 
 async def test_http_api_in_distributed_mode(stack: Stack) -> None:
     """POST /v1/observations writes valid items to the observations topic (invalid ones to the
-    dead letters, 422); a worker materialises them; /v1/query reads Elasticsearch directly."""
+    tenant's dead letters, 422); a worker materialises them, hostile-but-valid content included;
+    /v1/query reads Elasticsearch directly; keys live in Elasticsearch."""
     import httpx
 
     from jevmem.distributed import DistributedService
+    from jevmem.wiring import key_store
+    from query_api.auth import Authenticator, mint
     from query_api.http import create_app
     from tests.conftest import chat_observations, serve_http
 
     ensure_topics(KAFKA or "", stack.settings.topic_prefix, stack.settings.partitions)
     stack.start_worker(1)
+    settings = stack.settings.model_copy(update={"mode": "distributed", "keys_index": f"{stack.settings.app_id}-keys"})
+    keys = key_store(settings)
+    key, record = mint("api", ["ingest", "query", "admin"])
+    other, other_record = mint("other", ["ingest", "query", "admin"])
+    for r in (record, other_record):
+        await keys.create(r)
+    assert [r.key_id for r in await keys.list("api")] == [record.key_id]
     obs = [o.model_dump(mode="json") for o in chat_observations(tenant="api", conversation="c1")]
+    hostile = [{"conversation_id": "c1", "event_id": "h1", "content": "It was 9999 years ago. " + "Zz" * 30_000},
+               {"conversation_id": "c1", "event_id": "h2", "content": "Abc Def. " * 5_000}]
     service = DistributedService(stack.settings)
-    with serve_http(create_app(service)) as url:
-        async with httpx.AsyncClient(base_url=url, timeout=60) as c:
-            r = await c.post("/v1/observations", json=[*obs, {"tenant_id": "api", "content": "no ids"}])
-            assert r.status_code == 422 and r.json()["accepted"] == len(obs)
+    # the server reads keys through its own client (as `jevmem serve` and `jevmem keys` would)
+    with serve_http(create_app(service, Authenticator(key_store(settings)))) as url:
+        auth = {"Authorization": f"Bearer {key}"}
+        async with httpx.AsyncClient(base_url=url, timeout=60, headers=auth) as c:
+            assert (await c.get("/v1/conversations/c1/nodes", headers={"Authorization": ""})).status_code == 401
+            r = await c.post("/v1/observations", json=[*obs, *hostile, {"tenant_id": "api", "content": "no ids"}])
+            assert r.status_code == 422 and r.json()["accepted"] == len(obs) + len(hostile)
 
             async def materialised() -> bool:
-                nodes = (await c.get("/v1/tenants/api/conversations/c1/nodes")).json()
-                return len(nodes) == len(obs)
+                nodes = (await c.get("/v1/conversations/c1/nodes")).json()
+                return len(nodes) == len(obs) + len(hostile)
 
             await wait_for(materialised, "the API's observations to be materialised", stack)
-            q = await c.post("/v1/query", json={"tenant_id": "api", "conversation_id": "c1",
+            q = await c.post("/v1/query", json={"conversation_id": "c1",
                                                 "question": "What is the name of Ana's puppy?", "top_k": 3})
             assert q.status_code == 200
             assert "Biscuit" in q.json()["evidence"][0]["content"]
             assert (await c.get("/healthz")).json()["mode"] == "distributed"
             letters = (await c.get("/v1/dead-letters")).json()
-            assert [d["source"] for d in letters] == [f"http#{len(obs)}"]
+            assert [d["source"] for d in letters] == [f"http#{len(obs) + len(hostile)}"]
+            assert [d["tenant_id"] for d in letters] == ["api"]
+            with_other = {"Authorization": f"Bearer {other}"}
+            assert (await c.get("/v1/dead-letters", headers=with_other)).json() == []
+            assert (await c.get("/v1/conversations/c1/nodes", headers=with_other)).json() == []
+            assert (await c.get("/v1/tenants/api/conversations/c1/nodes", headers=with_other)).status_code == 403
+    assert await keys.revoke(other_record.key_id)
+    assert (await keys.get(other_record.key_id)).revoked_at is not None  # type: ignore[union-attr]
+    await keys.close()
