@@ -173,6 +173,7 @@ def write_path(settings: Settings, stores: Stores, embedder: Embedder) -> WriteP
     # cache whenever its assignment changes, and conversations reload from the stores)
     reader = ScopeCache(stores.nodes)
     stores.listeners.append(reader.add)
+    stores.on_forget.append(reader.drop)
     return WritePath(embedder, so, reader, settings.params, summariser=system_two(settings))
 
 

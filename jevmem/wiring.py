@@ -76,6 +76,7 @@ def build_embedded(settings: Settings, embedder: Embedder | None = None, data_di
     so = CountingSystemOne(system_one(settings))
     reader = ScopeCache(stores.nodes)
     stores.listeners.append(reader.add)
+    stores.on_forget.append(reader.drop)
     write_path = WritePath(emb, so, reader, settings.params, summariser=system_two(settings))
     controller = RetrievalController(emb, so.inner, stores.vectors, stores.lexical, stores.nodes, stores.edges,
                                      settings.params)
