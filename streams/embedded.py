@@ -16,9 +16,9 @@ from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
+from storage.ports import DeadLetterSink, EdgeStore, LexicalIndex, NodeStore, VectorIndex
 from streams import forget as forgetting
 from streams.forget import ForgetReport
-from storage.ports import DeadLetterSink, EdgeStore, LexicalIndex, NodeStore, VectorIndex
 from topology.errors import InvalidEvent
 from topology.pipeline import SeqState, WritePath, assign_seqs, consolidation_runs, dedupe
 from topology.schemas import (
