@@ -128,6 +128,12 @@ class EmbeddedService:
     async def dead_letters(self, limit: int) -> list[DeadLetter]:
         return await self.mem.stores.dead_letters.recent(limit)
 
+    async def forget(self, scope: Scope, event_id: str | None) -> dict[str, Any]:
+        """Forget one observation (``event_id``) or the whole conversation (None), synchronously:
+        returns ``{"status": "deleted" | "not_found", "nodes", "edges", "decisions", "seq"}``
+        (counts of what was removed; see :mod:`streams.forget` for semantics)."""
+        return (await self.mem.pipeline.forget(scope, event_id)).as_dict()
+
     async def health(self) -> dict[str, Any]:
         return {"status": "ok", "mode": "embedded", "embedder": self.mem.embedder.name,
                 "system_one": self.settings.system_one, "system_two": self._s2 is not None}
