@@ -395,3 +395,57 @@ async def test_a_shared_memories_index_is_split_per_tenant(es: tuple[AsyncElasti
     assert [n.id for n in await old.scan(A)] == [n.id for n in make_nodes(A)]
     b_hits = await ElasticLexicalIndex(client, prefix).search(B, "Biscuit", 20)
     assert b_hits and {h.id for h in b_hits} <= {n.id for n in nodes if n.tenant_id == B.tenant_id}
+
+
+async def test_retrieval_of_a_tenant_ignores_other_tenants_writes(es: tuple[AsyncElasticsearch, str]) -> None:
+    """``RetrievalController.retrieve`` for tenant A over the Elasticsearch stores gives the same
+    evidence (ids, scores, order) before and after tenant B ingests lots of overlapping text."""
+    from jevmem.distributed import write_path
+    from jevmem.settings import Settings
+    from query_api.controller import RetrievalController
+    from storage.elastic import ElasticVectorIndex
+    from streams.embedded import EmbeddedPipeline
+    from streams.embedded import Stores as AllStores
+    from topology.embedding import default_embedder
+    from topology.systemone.local import LocalSystemOne
+    from topology.systemone.port import CountingSystemOne
+
+    client, prefix = es
+    emb = default_embedder()
+    settings = Settings()
+
+    class NoLetters:
+        async def put(self, letters: object) -> None:
+            raise AssertionError("no dead letters expected")
+
+        async def recent(self, limit: int = 100) -> list[object]:
+            return []
+
+    stores = AllStores(nodes=ElasticNodeStore(client, prefix), edges=ElasticEdgeStore(client, prefix),
+                       vectors=ElasticVectorIndex(client, prefix, emb.dim), lexical=ElasticLexicalIndex(client, prefix),
+                       dead_letters=NoLetters())  # type: ignore[arg-type]
+    wp = write_path(settings, stores, emb)
+    assert isinstance(wp.so, CountingSystemOne)
+    pipeline = EmbeddedPipeline(stores, wp, wp.so)
+    controller = RetrievalController(emb, LocalSystemOne(), stores.vectors, stores.lexical, stores.nodes, stores.edges,
+                                     settings.params)
+
+    def chat_obs(scope: Scope, chat: list[tuple[str, str]]) -> list[Observation]:
+        return [Observation(tenant_id=scope.tenant_id, conversation_id=scope.conversation_id, event_id=f"e{i}",
+                            content=text, speaker=who) for i, (who, text) in enumerate(chat)]
+
+    await pipeline.ingest(chat_obs(A, CHAT))
+    questions = ["What is the name of Ana's puppy?", "When is the Berlin marathon?", "knee running training"]
+
+    async def snapshot() -> list[object]:
+        out: list[object] = []
+        for q in questions:
+            out.append(await stores.lexical.search(A, q, 10))
+            r = await controller.retrieve(A, q, top_k=8)
+            out.append([(e.node_id, e.score, e.via) for e in r.evidence])
+        return out
+
+    before = await snapshot()
+    assert all(before)
+    await pipeline.ingest(chat_obs(B, other_text(80)))
+    assert await snapshot() == before
