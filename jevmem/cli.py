@@ -228,14 +228,11 @@ def forget(conversation: Annotated[str, typer.Option("--conversation", "-c", hel
     scope = Scope(tenant_id=settings.tenant, conversation_id=conversation)
 
     async def go() -> dict[str, Any]:
-        if distributed or settings.mode == "distributed":
-            from jevmem.distributed import DistributedService
+        from jevmem.distributed import DistributedService
+        from jevmem.wiring import EmbeddedService
 
-            service: Any = DistributedService(settings)
-        else:
-            from jevmem.wiring import EmbeddedService
-
-            service = EmbeddedService(settings)
+        remote = distributed or settings.mode == "distributed"
+        service = DistributedService(settings) if remote else EmbeddedService(settings)
         await service.start()
         try:
             out: dict[str, Any] = await service.forget(scope, event)

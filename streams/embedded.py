@@ -32,7 +32,7 @@ from topology.schemas import (
     RelationJudgment,
     Scope,
     WriteResult,
-    decode,
+    decode_input,
 )
 from topology.systemone.port import CountingSystemOne
 
@@ -86,6 +86,7 @@ class IngestReport:
     write_calls: int = 0
     consolidation_calls: int = 0
     results: list[WriteResult] = field(default_factory=list)
+    forgets: int = 0
 
 
 def dead_letter(original: bytes | str, reason: str, source: str) -> DeadLetter:
@@ -224,17 +225,32 @@ class EmbeddedPipeline:
         self._lock = asyncio.Lock()
 
     async def ingest_raw(self, payloads: Sequence[bytes | str], source: str = "ingest") -> IngestReport:
-        """Decode JSON observations; invalid ones become dead letters, valid ones are written."""
-        good: list[Observation] = []
+        """Decode JSON observations and forget records (as on the observations topic); invalid ones
+        become dead letters, valid ones are applied in order: the observations before a forget are
+        written, then it is applied, then the rest."""
+        good: list[Observation | Forget] = []
         bad: list[DeadLetter] = []
         for i, raw in enumerate(payloads):
             try:
-                good.append(decode(Observation, raw))
+                good.append(decode_input(raw))
             except InvalidEvent as exc:
                 bad.append(dead_letter(raw, exc.reason, f"{source}#{i}"))
         if bad:
             await self.stores.dead_letters.put(bad)
-        report = await self.ingest(good)
+        report = IngestReport()
+        for part in forgetting.split_at_forgets(good):
+            if isinstance(part, Forget):
+                await self.forget(part.scope, part.event_id)
+                report.forgets += 1
+                continue
+            rep = await self.ingest(part)
+            report.accepted += rep.accepted
+            report.new_nodes += rep.new_nodes
+            report.edges += rep.edges
+            report.decisions += rep.decisions
+            report.write_calls += rep.write_calls
+            report.consolidation_calls += rep.consolidation_calls
+            report.results += rep.results
         report.dead_letters = bad
         return report
 

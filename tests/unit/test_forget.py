@@ -307,3 +307,12 @@ def test_record_keys_are_unambiguous() -> None:
     assert scope_token(Scope(tenant_id="a/b", conversation_id="c")) != scope_token(Scope(tenant_id="a", conversation_id="b/c"))
     assert ids.node_id("a/b", "c", "e") != ids.node_id("a", "b/c", "e")
     assert lexical_table("a") != lexical_table("A")
+
+
+async def test_ingest_raw_applies_forget_records_in_order(mem: Embedded) -> None:
+    events = [o.model_dump_json().encode() for o in chat_observations(n=5)]
+    forget = encode(Forget(tenant_id="t1", conversation_id="c1", event_id="e1", requested_at=NOW))
+    rep = await mem.pipeline.ingest_raw([*events[:3], forget, *events[3:], b"[1]"])
+    assert rep.forgets == 1 and rep.accepted == 5 and len(rep.dead_letters) == 1
+    assert [n.event_id for n in await mem.stores.nodes.scan(A) if n.kind == "observation"] == ["e0", "e2", "e3", "e4"]
+    assert await mem.stores.nodes.forgotten(A) == {"e1": 1}
