@@ -167,9 +167,10 @@ class _Elastic:
             return index
         return None
 
-    async def _bulk(self, index: str | None, ops: list[dict[str, Any]]) -> dict[str, Any]:
+    async def _bulk(self, index: str | None, ops: list[dict[str, Any]], conflicts_ok: bool = False) -> dict[str, Any]:
         """Run bulk ``ops`` (``index`` None: each op names its ``_index``); returns the response
-        once all are acknowledged and visible to search."""
+        once all are acknowledged and visible to search. ``conflicts_ok``: a ``create`` of an
+        existing document is not a failure."""
         if not ops:
             return {"items": []}
         try:
@@ -178,7 +179,10 @@ class _Elastic:
         except (ApiError, TransportError) as exc:
             raise StoreUnavailable(f"elasticsearch bulk {index}: {exc}") from exc
         if res.get("errors"):
-            bad = [i for item in res["items"] for i in item.values() if "error" in i]
+            bad = [i for item in res["items"] for i in item.values()
+                   if "error" in i and not (conflicts_ok and i.get("status") == 409)]
+            if not bad:
+                return dict(res)
             raise StoreUnavailable(f"elasticsearch bulk {index}: {len(bad)} failed, first: {bad[0]['error'] if bad else '?'}")
         return dict(res)
 
@@ -405,8 +409,9 @@ class ElasticNodeStore(_Memories):
 
     async def migrate_shared(self) -> int:
         """Split an older generation's shared ``p memories`` index into per-tenant indices (whole
-        documents, ids kept), then delete it; returns the documents moved (0: nothing to do).
-        Idempotent: an interrupted migration is finished by the next call."""
+        documents, ids kept; a document already in the tenant's index, written by this build, is
+        kept), then delete it; returns the documents read (0: nothing to do). Idempotent: an
+        interrupted migration is finished by the next call."""
         old = self._prefix + "memories"
         try:
             if not await self._client.indices.exists(index=old):
@@ -425,8 +430,8 @@ class ElasticNodeStore(_Memories):
             ops: list[dict[str, Any]] = []
             for h in page:
                 index = await self._ensure(memories_index(h["_source"]["tenant_id"]), _MEMORIES)
-                ops += [{"index": {"_index": index, "_id": h["_id"]}}, h["_source"]]
-            await self._bulk(None, ops)
+                ops += [{"create": {"_index": index, "_id": h["_id"]}}, h["_source"]]
+            await self._bulk(None, ops, conflicts_ok=True)  # never overwrite a document written since
             moved += len(page)
             if len(page) < _PAGE:
                 break

@@ -389,7 +389,10 @@ async def test_a_shared_memories_index_is_split_per_tenant(es: tuple[AsyncElasti
                                            "content": n.content, "tokens": sorted(set(n.tokens)), "entity_ids": [],
                                            "body": n.without_embedding().model_dump_json()}]
     await client.bulk(index=prefix + "memories", operations=ops, refresh=True)
+    newer = nodes[0].model_copy(update={"content": "written after the upgrade"})
+    await old.upsert([newer])  # a document this build already wrote is never overwritten
     assert await old.migrate_shared() == len(nodes)
+    assert (await old.get(A, [newer.id]))[0].content == "written after the upgrade"
     assert await old.migrate_shared() == 0
     assert not await client.indices.exists(index=prefix + "memories")
     assert [n.id for n in await old.scan(A)] == [n.id for n in make_nodes(A)]
