@@ -77,6 +77,8 @@ def assign_seqs(observations: Sequence[Observation], known: Mapping[tuple[str, s
     A seq held by a known event of the batch is never drawn for a new one: ``states`` may be read
     *before* ``known`` (see ``streams.embedded.number``), so a write of this same batch that lands
     late (a request that timed out but was applied afterwards) cannot make two events share a seq.
+    Forgotten events: the caller passes them in ``known`` (a re-sent forgotten event gets its old
+    seq back) and their seqs as ``SeqState.of(..., reserved=...)`` (never drawn for a new event).
     Contract: ``observations`` holds each (tenant, conversation, event_id) once (see ``dedupe``).
     """
     taken: dict[Scope, set[int]] = {}

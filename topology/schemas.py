@@ -150,7 +150,8 @@ class MemoryNode(_Event):
     """The canonical memory of one observation (or a System-Two-derived abstraction).
 
     ``seq`` is the node's position in its conversation (0-based, assigned once; a redelivered
-    event keeps its seq), and defines "earlier" for candidate discovery.
+    event keeps its seq; a forgotten event's seq is never given to another event), and defines
+    "earlier" for candidate discovery.
     """
 
     id: str
