@@ -148,10 +148,21 @@ class _Elastic:
                 except BadRequestError as exc:
                     if exc.error != "resource_already_exists_exception":
                         raise StoreUnavailable(f"elasticsearch create {index}: {exc}") from exc
+                    await self._await_active(index)  # created by another process: maybe not started yet
                 except (ApiError, TransportError) as exc:
                     raise StoreUnavailable(f"elasticsearch create {index}: {exc}") from exc
                 self._ready.add(index)
         return index
+
+    async def _await_active(self, index: str) -> None:
+        """Wait until ``index``'s primary shard is started (an index another process has just
+        created exists before it can be searched: a search would fail with 503 meanwhile)."""
+        try:
+            res = await self._client.cluster.health(index=index, wait_for_status="yellow", timeout="30s")
+        except (ApiError, TransportError) as exc:
+            raise StoreUnavailable(f"elasticsearch health {index}: {exc}") from exc
+        if res.get("timed_out"):
+            raise StoreUnavailable(f"elasticsearch {index}: primary shard not started within 30 s")
 
     async def _existing(self, name: str) -> str | None:
         """The full index name if the index exists (reads of an absent index answer empty)."""
@@ -163,6 +174,7 @@ class _Elastic:
         except (ApiError, TransportError) as exc:
             raise StoreUnavailable(f"elasticsearch exists {index}: {exc}") from exc
         if found:
+            await self._await_active(index)
             self._ready.add(index)
             return index
         return None
