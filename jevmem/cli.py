@@ -201,14 +201,52 @@ def produce(path: Path, tenant: Tenant = None,
 
 
 def partition_key(raw: bytes) -> str:
-    """tenant/conversation of a raw observation, or "invalid" (it will be dead-lettered)."""
+    """The record key of a raw observation (:attr:`Scope.key`, the key the worker and the SDK use,
+    unambiguous for any ids), or "invalid" when it has no valid scope (it will be dead-lettered)."""
+    from pydantic import ValidationError
+
+    from topology.schemas import Scope
+
     try:
         obj = orjson.loads(raw)
     except orjson.JSONDecodeError:
         return "invalid"
     if not isinstance(obj, dict):
         return "invalid"
-    return f"{obj.get('tenant_id', '')}/{obj.get('conversation_id', '')}"
+    try:
+        return Scope(tenant_id=obj.get("tenant_id"), conversation_id=obj.get("conversation_id")).key
+    except ValidationError:
+        return "invalid"
+
+
+@app.command()
+def forget(conversation: Annotated[str, typer.Option("--conversation", "-c", help="Conversation id.")],
+           event: Annotated[str | None, typer.Option("--event", help="Forget only this observation.")] = None,
+           tenant: Tenant = None, data_dir: DataDir = None,
+           distributed: Annotated[bool, typer.Option(help="Publish the forget to Kafka (the workers apply it).")] = False,
+           ) -> None:
+    """Forget one observation (--event) or a whole conversation: nodes, derived nodes built from
+    them, edges, consolidation decisions, vectors and lexical entries. Embedded: deleted now;
+    distributed (--distributed or JEVMEM_MODE=distributed): published, applied in order by a worker."""
+    from topology.schemas import Scope
+
+    settings = _settings(data_dir, tenant)
+    scope = Scope(tenant_id=settings.tenant, conversation_id=conversation)
+
+    async def go() -> dict[str, Any]:
+        from jevmem.distributed import DistributedService
+        from jevmem.wiring import EmbeddedService
+
+        remote = distributed or settings.mode == "distributed"
+        service = DistributedService(settings) if remote else EmbeddedService(settings)
+        await service.start()
+        try:
+            out: dict[str, Any] = await service.forget(scope, event)
+            return out
+        finally:
+            await service.stop()
+
+    sys.stdout.write(orjson.dumps(_run(go())).decode() + "\n")
 
 
 @app.command()

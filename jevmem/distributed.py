@@ -8,6 +8,7 @@ import contextlib
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from typing import Any
 
 from confluent_kafka import Consumer, TopicPartition
@@ -27,7 +28,7 @@ from topology.embedding import load_embedder
 from topology.errors import BrokerUnavailable, ModelMismatch, StoreUnavailable
 from topology.pipeline import WritePath
 from topology.ports import Embedder
-from topology.schemas import DeadLetter, EdgeEvent, MemoryNode, Observation, Scope, decode
+from topology.schemas import DeadLetter, EdgeEvent, Forget, MemoryNode, Observation, Scope, decode
 from topology.systemone.port import CountingSystemOne
 from topology.topics import topics
 
@@ -106,7 +107,10 @@ async def set_active_generation(es: AsyncElasticsearch, prefix: str) -> None:
 async def check_model(settings: Settings, prefix: str, embedder: str) -> None:
     """Record ``embedder`` with the store generation ``prefix`` (first use), or raise
     :class:`ModelMismatch` if that generation was built with another model: its vectors would not
-    be comparable. ``jevmem replay --from observations`` re-embeds into a fresh generation."""
+    be comparable. ``jevmem replay --from observations`` re-embeds into a fresh generation.
+
+    Also brings an older generation's layout up to date: its shared memories index (BM25 over all
+    tenants) is split into one index per tenant (:meth:`ElasticNodeStore.migrate_shared`)."""
     key = settings.elasticsearch_api_key.get_secret_value() if settings.elasticsearch_api_key else None
     es = es_client(settings.elasticsearch_url, key)
     try:
@@ -114,6 +118,8 @@ async def check_model(settings: Settings, prefix: str, embedder: str) -> None:
             await es.index(index=META_INDEX, id=f"model:{prefix}", document={"embedder": embedder},
                            op_type="create", refresh=True)
         recorded = str((await es.get(index=META_INDEX, id=f"model:{prefix}"))["_source"]["embedder"])
+        if recorded == embedder:
+            await ElasticNodeStore(es, prefix).migrate_shared()
     except ApiError as exc:
         raise StoreUnavailable(f"elasticsearch meta: {exc}") from exc
     finally:
@@ -131,7 +137,8 @@ def distributed_stores(settings: Settings, prefix: str, dim: int) -> Stores:
     vectors: VectorIndex
     if settings.qdrant_url:
         qkey = settings.qdrant_api_key.get_secret_value() if settings.qdrant_api_key else None
-        vectors = QdrantVectorIndex.server(settings.qdrant_url, dim, api_key=qkey,
+        # delete/delete_scope (forgetting) arrive with the Qdrant server adapter's own change
+        vectors = QdrantVectorIndex.server(settings.qdrant_url, dim, api_key=qkey,  # type: ignore[assignment]
                                            collection=prefix.replace("-", "_") + "memories")
     else:
         vectors = ElasticVectorIndex(es, prefix, dim)
@@ -175,6 +182,7 @@ def write_path(settings: Settings, stores: Stores, embedder: Embedder) -> WriteP
     # cache whenever its assignment changes, and conversations reload from the stores)
     reader = ScopeCache(stores.nodes)
     stores.listeners.append(reader.add)
+    stores.on_forget.append(reader.drop)
     return WritePath(embedder, so, reader, settings.params, summariser=system_two(settings))
 
 
@@ -237,6 +245,16 @@ class DistributedService:
 
     async def dead_letters(self, tenant_id: str, limit: int) -> list[DeadLetter]:
         return await self.stores.dead_letters.recent(limit, tenant_id)
+
+    async def forget(self, scope: Scope, event_id: str | None) -> dict[str, Any]:
+        """Publish a :class:`Forget` for one observation (``event_id``) or the whole conversation
+        (None) to the observations topic; returns ``{"status": "accepted"}`` once the broker
+        acknowledged it. The conversation's worker applies it after the events sent before it."""
+        request = Forget(tenant_id=scope.tenant_id, conversation_id=scope.conversation_id, event_id=event_id,
+                         requested_at=datetime.now(UTC))
+        assert self._producer is not None
+        await self._producer.forget([request])
+        return {"status": "accepted"}
 
     async def health(self) -> dict[str, Any]:
         return {"status": "ok", "mode": "distributed", "embedder": self.embedder.name,
@@ -310,7 +328,7 @@ async def replay(settings: Settings, source: str, new_prefix: str, switch: bool)
             switched = True
         return {"source": source, "from_prefix": old_prefix, "to_prefix": new_prefix,
                 "scopes": len(report.scopes), "nodes": report.nodes, "edges": report.edges,
-                "decisions": report.decisions, "controller_calls": report.controller_calls,
+                "decisions": report.decisions, "forgets": report.forgets, "controller_calls": report.controller_calls,
                 "identical": not problems, "problems": problems, "switched": switched}
     finally:
         await old.close()

@@ -91,6 +91,7 @@ def build_embedded(settings: Settings, embedder: Embedder | None = None, data_di
     so = CountingSystemOne(system_one(settings))
     reader = ScopeCache(stores.nodes)
     stores.listeners.append(reader.add)
+    stores.on_forget.append(reader.drop)
     write_path = WritePath(emb, so, reader, settings.params, summariser=system_two(settings))
     controller = RetrievalController(emb, so.inner, stores.vectors, stores.lexical, stores.nodes, stores.edges,
                                      settings.params)
@@ -157,6 +158,13 @@ class EmbeddedService:
     async def dead_letters(self, tenant_id: str, limit: int) -> list[DeadLetter]:
         with store_errors():
             return await self.mem.stores.dead_letters.recent(limit, tenant_id)
+
+    async def forget(self, scope: Scope, event_id: str | None) -> dict[str, Any]:
+        """Forget one observation (``event_id``) or the whole conversation (None), synchronously:
+        returns ``{"status": "deleted" | "not_found", "nodes", "edges", "decisions", "seq"}``
+        (counts of what was removed; see :mod:`streams.forget` for semantics)."""
+        with store_errors():
+            return (await self.mem.pipeline.forget(scope, event_id)).as_dict()
 
     async def health(self) -> dict[str, Any]:
         return {"status": "ok", "mode": "embedded", "embedder": self.mem.embedder.name,

@@ -12,7 +12,9 @@ tenant always comes from the key; bodies may omit ``tenant_id``.
 - ``POST /v1/query`` (``query``): evidence (and an answer when System Two is configured) with the trace.
 - ``GET /v1/conversations/{conversation}/nodes|edges`` (``query``; also under
   ``/v1/tenants/{tenant}/...``, 403 for another tenant).
-- ``DELETE /v1/conversations/{conversation}`` and ``.../observations/{event_id}`` (``admin``).
+- ``DELETE /v1/conversations/{conversation}`` and ``.../observations/{event_id}`` (``admin``):
+  200 with what was removed (embedded), 202 once the request is on the log (distributed), 404
+  when there was nothing to forget.
 - ``GET /v1/dead-letters`` (``admin``): the key's tenant's dead letters only.
 
 Any request body is capped at ``limits.MAX_BODY_BYTES`` (413). A store or broker outage answers
@@ -43,6 +45,7 @@ from topology.errors import BrokerUnavailable, StoreUnavailable, SystemOneError,
 from topology.schemas import DeadLetter, EdgeEvent, Ident, MemoryNode, Observation, Scope, describe
 
 RETRY_AFTER_S = 5
+_FORGET_STATUS = {"deleted": 200, "accepted": 202, "not_found": 404}
 ConvId = Annotated[str, Path(min_length=1, max_length=limits.MAX_ID)]
 TenantId = Annotated[str, Path(min_length=1, max_length=limits.MAX_ID)]
 EventId = Annotated[str, Path(min_length=1, max_length=limits.MAX_ID)]
@@ -285,16 +288,23 @@ def create_app(service: MemoryService, auth: Authenticator) -> FastAPI:
     async def tenant_edges(tenant_id: TenantId, conversation_id: ConvId, who: Principal = query_key) -> list[EdgeEvent]:
         return await service.edges(scope_of(who, conversation_id, tenant_id))
 
-    @app.delete("/v1/conversations/{conversation_id}")
-    async def forget_conversation(conversation_id: ConvId, who: Principal = admin_key) -> dict[str, Any]:
-        return await service.forget(scope_of(who, conversation_id), None)
+    def forgotten(result: dict[str, Any]) -> JSONResponse:
+        return JSONResponse(result, status_code=_FORGET_STATUS.get(str(result.get("status")), 200))
 
-    @app.delete("/v1/conversations/{conversation_id}/observations/{event_id}")
-    async def forget_observation(conversation_id: ConvId, event_id: EventId, who: Principal = admin_key) -> dict[str, Any]:
+    forget_responses: dict[int | str, dict[str, Any]] = {
+        202: {"description": "Accepted (distributed mode): applied by the conversation's worker, in order."},
+        404: {"description": "Nothing to forget."}}
+
+    @app.delete("/v1/conversations/{conversation_id}", responses=forget_responses)
+    async def forget_conversation(conversation_id: ConvId, who: Principal = admin_key) -> JSONResponse:
+        return forgotten(await service.forget(scope_of(who, conversation_id), None))
+
+    @app.delete("/v1/conversations/{conversation_id}/observations/{event_id}", responses=forget_responses)
+    async def forget_observation(conversation_id: ConvId, event_id: EventId, who: Principal = admin_key) -> JSONResponse:
         problem = limits.text_problem(event_id, control=True)
         if problem is not None:
             raise HTTPException(422, f"event_id {problem}")
-        return await service.forget(scope_of(who, conversation_id), event_id)
+        return forgotten(await service.forget(scope_of(who, conversation_id), event_id))
 
     @app.get("/v1/dead-letters", response_model=list[DeadLetter])
     async def dead_letters(limit: Annotated[int, Query(ge=1, le=1000)] = 100,

@@ -2,7 +2,11 @@
 
 Layout, for an index prefix ``p`` (default ``jevmem-``):
 
-* ``p memories``: one document per node, ``_id`` = node id. :class:`ElasticLexicalIndex` and
+* ``p memories-<h>``: one index per tenant (``h`` = a hash of the tenant id, :func:`memories_index`),
+  so BM25 statistics are the tenant's own: another tenant's writes never change its rankings.
+  Every node-store and lexical call is scoped, so it targets one tenant's index; a read of a
+  tenant with no index yet answers empty (nothing is created by reads).
+  One document per node, ``_id`` = node id. :class:`ElasticLexicalIndex` and
   :class:`ElasticNodeStore` share it and each writes only its own fields with a partial update
   (``update`` + ``doc_as_upsert``), so the two writes commute and repeating either is a no-op.
   The lexical side owns ``content`` (BM25, standard tokenizer + lowercase + English stopwords) and
@@ -11,10 +15,18 @@ Layout, for an index prefix ``p`` (default ``jevmem-``):
   (float32-rounded like the SQLite store; kept when a later upsert carries none). Both write the
   scope fields, ``node_id`` and ``seq``.
 * ``p edges``: ``_id`` = edge id; ``p decisions``: ``_id`` = decision id (whole-document index).
+* ``p forgotten``: forgotten-event records ``(scope, event_id, seq)`` (see ``streams.forget``).
+* An older generation's shared ``p memories`` index (BM25 over all tenants) is split into the
+  per-tenant indices by :meth:`ElasticNodeStore.migrate_shared` (``jevmem.distributed.check_model``
+  runs it when a worker, the service or a replay opens a generation).
 
 * ``p vectors``: ``_id`` = node id; a ``dense_vector`` with a *flat* (exact, brute-force) index:
   :class:`ElasticVectorIndex`, the vector index of the distributed stack when no Qdrant server is
   configured; exact search keeps candidate discovery identical to the embedded run.
+
+Deletes (forgetting): this Elasticsearch build has no ``_delete_by_query`` (no reindex module), so
+a delete finds the ids with a scoped search and bulk-deletes them (refresh=true), page after page
+until the search comes back empty.
 
 Contracts: every query filters on tenant AND conversation; every write refreshes the index
 (``refresh=true``, not ``wait_for``, which would hold each batch up to a refresh interval) so the
@@ -27,15 +39,17 @@ distinct query token/entity), ties broken by seq descending, then node id.
 from __future__ import annotations
 
 import asyncio
+import hashlib
 from collections.abc import Sequence
 from typing import Any, Self
 
 import numpy as np
 import orjson
-from elasticsearch import ApiError, AsyncElasticsearch, BadRequestError, TransportError
+from elasticsearch import ApiError, AsyncElasticsearch, BadRequestError, NotFoundError, TransportError
 from elasticsearch.serializer import NdjsonSerializer, OrjsonSerializer
 
 from storage.ports import Hit
+from topology import ids as idsmod
 from topology.errors import StoreUnavailable
 from topology.schemas import ConsolidationDecision, EdgeEvent, MemoryNode, Scope, View
 
@@ -63,6 +77,14 @@ _EDGES: dict[str, Any] = {"dynamic": "strict", "properties": {
 _DECISIONS: dict[str, Any] = {"dynamic": "strict", "properties": {
     "tenant_id": _KW, "conversation_id": _KW, "id": _KW, "body": _OPAQUE,
 }}
+_FORGOTTEN: dict[str, Any] = {"dynamic": "strict", "properties": {
+    "tenant_id": _KW, "conversation_id": _KW, "event_id": _KW, "seq": {"type": "integer"},
+}}
+
+
+def memories_index(tenant_id: str) -> str:
+    """The tenant's memories index name (without the prefix): lowercase, any tenant id."""
+    return "memories-" + hashlib.sha256(tenant_id.encode("utf-8")).hexdigest()[:24]
 
 
 def _scoped(scope: Scope, *extra: dict[str, Any]) -> list[dict[str, Any]]:
@@ -126,22 +148,75 @@ class _Elastic:
                 except BadRequestError as exc:
                     if exc.error != "resource_already_exists_exception":
                         raise StoreUnavailable(f"elasticsearch create {index}: {exc}") from exc
+                    await self._await_active(index)  # created by another process: maybe not started yet
                 except (ApiError, TransportError) as exc:
                     raise StoreUnavailable(f"elasticsearch create {index}: {exc}") from exc
                 self._ready.add(index)
         return index
 
-    async def _bulk(self, index: str, ops: list[dict[str, Any]]) -> None:
-        """Run bulk ``ops``; returns once all are acknowledged and visible to search."""
-        if not ops:
-            return
+    async def _await_active(self, index: str) -> None:
+        """Wait until ``index``'s primary shard is started (an index another process has just
+        created exists before it can be searched: a search would fail with 503 meanwhile)."""
         try:
-            res = await self._client.bulk(index=index, operations=ops, refresh=True)
+            res = await self._client.cluster.health(index=index, wait_for_status="yellow", timeout="30s")
+        except (ApiError, TransportError) as exc:
+            raise StoreUnavailable(f"elasticsearch health {index}: {exc}") from exc
+        if res.get("timed_out"):
+            raise StoreUnavailable(f"elasticsearch {index}: primary shard not started within 30 s")
+
+    async def _existing(self, name: str) -> str | None:
+        """The full index name if the index exists (reads of an absent index answer empty)."""
+        index = self._prefix + name
+        if index in self._ready:
+            return index
+        try:
+            found = bool(await self._client.indices.exists(index=index))
+        except (ApiError, TransportError) as exc:
+            raise StoreUnavailable(f"elasticsearch exists {index}: {exc}") from exc
+        if found:
+            await self._await_active(index)
+            self._ready.add(index)
+            return index
+        return None
+
+    async def _bulk(self, index: str | None, ops: list[dict[str, Any]], conflicts_ok: bool = False) -> dict[str, Any]:
+        """Run bulk ``ops`` (``index`` None: each op names its ``_index``); returns the response
+        once all are acknowledged and visible to search. ``conflicts_ok``: a ``create`` of an
+        existing document is not a failure."""
+        if not ops:
+            return {"items": []}
+        try:
+            res = await (self._client.bulk(index=index, operations=ops, refresh=True) if index
+                         else self._client.bulk(operations=ops, refresh=True))
         except (ApiError, TransportError) as exc:
             raise StoreUnavailable(f"elasticsearch bulk {index}: {exc}") from exc
         if res.get("errors"):
-            bad = [i for item in res["items"] for i in item.values() if "error" in i]
+            bad = [i for item in res["items"] for i in item.values()
+                   if "error" in i and not (conflicts_ok and i.get("status") == 409)]
+            if not bad:
+                return dict(res)
             raise StoreUnavailable(f"elasticsearch bulk {index}: {len(bad)} failed, first: {bad[0]['error'] if bad else '?'}")
+        return dict(res)
+
+    async def _delete_matching(self, index: str | None, query: dict[str, Any]) -> int:
+        """Delete every document of ``index`` matching ``query`` (scoped search for ids, bulk
+        delete, until none is left); returns how many were deleted. A missing index holds none."""
+        if index is None:
+            return 0
+        deleted = 0
+        while True:
+            try:
+                res = await self._client.search(index=index, query=query, size=_PAGE, source=False,
+                                                track_total_hits=False)
+            except NotFoundError:
+                return deleted
+            except (ApiError, TransportError) as exc:
+                raise StoreUnavailable(f"elasticsearch search {index}: {exc}") from exc
+            page = [h["_id"] for h in res["hits"]["hits"]]
+            if not page:
+                return deleted
+            out = await self._bulk(index, [{"delete": {"_id": i}} for i in page])
+            deleted += sum(1 for item in out["items"] if item.get("delete", {}).get("result") == "deleted")
 
     async def _hits(self, index: str, query: dict[str, Any], sort: list[Any], source: list[str],
                     limit: int | None = None) -> list[dict[str, Any]]:
@@ -163,66 +238,96 @@ class _Elastic:
         return out
 
 
-class ElasticLexicalIndex(_Elastic):
-    """BM25 on ``content`` and distinct-token overlap on ``tokens`` (memories index)."""
+class _Memories(_Elastic):
+    """The per-tenant memories indices, shared by the lexical index and the node store."""
+
+    async def _write(self, nodes: Sequence[MemoryNode], doc: Any) -> None:
+        """Partial-update (``doc_as_upsert``) ``doc(node)`` into each node's tenant index: one bulk."""
+        if not nodes:
+            return
+        names = {t: await self._ensure(memories_index(t), _MEMORIES) for t in sorted({n.tenant_id for n in nodes})}
+        ops: list[dict[str, Any]] = []
+        for n in nodes:
+            ops.append({"update": {"_index": names[n.tenant_id], "_id": n.id}})
+            ops.append({"doc_as_upsert": True, "doc": doc(n)})
+        await self._bulk(None, ops)
+
+    async def _index(self, scope: Scope) -> str | None:
+        """The scope's tenant index, or None when the tenant has none yet (reads answer empty)."""
+        return await self._existing(memories_index(scope.tenant_id))
+
+    async def _scoped_hits(self, scope: Scope, query: dict[str, Any], sort: list[Any], source: list[str],
+                           limit: int | None = None) -> list[dict[str, Any]]:
+        index = await self._index(scope)
+        return [] if index is None else await self._hits(index, query, sort, source, limit)
+
+    async def _delete_nodes(self, scope: Scope, ids: Sequence[str]) -> int:
+        """Delete the scope's node documents ``ids`` (content, tokens, body, embedding: all of it)."""
+        if not ids:
+            return 0
+        query = {"bool": {"filter": _scoped(scope, {"terms": {"node_id": sorted(set(ids))}})}}
+        return await self._delete_matching(await self._index(scope), query)
+
+    async def _delete_all(self, scope: Scope) -> int:
+        return await self._delete_matching(await self._index(scope), {"bool": {"filter": _scoped(scope)}})
+
+
+class ElasticLexicalIndex(_Memories):
+    """BM25 on ``content`` and distinct-token overlap on ``tokens`` (the tenant's memories index).
+
+    A delete removes the whole node document: the lexical side and the node side share it."""
 
     async def upsert(self, nodes: Sequence[MemoryNode]) -> None:
         """Write each node's lexical fields (partial update; idempotent)."""
-        if not nodes:
-            return
-        index = await self._ensure("memories", _MEMORIES)
-        ops: list[dict[str, Any]] = []
-        for n in nodes:
-            ops.append({"update": {"_id": n.id}})
-            ops.append({"doc_as_upsert": True, "doc": {
-                "tenant_id": n.tenant_id, "conversation_id": n.conversation_id, "node_id": n.id, "seq": n.seq,
-                "content": n.content, "tokens": sorted(set(n.tokens))}})
-        await self._bulk(index, ops)
+        await self._write(nodes, lambda n: {
+            "tenant_id": n.tenant_id, "conversation_id": n.conversation_id, "node_id": n.id, "seq": n.seq,
+            "content": n.content, "tokens": sorted(set(n.tokens))})
 
     async def search(self, scope: Scope, text: str, limit: int) -> list[Hit]:
-        """BM25 ranking of the scope's nodes for ``text``, best first (ties: node id)."""
+        """BM25 ranking of the scope's nodes for ``text``, best first (ties: node id); the
+        statistics are the tenant's only."""
         if not text.strip() or limit <= 0:
             return []
-        index = await self._ensure("memories", _MEMORIES)
         query = {"bool": {"filter": _scoped(scope), "must": [{"match": {"content": text}}]}}
-        hits = await self._hits(index, query, [{"_score": "desc"}, {"node_id": "asc"}], [], limit)
+        hits = await self._scoped_hits(scope, query, [{"_score": "desc"}, {"node_id": "asc"}], [], limit)
         return [Hit(h["_id"], float(h["_score"])) for h in hits]
 
     async def overlapping(self, scope: Scope, tokens: Sequence[str], before_seq: int, limit: int) -> list[str]:
         """Nodes with seq < ``before_seq`` by number of distinct shared tokens, then seq desc."""
         if not tokens or limit <= 0:
             return []
-        index = await self._ensure("memories", _MEMORIES)
         query = _count_of("tokens", tokens, _scoped(scope, {"range": {"seq": {"lt": before_seq}}}))
-        hits = await self._hits(index, query, [{"_score": "desc"}, {"seq": "desc"}, {"node_id": "asc"}], [], limit)
+        hits = await self._scoped_hits(scope, query, [{"_score": "desc"}, {"seq": "desc"}, {"node_id": "asc"}], [], limit)
         return [h["_id"] for h in hits]
 
+    async def delete(self, scope: Scope, ids: Sequence[str]) -> None:
+        await self._delete_nodes(scope, ids)
 
-class ElasticNodeStore(_Elastic):
-    """Canonical nodes (JSON body + embedding) in the memories index."""
+    async def delete_scope(self, scope: Scope) -> None:
+        await self._delete_all(scope)
+
+
+class ElasticNodeStore(_Memories):
+    """Canonical nodes (JSON body + embedding) in the tenant's memories index, and the
+    forgotten-event records (``p forgotten``)."""
 
     async def upsert(self, nodes: Sequence[MemoryNode]) -> None:
         """Write each node's canonical fields (partial update; a missing embedding keeps the old one)."""
-        if not nodes:
-            return
-        index = await self._ensure("memories", _MEMORIES)
-        ops: list[dict[str, Any]] = []
-        for n in nodes:
-            doc: dict[str, Any] = {
+        def doc(n: MemoryNode) -> dict[str, Any]:
+            d: dict[str, Any] = {
                 "tenant_id": n.tenant_id, "conversation_id": n.conversation_id, "node_id": n.id, "seq": n.seq,
                 "event_id": n.event_id, "kind": n.kind, "entity_ids": sorted({e.id for e in n.entities}),
                 "body": orjson.dumps(n.without_embedding().model_dump(mode="json")).decode()}
             if n.embedding is not None:
-                doc["embedding"] = np.asarray(n.embedding, dtype=np.float32).astype(float).tolist()
-            ops.append({"update": {"_id": n.id}})
-            ops.append({"doc_as_upsert": True, "doc": doc})
-        await self._bulk(index, ops)
+                d["embedding"] = np.asarray(n.embedding, dtype=np.float32).astype(float).tolist()
+            return d
+        await self._write(nodes, doc)
 
     async def get(self, scope: Scope, ids: Sequence[str]) -> list[MemoryNode]:
         """Nodes (with embeddings) in the order of ``ids``; unknown and other-scope ids are skipped."""
-        if not ids:
+        index = await self._index(scope) if ids else None
+        if index is None:
             return []
-        index = await self._ensure("memories", _MEMORIES)
         try:
             res = await self._client.mget(index=index, ids=list(dict.fromkeys(ids)),
                                           source=["tenant_id", "conversation_id", "body", "embedding"])
@@ -240,21 +345,21 @@ class ElasticNodeStore(_Elastic):
         """event_id -> seq for the events already stored."""
         if not event_ids:
             return {}
-        index = await self._ensure("memories", _MEMORIES)
         query = {"bool": {"filter": _scoped(scope, {"terms": {"event_id": sorted(set(event_ids))}})}}
-        hits = await self._hits(index, query, [{"node_id": "asc"}], ["event_id", "seq"])
+        hits = await self._scoped_hits(scope, query, [{"node_id": "asc"}], ["event_id", "seq"])
         return {h["_source"]["event_id"]: int(h["_source"]["seq"]) for h in hits}
 
     async def next_seq(self, scope: Scope) -> int:
         """One past the largest observation seq of the scope (0 when empty)."""
-        index = await self._ensure("memories", _MEMORIES)
         query = {"bool": {"filter": _scoped(scope, {"term": {"kind": "observation"}})}}
-        hits = await self._hits(index, query, [{"seq": "desc"}], ["seq"], 1)
+        hits = await self._scoped_hits(scope, query, [{"seq": "desc"}], ["seq"], 1)
         return int(hits[0]["_source"]["seq"]) + 1 if hits else 0
 
     async def observation_count(self, scope: Scope) -> int:
         """Number of observation nodes of the scope (exact: ``count`` API)."""
-        index = await self._ensure("memories", _MEMORIES)
+        index = await self._index(scope)
+        if index is None:
+            return 0
         query = {"bool": {"filter": _scoped(scope, {"term": {"kind": "observation"}})}}
         try:
             res = await self._client.count(index=index, query=query)
@@ -264,16 +369,14 @@ class ElasticNodeStore(_Elastic):
 
     async def used_seqs(self, scope: Scope) -> list[int]:
         """Every observation seq of the scope, ascending."""
-        index = await self._ensure("memories", _MEMORIES)
         query = {"bool": {"filter": _scoped(scope, {"term": {"kind": "observation"}})}}
-        hits = await self._hits(index, query, [{"seq": "asc"}, {"node_id": "asc"}], ["seq"])
+        hits = await self._scoped_hits(scope, query, [{"seq": "asc"}, {"node_id": "asc"}], ["seq"])
         return [int(h["_source"]["seq"]) for h in hits]
 
     async def scan(self, scope: Scope) -> list[MemoryNode]:
         """All nodes of the scope by (seq, id), without embeddings."""
-        index = await self._ensure("memories", _MEMORIES)
         query = {"bool": {"filter": _scoped(scope, {"exists": {"field": "event_id"}})}}
-        hits = await self._hits(index, query, [{"seq": "asc"}, {"node_id": "asc"}], ["body"])
+        hits = await self._scoped_hits(scope, query, [{"seq": "asc"}, {"node_id": "asc"}], ["body"])
         return [MemoryNode.model_validate(orjson.loads(h["_source"]["body"])) for h in hits]
 
     async def sharing_entities_before(
@@ -281,20 +384,75 @@ class ElasticNodeStore(_Elastic):
         """Nodes with seq < ``before_seq`` by number of shared entity ids, then seq desc."""
         if not entity_ids or limit <= 0:
             return []
-        index = await self._ensure("memories", _MEMORIES)
         query = _count_of("entity_ids", entity_ids, _scoped(scope, {"range": {"seq": {"lt": before_seq}}}))
-        hits = await self._hits(index, query, [{"_score": "desc"}, {"seq": "desc"}, {"node_id": "asc"}], [], limit)
+        hits = await self._scoped_hits(scope, query, [{"_score": "desc"}, {"seq": "desc"}, {"node_id": "asc"}], [], limit)
         return [h["_id"] for h in hits]
 
     async def preceding(self, scope: Scope, before_seq: int, limit: int) -> list[str]:
         """The ``limit`` observations just before ``before_seq``, latest first."""
         if limit <= 0:
             return []
-        index = await self._ensure("memories", _MEMORIES)
         query = {"bool": {"filter": _scoped(scope, {"term": {"kind": "observation"}},
                                             {"range": {"seq": {"lt": before_seq}}})}}
-        hits = await self._hits(index, query, [{"seq": "desc"}, {"node_id": "asc"}], [], limit)
+        hits = await self._scoped_hits(scope, query, [{"seq": "desc"}, {"node_id": "asc"}], [], limit)
         return [h["_id"] for h in hits]
+
+    async def delete(self, scope: Scope, ids: Sequence[str]) -> int:
+        return await self._delete_nodes(scope, ids)
+
+    async def delete_scope(self, scope: Scope) -> int:
+        """Every node of the scope, then its forgotten-event records."""
+        n = await self._delete_all(scope)
+        await self._delete_matching(await self._existing("forgotten"), {"bool": {"filter": _scoped(scope)}})
+        return n
+
+    async def record_forgotten(self, scope: Scope, event_id: str, seq: int) -> None:
+        index = await self._ensure("forgotten", _FORGOTTEN)
+        rid = idsmod.stable_uuid("forgotten", scope.tenant_id, scope.conversation_id, event_id)
+        await self._bulk(index, [{"index": {"_id": rid}}, {"tenant_id": scope.tenant_id,
+                                 "conversation_id": scope.conversation_id, "event_id": event_id, "seq": seq}])
+
+    async def forgotten(self, scope: Scope) -> dict[str, int]:
+        index = await self._existing("forgotten")
+        if index is None:
+            return {}
+        hits = await self._hits(index, {"bool": {"filter": _scoped(scope)}}, [{"event_id": "asc"}], ["event_id", "seq"])
+        return {h["_source"]["event_id"]: int(h["_source"]["seq"]) for h in hits}
+
+    async def migrate_shared(self) -> int:
+        """Split an older generation's shared ``p memories`` index into per-tenant indices (whole
+        documents, ids kept; a document already in the tenant's index, written by this build, is
+        kept), then delete it; returns the documents read (0: nothing to do). Idempotent: an
+        interrupted migration is finished by the next call."""
+        old = self._prefix + "memories"
+        try:
+            if not await self._client.indices.exists(index=old):
+                return 0
+        except (ApiError, TransportError) as exc:
+            raise StoreUnavailable(f"elasticsearch exists {old}: {exc}") from exc
+        moved = 0
+        after: list[Any] | None = None
+        while True:
+            try:
+                res = await self._client.search(index=old, query={"match_all": {}}, sort=[{"node_id": "asc"}],
+                                                size=_PAGE, search_after=after, track_total_hits=False)
+            except (ApiError, TransportError) as exc:
+                raise StoreUnavailable(f"elasticsearch search {old}: {exc}") from exc
+            page = res["hits"]["hits"]
+            ops: list[dict[str, Any]] = []
+            for h in page:
+                index = await self._ensure(memories_index(h["_source"]["tenant_id"]), _MEMORIES)
+                ops += [{"create": {"_index": index, "_id": h["_id"]}}, h["_source"]]
+            await self._bulk(None, ops, conflicts_ok=True)  # never overwrite a document written since
+            moved += len(page)
+            if len(page) < _PAGE:
+                break
+            after = page[-1]["sort"]
+        try:
+            await self._client.indices.delete(index=old, ignore_unavailable=True)
+        except (ApiError, TransportError) as exc:
+            raise StoreUnavailable(f"elasticsearch delete {old}: {exc}") from exc
+        return moved
 
 
 class ElasticEdgeStore(_Elastic):
@@ -348,6 +506,30 @@ class ElasticEdgeStore(_Elastic):
         hits = await self._hits(index, {"bool": {"filter": _scoped(scope)}}, [{"id": "asc"}], ["body"])
         return [ConsolidationDecision.model_validate(orjson.loads(h["_source"]["body"])) for h in hits]
 
+    async def delete(self, scope: Scope, node_ids: Sequence[str]) -> int:
+        """Every edge of the scope touching any of ``node_ids`` (either end)."""
+        if not node_ids:
+            return 0
+        nodes = sorted(set(node_ids))
+        ends = {"bool": {"should": [{"terms": {"source": nodes}}, {"terms": {"target": nodes}}], "minimum_should_match": 1}}
+        return await self._delete_matching(await self._existing("edges"), {"bool": {"filter": _scoped(scope, ends)}})
+
+    async def delete_scope(self, scope: Scope) -> int:
+        return await self._delete_matching(await self._existing("edges"), {"bool": {"filter": _scoped(scope)}})
+
+    async def delete_decisions(self, scope: Scope, node_ids: Sequence[str]) -> int:
+        """Decisions whose left, right or derived node is one of ``node_ids`` (found by a scan of
+        the scope's decisions: the references live in the opaque body)."""
+        gone = set(node_ids)
+        doomed = sorted(d.id for d in await self.decisions(scope) if {d.left, d.right, d.derived_node_id} & gone)
+        if not doomed:
+            return 0
+        query = {"bool": {"filter": _scoped(scope, {"terms": {"id": doomed}})}}
+        return await self._delete_matching(await self._existing("decisions"), query)
+
+    async def delete_scope_decisions(self, scope: Scope) -> int:
+        return await self._delete_matching(await self._existing("decisions"), {"bool": {"filter": _scoped(scope)}})
+
 
 class ElasticVectorIndex(_Elastic):
     """Exact cosine search on a flat ``dense_vector`` (VectorIndex port)."""
@@ -381,3 +563,12 @@ class ElasticVectorIndex(_Elastic):
             raise StoreUnavailable(f"elasticsearch knn {index}: {exc}") from exc
         # cosine similarity is reported as (1 + cos) / 2
         return [Hit(h["_id"], 2.0 * float(h["_score"]) - 1.0) for h in res["hits"]["hits"]]
+
+    async def delete(self, scope: Scope, ids: Sequence[str]) -> None:
+        """Remove the vectors of the scope's nodes ``ids``."""
+        if ids:
+            query = {"bool": {"filter": _scoped(scope, {"ids": {"values": sorted(set(ids))}})}}
+            await self._delete_matching(await self._existing("vectors"), query)
+
+    async def delete_scope(self, scope: Scope) -> None:
+        await self._delete_matching(await self._existing("vectors"), {"bool": {"filter": _scoped(scope)}})

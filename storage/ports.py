@@ -2,6 +2,10 @@
 
 Writes are idempotent upserts keyed by deterministic ids; a write returns only once the store
 has acknowledged it (so a caller may commit its input offset afterwards).
+
+Deletes (forgetting, see ``streams.forget``) are idempotent too: deleting what is already gone is
+a no-op, and they return once acknowledged and invisible to every later read. ``delete(scope,
+ids)`` only ever touches the scope's records; ``delete_scope(scope)`` removes all of them.
 """
 
 from __future__ import annotations
@@ -28,6 +32,14 @@ class VectorIndex(Protocol):
         """Nearest nodes by cosine, best first; ``before_seq`` keeps only earlier nodes."""
         ...
 
+    async def delete(self, scope: Scope, ids: Sequence[str]) -> None:
+        """Remove the vectors of nodes ``ids`` of ``scope`` (unknown ids are ignored)."""
+        ...
+
+    async def delete_scope(self, scope: Scope) -> None:
+        """Remove every vector of ``scope``."""
+        ...
+
     async def close(self) -> None: ...
 
 
@@ -40,6 +52,14 @@ class LexicalIndex(Protocol):
 
     async def overlapping(self, scope: Scope, tokens: Sequence[str], before_seq: int, limit: int) -> list[str]:
         """Earlier nodes sharing the most distinct content tokens (ties: latest first)."""
+        ...
+
+    async def delete(self, scope: Scope, ids: Sequence[str]) -> None:
+        """Remove the lexical entries (BM25 rows, token postings) of nodes ``ids`` of ``scope``."""
+        ...
+
+    async def delete_scope(self, scope: Scope) -> None:
+        """Remove every lexical entry of ``scope``."""
         ...
 
     async def close(self) -> None: ...
@@ -57,7 +77,8 @@ class NodeStore(Protocol):
         ...
 
     async def next_seq(self, scope: Scope) -> int:
-        """One past the largest observation seq of the scope (0 when empty)."""
+        """One past the largest observation seq of the scope (0 when empty). Forgotten events'
+        seqs are not counted here: see :meth:`forgotten` (``streams.embedded.number`` merges them)."""
         ...
 
     async def observation_count(self, scope: Scope) -> int:
@@ -76,6 +97,24 @@ class NodeStore(Protocol):
 
     async def preceding(self, scope: Scope, before_seq: int, limit: int) -> list[str]: ...
 
+    async def delete(self, scope: Scope, ids: Sequence[str]) -> int:
+        """Remove nodes ``ids`` of ``scope``; returns how many existed."""
+        ...
+
+    async def delete_scope(self, scope: Scope) -> int:
+        """Remove every node of ``scope``, then its forgotten-event records (so the conversation
+        can start again at seq 0); returns the number of nodes removed."""
+        ...
+
+    async def record_forgotten(self, scope: Scope, event_id: str, seq: int) -> None:
+        """Keep ``(event_id, seq)`` of a forgotten observation so its seq is never handed to another
+        event (idempotent)."""
+        ...
+
+    async def forgotten(self, scope: Scope) -> dict[str, int]:
+        """event_id -> seq of the scope's forgotten observations."""
+        ...
+
     async def close(self) -> None: ...
 
 
@@ -91,6 +130,23 @@ class EdgeStore(Protocol):
     async def upsert_decisions(self, decisions: Sequence[ConsolidationDecision]) -> None: ...
 
     async def decisions(self, scope: Scope) -> list[ConsolidationDecision]: ...
+
+    async def delete(self, scope: Scope, node_ids: Sequence[str]) -> int:
+        """Remove every edge of ``scope`` touching any of ``node_ids`` (either end); returns the count."""
+        ...
+
+    async def delete_scope(self, scope: Scope) -> int:
+        """Remove every edge of ``scope``; returns the count."""
+        ...
+
+    async def delete_decisions(self, scope: Scope, node_ids: Sequence[str]) -> int:
+        """Remove the scope's consolidation decisions whose ``left``, ``right`` or
+        ``derived_node_id`` is one of ``node_ids``; returns the count."""
+        ...
+
+    async def delete_scope_decisions(self, scope: Scope) -> int:
+        """Remove every consolidation decision of ``scope``; returns the count."""
+        ...
 
     async def close(self) -> None: ...
 

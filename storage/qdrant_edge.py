@@ -87,10 +87,12 @@ class QdrantEdgeVectorIndex:
         except Exception as exc:
             raise StoreUnavailable(f"qdrant-edge {what}: {exc}") from exc
 
-    def _filter(self, scope: Scope, before_seq: int | None) -> Any:
+    def _filter(self, scope: Scope, before_seq: int | None, ids: Sequence[str] | None = None) -> Any:
         qe = self._qe
         must = [qe.FieldCondition(key="tenant_id", match=qe.MatchValue(scope.tenant_id)),
                 qe.FieldCondition(key="conversation_id", match=qe.MatchValue(scope.conversation_id))]
+        if ids is not None:
+            must.append(qe.HasIdCondition(set(ids)))
         if before_seq is not None:
             must.append(qe.FieldCondition(key="seq", range=qe.RangeFloat(lt=before_seq)))
         return qe.Filter(must=must)
@@ -131,6 +133,13 @@ class QdrantEdgeVectorIndex:
         batch = qe.QueryBatchRequest([self._request(s, v, limit, b) for s, v, b in queries])
         res = await self._call(lambda: self._shard.query_batch(batch), "search")
         return [[Hit(str(p.id), float(p.score)) for p in hits] for hits in res]
+
+    async def delete(self, scope: Scope, ids: Sequence[str]) -> None:
+        """Remove the points ``ids`` of ``scope`` (by id, restricted to the scope's filter)."""
+        if not ids:
+            return
+        op = self._qe.UpdateOperation.delete_points_by_filter(self._filter(scope, None, ids))
+        await self._call(lambda: self._shard.update(op), "delete")
 
     async def delete_scope(self, scope: Scope) -> None:
         op = self._qe.UpdateOperation.delete_points_by_filter(self._filter(scope, None))

@@ -12,6 +12,7 @@ Contracts:
 * A conversation not in memory is loaded from the node store (every acknowledged node, with its
   embedding) on first use. :meth:`clear` drops everything; the Faust worker calls it whenever its
   partitions change, so a conversation that comes back after another worker wrote it is reloaded.
+  :meth:`drop` forgets one conversation (``Stores.on_forget`` calls it after a deletion).
   Reloaded nodes equal the in-memory ones bit for bit: embeddings are float32-exact
   (:func:`topology.embedding.rounded`), which is what the stores keep.
 * Answers follow the store readers' semantics: ``similar_before`` ranks by cosine (ties: later
@@ -91,6 +92,12 @@ class ScopeCache:
         self._convs: OrderedDict[Scope, _Conversation] = OrderedDict()
         self._size = 0
         self._loading: dict[Scope, asyncio.Future[_Conversation]] = {}
+
+    async def drop(self, scope: Scope) -> None:
+        """Forget one conversation (after a forget deleted some of it; reloaded on next use)."""
+        conv = self._convs.pop(scope, None)
+        if conv is not None:
+            self._size -= len(conv.nodes)
 
     def clear(self) -> None:
         """Forget every conversation (they are reloaded from the node store on next use)."""

@@ -46,9 +46,6 @@ CREATE TABLE IF NOT EXISTS decisions (
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
 CREATE TABLE IF NOT EXISTS dead_letters (
   n INTEGER PRIMARY KEY AUTOINCREMENT, body BLOB NOT NULL);
-CREATE VIRTUAL TABLE IF NOT EXISTS lexical_v2 USING fts5(
-  content, scope, tenant UNINDEXED, conv UNINDEXED, node UNINDEXED, seq UNINDEXED,
-  tokenize = 'porter unicode61');
 CREATE TABLE IF NOT EXISTS lexical_rows (
   tenant TEXT NOT NULL, conv TEXT NOT NULL, node TEXT NOT NULL, rid INTEGER NOT NULL,
   PRIMARY KEY (tenant, conv, node));
@@ -56,7 +53,52 @@ CREATE TABLE IF NOT EXISTS postings (
   tenant TEXT NOT NULL, conv TEXT NOT NULL, token TEXT NOT NULL, node TEXT NOT NULL, seq INTEGER NOT NULL,
   PRIMARY KEY (tenant, conv, token, node));
 CREATE INDEX IF NOT EXISTS postings_seq ON postings(tenant, conv, token, seq);
+CREATE TABLE IF NOT EXISTS forgotten (
+  tenant TEXT NOT NULL, conv TEXT NOT NULL, event_id TEXT NOT NULL, seq INTEGER NOT NULL,
+  PRIMARY KEY (tenant, conv, event_id));
 """
+
+#: The lexical layout this build reads: one FTS5 table per tenant (``meta`` key ``lexical``).
+LEXICAL_LAYOUT = "per-tenant-v3"
+
+
+def lexical_table(tenant_id: str) -> str:
+    """The tenant's FTS5 table: BM25 statistics (document count, lengths, term frequencies) are
+    then the tenant's own, so another tenant's writes never change its rankings. The name is a
+    hash of the tenant id (any id, no quoting or collisions to worry about)."""
+    return "lexical_t_" + hashlib.sha256(tenant_id.encode("utf-8")).hexdigest()[:24]
+
+
+def _create_lexical(conn: sqlite3.Connection, table: str) -> None:
+    conn.execute(f"CREATE VIRTUAL TABLE IF NOT EXISTS {table} USING fts5("
+                 "content, scope, conv UNINDEXED, node UNINDEXED, seq UNINDEXED, tokenize = 'porter unicode61')")
+
+
+def migrate_lexical(conn: sqlite3.Connection) -> int:
+    """Move an older store's shared FTS5 table (``lexical_v2``, BM25 over all tenants) into one
+    table per tenant, in one transaction, and record the layout; returns the rows moved (0 when
+    there was nothing to migrate). Runs when a store is opened: idempotent, and a crash rolls back."""
+    if conn.execute("SELECT 1 FROM sqlite_master WHERE name='lexical_v2'").fetchone() is None:
+        conn.execute("INSERT OR IGNORE INTO meta VALUES ('lexical', ?)", (LEXICAL_LAYOUT,))
+        return 0
+    moved = 0
+    try:
+        conn.execute("BEGIN IMMEDIATE")
+        if conn.execute("SELECT 1 FROM sqlite_master WHERE name='lexical_v2'").fetchone() is not None:
+            rows = conn.execute("SELECT rowid, content, scope, tenant, conv, node, seq FROM lexical_v2").fetchall()
+            for _rid, content, scope, tenant, conv, node, seq in rows:
+                table = lexical_table(tenant)
+                _create_lexical(conn, table)
+                cur = conn.execute(f"INSERT INTO {table} VALUES (?,?,?,?,?)", (content, scope, conv, node, seq))
+                conn.execute("INSERT OR REPLACE INTO lexical_rows VALUES (?,?,?,?)", (tenant, conv, node, cur.lastrowid))
+                moved += 1
+            conn.execute("DROP TABLE lexical_v2")
+        conn.execute("INSERT OR REPLACE INTO meta VALUES ('lexical', ?)", (LEXICAL_LAYOUT,))
+        conn.execute("COMMIT")
+    except sqlite3.Error:
+        conn.execute("ROLLBACK")
+        raise
+    return moved
 
 
 def connect(path: str | Path) -> sqlite3.Connection:
@@ -69,6 +111,7 @@ def connect(path: str | Path) -> sqlite3.Connection:
         conn.execute("PRAGMA synchronous=NORMAL")
         conn.execute("PRAGMA busy_timeout=10000")
         conn.executescript(_SCHEMA)
+        migrate_lexical(conn)
     except sqlite3.Error as exc:
         raise StoreUnavailable(f"sqlite {path}: {exc}") from exc
     return conn
@@ -100,6 +143,18 @@ class _Base:
         except sqlite3.Error as exc:
             self._conn.execute("ROLLBACK")
             raise StoreUnavailable(f"sqlite write failed: {exc}") from exc
+
+    def _delete(self, statements: Sequence[tuple[str, tuple[object, ...]]], counted: int = -1) -> int:
+        """Run ``statements`` in one transaction; returns the row count of statement ``counted``
+        (the last by default)."""
+        try:
+            self._conn.execute("BEGIN")
+            counts = [self._conn.execute(sql, args).rowcount for sql, args in statements]
+            self._conn.execute("COMMIT")
+        except sqlite3.Error as exc:
+            self._conn.execute("ROLLBACK")
+            raise StoreUnavailable(f"sqlite delete failed: {exc}") from exc
+        return counts[counted]
 
     async def close(self) -> None:
         self._conn.close()
@@ -220,6 +275,36 @@ class SqliteNodeStore(_Base):
             "ORDER BY seq DESC LIMIT ?", (scope.tenant_id, scope.conversation_id, before_seq, limit)).fetchall()
         return [r[0] for r in rows]
 
+    def _drop_cached(self, scope: Scope) -> None:
+        for nid in [i for i, n in self._cache.items()
+                    if n.tenant_id == scope.tenant_id and n.conversation_id == scope.conversation_id]:
+            del self._cache[nid]
+
+    async def delete(self, scope: Scope, ids: Sequence[str]) -> int:
+        if not ids:
+            return 0
+        for i in ids:
+            self._cache.pop(i, None)
+        marks, sc = ",".join("?" * len(ids)), (scope.tenant_id, scope.conversation_id)
+        return self._delete([(f"DELETE FROM node_entities WHERE tenant=? AND conv=? AND node IN ({marks})", (*sc, *ids)),
+                             (f"DELETE FROM nodes WHERE tenant=? AND conv=? AND id IN ({marks})", (*sc, *ids))])
+
+    async def delete_scope(self, scope: Scope) -> int:
+        self._drop_cached(scope)
+        sc = (scope.tenant_id, scope.conversation_id)
+        return self._delete([("DELETE FROM node_entities WHERE tenant=? AND conv=?", sc),
+                             ("DELETE FROM nodes WHERE tenant=? AND conv=?", sc),
+                             ("DELETE FROM forgotten WHERE tenant=? AND conv=?", sc)], counted=1)
+
+    async def record_forgotten(self, scope: Scope, event_id: str, seq: int) -> None:
+        self._write("INSERT OR REPLACE INTO forgotten VALUES (?,?,?,?)",
+                    [(scope.tenant_id, scope.conversation_id, event_id, seq)])
+
+    async def forgotten(self, scope: Scope) -> dict[str, int]:
+        rows = self._conn.execute("SELECT event_id, seq FROM forgotten WHERE tenant=? AND conv=?",
+                                  (scope.tenant_id, scope.conversation_id)).fetchall()
+        return {r[0]: int(r[1]) for r in rows}
+
 
 #: Decoded edges kept in memory: graph expansion reads the same neighbourhoods again and again.
 EDGE_CACHE = 32768
@@ -287,6 +372,29 @@ class SqliteEdgeStore(_Base):
                                   (scope.tenant_id, scope.conversation_id)).fetchall()
         return [ConsolidationDecision.model_validate(orjson.loads(r[0])) for r in rows]
 
+    async def delete(self, scope: Scope, node_ids: Sequence[str]) -> int:
+        if not node_ids:
+            return 0
+        self._cache.clear()
+        n = ",".join("?" * len(node_ids))
+        return self._delete([(f"DELETE FROM edges WHERE tenant=? AND conv=? AND (source IN ({n}) OR target IN ({n}))",
+                              (scope.tenant_id, scope.conversation_id, *node_ids, *node_ids))])
+
+    async def delete_scope(self, scope: Scope) -> int:
+        self._cache.clear()
+        return self._delete([("DELETE FROM edges WHERE tenant=? AND conv=?", (scope.tenant_id, scope.conversation_id))])
+
+    async def delete_decisions(self, scope: Scope, node_ids: Sequence[str]) -> int:
+        gone = set(node_ids)
+        doomed = [d.id for d in await self.decisions(scope) if {d.left, d.right, d.derived_node_id} & gone]
+        if not doomed:
+            return 0
+        return self._delete([(f"DELETE FROM decisions WHERE tenant=? AND conv=? AND id IN ({','.join('?' * len(doomed))})",
+                              (scope.tenant_id, scope.conversation_id, *doomed))])
+
+    async def delete_scope_decisions(self, scope: Scope) -> int:
+        return self._delete([("DELETE FROM decisions WHERE tenant=? AND conv=?", (scope.tenant_id, scope.conversation_id))])
+
 
 def fts_query(query: str) -> str:
     """An FTS5 MATCH expression: OR of the quoted content words (no operator injection)."""
@@ -303,39 +411,60 @@ def scope_token(scope: Scope) -> str:
 class SqliteLexicalIndex(_Base):
     """BM25 on FTS5 (porter stemming) plus a token posting table for candidate overlap.
 
-    Each row carries its scope's token in a second column (weight 0 in BM25) so a search is an
-    FTS5 AND over the scope's rows; ``lexical_rows`` maps a node to its FTS rowid so a re-index
-    deletes by rowid instead of scanning the table."""
+    One FTS5 table per tenant (:func:`lexical_table`, created on the tenant's first write), so BM25
+    statistics are per tenant: a tenant's rankings never depend on other tenants' data. Each row
+    carries its conversation's token in a second column (weight 0 in BM25) so a search is an FTS5
+    AND over the conversation's rows; ``lexical_rows`` maps a node to its FTS rowid so a re-index
+    or a delete goes by rowid instead of scanning the table. A search of a tenant with no table
+    yet returns nothing."""
+
+    def __init__(self, conn: sqlite3.Connection) -> None:
+        super().__init__(conn)
+        self._tables: set[str] = set()
+
+    def _table(self, tenant_id: str, create: bool) -> str | None:
+        table = lexical_table(tenant_id)
+        if table not in self._tables:
+            if create:
+                _create_lexical(self._conn, table)
+            elif self._conn.execute("SELECT 1 FROM sqlite_master WHERE name=?", (table,)).fetchone() is None:
+                return None
+            self._tables.add(table)
+        return table
 
     async def upsert(self, nodes: Sequence[MemoryNode]) -> None:
         if not nodes:
             return
         try:
+            tables = {t: self._table(t, create=True) for t in {n.tenant_id for n in nodes}}
             self._conn.execute("BEGIN")
             for n in nodes:
+                table = tables[n.tenant_id]
                 old = self._conn.execute("SELECT rid FROM lexical_rows WHERE tenant=? AND conv=? AND node=?",
                                          (n.tenant_id, n.conversation_id, n.id)).fetchone()
                 if old is not None:
-                    self._conn.execute("DELETE FROM lexical_v2 WHERE rowid=?", (old[0],))
-                cur = self._conn.execute("INSERT INTO lexical_v2 VALUES (?,?,?,?,?,?)",
-                                         (n.content, scope_token(n.scope), n.tenant_id, n.conversation_id, n.id, n.seq))
+                    self._conn.execute(f"DELETE FROM {table} WHERE rowid=?", (old[0],))
+                cur = self._conn.execute(f"INSERT INTO {table} VALUES (?,?,?,?,?)",
+                                         (n.content, scope_token(n.scope), n.conversation_id, n.id, n.seq))
                 self._conn.execute("INSERT OR REPLACE INTO lexical_rows VALUES (?,?,?,?)",
                                    (n.tenant_id, n.conversation_id, n.id, cur.lastrowid))
                 self._conn.executemany("INSERT OR IGNORE INTO postings VALUES (?,?,?,?,?)",
                                        [(n.tenant_id, n.conversation_id, t, n.id, n.seq) for t in set(n.tokens)])
             self._conn.execute("COMMIT")
         except sqlite3.Error as exc:
-            self._conn.execute("ROLLBACK")
+            if self._conn.in_transaction:
+                self._conn.execute("ROLLBACK")
             raise StoreUnavailable(f"sqlite lexical upsert failed: {exc}") from exc
 
     async def search(self, scope: Scope, text: str, limit: int) -> list[Hit]:
         q = fts_query(text)
-        if not q:
+        table = self._table(scope.tenant_id, create=False)
+        if not q or table is None:
             return []
         match = f"scope : {scope_token(scope)} AND content : ({q})"
         rows = self._conn.execute(
-            "SELECT node, bm25(lexical_v2, 1.0, 0.0) b FROM lexical_v2 WHERE lexical_v2 MATCH ? AND tenant=? AND conv=? "
-            "ORDER BY b, node LIMIT ?", (match, scope.tenant_id, scope.conversation_id, limit)).fetchall()
+            f"SELECT node, bm25({table}, 1.0, 0.0) b FROM {table} WHERE {table} MATCH ? AND conv=? "
+            "ORDER BY b, node LIMIT ?", (match, scope.conversation_id, limit)).fetchall()
         return [Hit(r[0], -float(r[1])) for r in rows]
 
     async def overlapping(self, scope: Scope, tokens: Sequence[str], before_seq: int, limit: int) -> list[str]:
@@ -348,6 +477,25 @@ class SqliteLexicalIndex(_Base):
             "AND seq < ? GROUP BY node ORDER BY c DESC, s DESC LIMIT ?",
             (scope.tenant_id, scope.conversation_id, *toks, before_seq, limit)).fetchall()
         return [r[0] for r in rows]
+
+    async def delete(self, scope: Scope, ids: Sequence[str]) -> None:
+        if ids:
+            await self._remove(scope, f"AND node IN ({','.join('?' * len(ids))})", tuple(ids))
+
+    async def delete_scope(self, scope: Scope) -> None:
+        await self._remove(scope, "", ())
+
+    async def _remove(self, scope: Scope, where: str, args: tuple[object, ...]) -> None:
+        sc = (scope.tenant_id, scope.conversation_id, *args)
+        table = self._table(scope.tenant_id, create=False)
+        rids = [r[0] for r in self._conn.execute(
+            f"SELECT rid FROM lexical_rows WHERE tenant=? AND conv=? {where}", sc).fetchall()]
+        statements: list[tuple[str, tuple[object, ...]]] = []
+        if table is not None:
+            statements += [(f"DELETE FROM {table} WHERE rowid=?", (rid,)) for rid in rids]
+        statements += [(f"DELETE FROM lexical_rows WHERE tenant=? AND conv=? {where}", sc),
+                       (f"DELETE FROM postings WHERE tenant=? AND conv=? {where}", sc)]
+        self._delete(statements)
 
 
 class SqliteDeadLetters(_Base):

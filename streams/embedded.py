@@ -14,8 +14,11 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 
 from storage.ports import DeadLetterSink, EdgeStore, LexicalIndex, NodeStore, VectorIndex
+from streams import forget as forgetting
+from streams.forget import ForgetReport
 from topology.errors import InvalidEvent
 from topology.pipeline import SeqState, WritePath, assign_seqs, consolidation_runs, dedupe
 from topology.schemas import (
@@ -23,12 +26,13 @@ from topology.schemas import (
     ConsolidationDecision,
     DeadLetter,
     EdgeEvent,
+    Forget,
     MemoryNode,
     Observation,
     RelationJudgment,
     Scope,
     WriteResult,
-    decode,
+    decode_input,
 )
 from topology.systemone.port import CountingSystemOne
 
@@ -44,6 +48,8 @@ class Stores:
     #: called with every materialised batch once the stores acknowledged it (e.g. the write
     #: path's in-memory reader, :class:`storage.scope_cache.ScopeCache`)
     listeners: list[Callable[[Sequence[MemoryNode]], Awaitable[None]]] = field(default_factory=list)
+    #: called with a scope after a forget deleted some of it (in-memory views drop the scope)
+    on_forget: list[Callable[[Scope], Awaitable[None]]] = field(default_factory=list)
 
     async def materialise(self, nodes: Sequence[MemoryNode]) -> None:
         """Write nodes to every store that candidate discovery and queries read; the node store
@@ -53,6 +59,15 @@ class Stores:
         await self.nodes.upsert(nodes)
         for listener in self.listeners:
             await listener(nodes)
+
+    async def forget(self, scope: Scope, event_id: str | None,
+                     requested_at: datetime | None = None) -> ForgetReport:
+        """Forget one observation (``event_id``) or the whole conversation (None) everywhere: its
+        node, derived nodes built from it, edges touching them, decisions referencing them,
+        vectors and lexical entries (see :mod:`streams.forget` for the order and the seq rule)."""
+        request = Forget(tenant_id=scope.tenant_id, conversation_id=scope.conversation_id, event_id=event_id,
+                         requested_at=requested_at or datetime.now(UTC))
+        return await forgetting.apply(self, await forgetting.plan(self, request))
 
     async def close(self) -> None:
         await self.nodes.close()
@@ -71,6 +86,7 @@ class IngestReport:
     write_calls: int = 0
     consolidation_calls: int = 0
     results: list[WriteResult] = field(default_factory=list)
+    forgets: int = 0
 
 
 def dead_letter(original: bytes | str, reason: str, source: str) -> DeadLetter:
@@ -81,7 +97,10 @@ def dead_letter(original: bytes | str, reason: str, source: str) -> DeadLetter:
 async def number(nodes: NodeStore, obs: Sequence[Observation]) -> tuple[list[tuple[Observation, int]], int]:
     """Seqs for a deduplicated batch, read from the node store (the authority: a conversation has
     one writer, its partition's owner, and nodes are acknowledged before the input offset is
-    committed), and the number of events not stored before. Scopes are read concurrently."""
+    committed), and the number of events not stored before. Scopes are read concurrently.
+
+    Forgotten events (``NodeStore.forgotten``) count as known with their old seq, and their seqs
+    are reserved: a later event never reuses one, a re-sent forgotten event gets its old seq back."""
     by_scope: dict[Scope, list[str]] = {}
     for o in obs:
         by_scope.setdefault(o.scope, []).append(o.event_id)
@@ -90,8 +109,11 @@ async def number(nodes: NodeStore, obs: Sequence[Observation]) -> tuple[list[tup
         # the counters first, the batch's own events last: a late write of an earlier attempt of
         # this batch then shows up as known events (whose seqs assign_seqs never hands out again)
         nxt, count = await nodes.next_seq(scope), await nodes.observation_count(scope)
-        state = SeqState.of(count, nxt, await nodes.used_seqs(scope) if count != nxt else None)
-        return state, await nodes.seqs(scope, event_ids)
+        gone = await nodes.forgotten(scope)
+        holes = count != nxt or bool(gone)
+        state = SeqState.of(count, nxt, await nodes.used_seqs(scope) if holes else None, gone.values())
+        seqs = await nodes.seqs(scope, event_ids)
+        return state, {**{e: gone[e] for e in event_ids if e in gone}, **seqs}
 
     known: dict[tuple[str, str, str], int] = {}
     states: dict[Scope, SeqState] = {}
@@ -203,17 +225,32 @@ class EmbeddedPipeline:
         self._lock = asyncio.Lock()
 
     async def ingest_raw(self, payloads: Sequence[bytes | str], source: str = "ingest") -> IngestReport:
-        """Decode JSON observations; invalid ones become dead letters, valid ones are written."""
-        good: list[Observation] = []
+        """Decode JSON observations and forget records (as on the observations topic); invalid ones
+        become dead letters, valid ones are applied in order: the observations before a forget are
+        written, then it is applied, then the rest."""
+        good: list[Observation | Forget] = []
         bad: list[DeadLetter] = []
         for i, raw in enumerate(payloads):
             try:
-                good.append(decode(Observation, raw))
+                good.append(decode_input(raw))
             except InvalidEvent as exc:
                 bad.append(dead_letter(raw, exc.reason, f"{source}#{i}"))
         if bad:
             await self.stores.dead_letters.put(bad)
-        report = await self.ingest(good)
+        report = IngestReport()
+        for part in forgetting.split_at_forgets(good):
+            if isinstance(part, Forget):
+                await self.forget(part.scope, part.event_id)
+                report.forgets += 1
+                continue
+            rep = await self.ingest(part)
+            report.accepted += rep.accepted
+            report.new_nodes += rep.new_nodes
+            report.edges += rep.edges
+            report.decisions += rep.decisions
+            report.write_calls += rep.write_calls
+            report.consolidation_calls += rep.consolidation_calls
+            report.results += rep.results
         report.dead_letters = bad
         return report
 
@@ -249,6 +286,12 @@ class EmbeddedPipeline:
         report.write_calls = w.write_calls
         report.consolidation_calls = self.so.calls - calls0 - w.write_calls
         return report
+
+    async def forget(self, scope: Scope, event_id: str | None) -> ForgetReport:
+        """Forget one observation or the whole conversation (:meth:`Stores.forget`), serialised
+        with writes (a forget lands between two batches, never inside one)."""
+        async with self._lock:
+            return await self.stores.forget(scope, event_id)
 
     async def close(self) -> None:
         await self.so.aclose()

@@ -4,6 +4,13 @@
                              -> edges -> consolidation]  --> memories, candidates, judgments,
                                                              edges, consolidation, deadletters
 
+Forgetting: a :class:`~topology.schemas.Forget` on the observations topic (same key, so after the
+events it deletes) splits its micro-batch: the observations before it are written, then it is
+applied, then the rest. Applying it: plan (``streams.forget.plan``), log the
+:class:`~topology.schemas.Forgotten` marker on the memories, edges and consolidation topics, then
+delete. Logging first means a crash between the two leaves a marker whose deletion the retry (or a
+rebuild from the derived log) performs; the deletion is idempotent.
+
 Contracts (what makes a worker's death harmless, see README "Guarantees"):
 
 * One consumed topic, no Faust Table. A conversation (the record key) lives on one partition, so
@@ -41,10 +48,11 @@ from typing import Any
 
 import faust
 
+from streams import forget as forgetting
 from streams.embedded import Stores, dead_letter, write_batch
 from topology.errors import InvalidEvent
 from topology.pipeline import WritePath, dedupe
-from topology.schemas import DeadLetter, Observation, Scope, decode, encode
+from topology.schemas import DeadLetter, Forget, Observation, Scope, decode_input, encode
 from topology.topics import topics
 
 log = logging.getLogger("jevmem.streams")
@@ -104,17 +112,21 @@ async def retrying(what: str, attempt: Callable[[], Awaitable[None]],
             delay = min(max_s, delay * 2)
 
 
-def decode_batch(values: Sequence[tuple[bytes, str]]) -> tuple[list[Observation], list[DeadLetter]]:
-    """Observations of a batch (first copy of each event id kept, see ``dedupe``) and a dead letter
-    for every value that does not decode; ``values`` are (bytes, "topic:partition:offset")."""
-    good: list[Observation] = []
+def decode_batch(values: Sequence[tuple[bytes, str]]) -> tuple[list[Observation | Forget], list[DeadLetter]]:
+    """Observations and forgets of a batch in order (between two forgets, the first copy of each
+    event id is kept, see ``dedupe``; a copy after a forget is a new request) and a dead letter for
+    every value that does not decode; ``values`` are (bytes, "topic:partition:offset")."""
+    good: list[Observation | Forget] = []
     letters: list[DeadLetter] = []
     for value, source in values:
         try:
-            good.append(decode(Observation, value))
+            good.append(decode_input(value))
         except InvalidEvent as exc:
             letters.append(dead_letter(value, exc.reason, source))
-    return dedupe(good), letters
+    out: list[Observation | Forget] = []
+    for part in forgetting.split_at_forgets(good):
+        out += [part] if isinstance(part, Forget) else dedupe(part)
+    return out, letters
 
 
 def _key(tenant_id: str, conversation_id: str) -> str:
@@ -153,13 +165,24 @@ def create_app(config: AppConfig, services: Services) -> faust.App:
     wp, stores = services.write_path, services.stores
 
     async def process(values: Sequence[tuple[bytes, str]]) -> None:
-        obs, letters = decode_batch(values)
+        items, letters = decode_batch(values)
         if letters:
             await _send_all(deadletters, [("rejected", encode(d)) for d in letters])
             for d in letters:
                 log.warning("dead letter %s: %s", d.source, d.reason)
-        if not obs:
-            return
+        for part in forgetting.split_at_forgets(items):
+            if isinstance(part, Forget):
+                await forget(part)
+            else:
+                await write(part)
+
+    async def forget(request: Forget) -> None:
+        marker = await forgetting.plan(stores, request)
+        key, value = marker.scope.key, encode(marker)
+        await _send_many([(memories, [(key, value)]), (edges, [(key, value)]), (consolidation, [(key, value)])])
+        await forgetting.apply(stores, marker)
+
+    async def write(obs: list[Observation]) -> None:
         # one chunk: splitting a batch to overlap embedding with store work measured slower here,
         # each chunk's bulk writes refresh Elasticsearch once more
         w = await write_batch(stores, wp, obs)
@@ -175,11 +198,11 @@ def create_app(config: AppConfig, services: Services) -> faust.App:
     if clear is not None:
         # the write path's in-memory conversations are only fresh while this worker owns their
         # partitions: forget them whenever the assignment changes (reloaded from the store on use)
-        async def forget(_app: Any, /, *_args: Any, **_kw: Any) -> None:
+        async def drop_views(_app: Any, /, *_args: Any, **_kw: Any) -> None:
             clear()
 
-        app.on_partitions_revoked.connect(forget)
-        app.on_partitions_assigned.connect(forget)
+        app.on_partitions_revoked.connect(drop_views)
+        app.on_partitions_assigned.connect(drop_views)
 
     @app.agent(observations)
     async def write_agent(stream: faust.StreamT[bytes]) -> AsyncIterator[None]:

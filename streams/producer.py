@@ -17,7 +17,7 @@ from typing import Any
 from confluent_kafka import KafkaError, Message, Producer
 
 from topology.errors import BrokerUnavailable
-from topology.schemas import DeadLetter, Observation, encode
+from topology.schemas import DeadLetter, Forget, Observation, encode
 from topology.topics import topics
 
 
@@ -94,6 +94,12 @@ class ObservationProducer:
     async def send(self, observations: Sequence[Observation]) -> list[Delivery]:
         """Publish observations; returns their partitions/offsets once all are acknowledged."""
         return await self._produce(self.topic, [(o.scope.key, encode(o)) for o in observations])
+
+    async def forget(self, requests: Sequence[Forget]) -> list[Delivery]:
+        """Publish forget requests onto the observations topic, keyed like the conversation's
+        events (:attr:`Scope.key`): each lands on its conversation's partition after the events
+        sent before it, and the worker applies it in that order."""
+        return await self._produce(self.topic, [(f.scope.key, encode(f)) for f in requests])
 
     async def send_raw(self, records: Sequence[tuple[str, bytes]]) -> list[Delivery]:
         """Publish pre-encoded values (operators' tools, tests of the dead-letter path)."""

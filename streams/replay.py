@@ -7,17 +7,45 @@ Two ways to rebuild into fresh stores:
 * by recomputing from the observations topic: the same write path as the first run (so System One
   is asked again), in topic order per conversation, which reproduces the seqs and so the graph.
 
-``verify`` compares node ids and seqs and edge ids (with probabilities) scope by scope.
+``verify`` compares node ids and seqs, edge ids (with probabilities) and forgotten-event records
+scope by scope.
+
+Replays never bring forgotten memory back:
+
+* recomputing applies each :class:`~topology.schemas.Forget` of the observations topic at its
+  place in the log (the observations before it are written first, as the worker did);
+* the derived log carries a :class:`~topology.schemas.Forgotten` marker on each of the memories,
+  edges and consolidation topics, logged by the worker at the point it deleted (after everything it
+  deletes, before anything written later): each topic is rebuilt in order and applies its share of
+  each marker where it stands (nodes, vectors, lexical entries and the forgotten-event record;
+  edges; decisions). A conversation forgotten and then written again comes back with only what was
+  written after the forget, in both modes.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Sequence
 from dataclasses import dataclass, field
+from typing import TypeVar
 
+from pydantic import BaseModel
+
+from streams import forget as forgetting
 from streams.embedded import EmbeddedPipeline, Stores
 from topology.errors import InvalidEvent
-from topology.schemas import ConsolidationDecision, EdgeEvent, MemoryNode, Observation, Scope, decode
+from topology.schemas import (
+    ConsolidationDecision,
+    EdgeEvent,
+    Forget,
+    Forgotten,
+    MemoryNode,
+    Observation,
+    Scope,
+    decode_input,
+    decode_logged,
+)
+
+M = TypeVar("M", bound=BaseModel)
 
 CHUNK = 500
 
@@ -30,48 +58,72 @@ class RebuildReport:
     decisions: int = 0
     skipped: int = 0
     controller_calls: int = 0
+    forgets: int = 0
 
 
-def _chunks(items: Sequence[bytes]) -> Iterable[Sequence[bytes]]:
-    for i in range(0, len(items), CHUNK):
-        yield items[i: i + CHUNK]
+async def _replay_topic(stores: Stores, records: Sequence[bytes], cls: type[M], part: forgetting.Part,
+                        upsert: Callable[[list[M]], Awaitable[None]]) -> tuple[list[M], list[Forgotten]]:
+    """Upsert one derived topic in order, in chunks of :data:`CHUNK`, applying this topic's share
+    of each :class:`Forgotten` marker where it stands; returns what was upserted and the markers."""
+    done: list[M] = []
+    markers: list[Forgotten] = []
+    pending: list[M] = []
+
+    async def flush() -> None:
+        if pending:
+            await upsert(list(pending))
+            done.extend(pending)
+            pending.clear()
+
+    for raw in records:
+        item = decode_logged(cls, raw)
+        if isinstance(item, Forgotten):
+            await flush()
+            await forgetting.apply(stores, item, (part,))
+            markers.append(item)
+        else:
+            pending.append(item)
+            if len(pending) >= CHUNK:
+                await flush()
+    await flush()
+    return done, markers
 
 
 async def rebuild_from_log(stores: Stores, memories: Sequence[bytes], edges: Sequence[bytes],
                            decisions: Sequence[bytes]) -> RebuildReport:
-    """Materialise logged nodes, edges and decisions (idempotent upserts; later records win)."""
+    """Materialise logged nodes, edges and decisions (idempotent upserts; later records win),
+    applying forget markers in place (see the module docstring)."""
     report = RebuildReport()
-    for part in _chunks(memories):
-        nodes = [decode(MemoryNode, v) for v in part]
-        await stores.materialise(nodes)
-        report.nodes += len(nodes)
-        report.scopes.update(n.scope for n in nodes)
-    for part in _chunks(edges):
-        found = [decode(EdgeEvent, v) for v in part]
-        await stores.edges.upsert(found)
-        report.edges += len(found)
-    for part in _chunks(decisions):
-        ds = [decode(ConsolidationDecision, v) for v in part]
-        await stores.edges.upsert_decisions(ds)
-        report.decisions += len(ds)
+    nodes, markers = await _replay_topic(stores, memories, MemoryNode, "nodes", stores.materialise)
+    report.nodes, report.forgets = len(nodes), len(markers)
+    report.scopes.update([*(n.scope for n in nodes), *(m.scope for m in markers)])
+    found, _ = await _replay_topic(stores, edges, EdgeEvent, "edges", stores.edges.upsert)
+    report.edges = len(found)
+    ds, _ = await _replay_topic(stores, decisions, ConsolidationDecision, "decisions", stores.edges.upsert_decisions)
+    report.decisions = len(ds)
     return report
 
 
 async def recompute(pipeline: EmbeddedPipeline, observations: Sequence[bytes], batch: int = 64) -> RebuildReport:
-    """Run the write path again over logged observations (invalid ones were dead-lettered the
-    first time and are skipped)."""
+    """Run the write path again over logged observations, applying each forget at its place
+    (invalid records were dead-lettered the first time and are skipped)."""
     report = RebuildReport()
-    valid: list[Observation] = []
+    valid: list[Observation | Forget] = []
     for raw in observations:
         try:
-            valid.append(decode(Observation, raw))
+            valid.append(decode_input(raw))
         except InvalidEvent:
             report.skipped += 1
     calls0 = pipeline.so.calls
-    for i in range(0, len(valid), batch):
-        rep = await pipeline.ingest(valid[i: i + batch])
-        report.nodes += rep.new_nodes
-        report.edges += rep.edges
+    for part in forgetting.split_at_forgets(valid):
+        if isinstance(part, Forget):
+            await pipeline.forget(part.scope, part.event_id)
+            report.forgets += 1
+            continue
+        for i in range(0, len(part), batch):
+            rep = await pipeline.ingest(part[i: i + batch])
+            report.nodes += rep.new_nodes
+            report.edges += rep.edges
     report.scopes.update(o.scope for o in valid)
     report.controller_calls = pipeline.so.calls - calls0
     return report
@@ -81,13 +133,14 @@ async def recompute(pipeline: EmbeddedPipeline, observations: Sequence[bytes], b
 class Graph:
     nodes: tuple[tuple[str, int], ...]
     edges: tuple[tuple[str, str, str, str, str, float], ...]
+    forgotten: tuple[tuple[str, int], ...] = ()
 
 
 async def graph_of(stores: Stores, scope: Scope) -> Graph:
     nodes = tuple(sorted((n.id, n.seq) for n in await stores.nodes.scan(scope)))
     edges = tuple(sorted((e.id, e.view, e.source, e.target, e.label, round(e.probability, 4))
                          for e in await stores.edges.scan(scope)))
-    return Graph(nodes, edges)
+    return Graph(nodes, edges, tuple(sorted((await stores.nodes.forgotten(scope)).items())))
 
 
 async def verify(a: Stores, b: Stores, scopes: Iterable[Scope]) -> list[str]:
@@ -101,4 +154,6 @@ async def verify(a: Stores, b: Stores, scopes: Iterable[Scope]) -> list[str]:
         if ga.edges != gb.edges:
             problems.append(f"{scope.key}: edges differ ({len(ga.edges)} vs {len(gb.edges)}; "
                             f"{len(set(ga.edges) ^ set(gb.edges))} not shared)")
+        if ga.forgotten != gb.forgotten:
+            problems.append(f"{scope.key}: forgotten-event records differ ({len(ga.forgotten)} vs {len(gb.forgotten)})")
     return problems

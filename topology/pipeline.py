@@ -51,14 +51,18 @@ class SeqState:
     free: tuple[int, ...] = ()
 
     @staticmethod
-    def of(count: int, next_seq: int, used: Iterable[int] | None = None) -> SeqState:
+    def of(count: int, next_seq: int, used: Iterable[int] | None = None, reserved: Iterable[int] = ()) -> SeqState:
         """From the store's observation ``count`` and ``next_seq``; ``used`` (every stored seq) is
-        needed only when there are holes (``count != next_seq``), and is then required."""
-        if count == next_seq:
+        needed only when there are holes (``count != next_seq``) or ``reserved`` seqs, and is then
+        required. ``reserved`` are forgotten events' seqs: never free, and ``next`` is past them
+        (a forgotten seq is not handed to a later event, see ``streams.forget``)."""
+        kept = set(reserved)
+        if count == next_seq and not kept:
             return SeqState(next_seq)
         if used is None:
             raise ValueError(f"{next_seq - count} holes below {next_seq}: the used seqs are needed")
-        return SeqState(next_seq, tuple(sorted(set(range(next_seq)) - set(used))))
+        top = max(next_seq, max(kept, default=-1) + 1)
+        return SeqState(top, tuple(sorted(set(range(top)) - set(used) - kept)))
 
 
 def assign_seqs(observations: Sequence[Observation], known: Mapping[tuple[str, str, str], int],
@@ -73,6 +77,8 @@ def assign_seqs(observations: Sequence[Observation], known: Mapping[tuple[str, s
     A seq held by a known event of the batch is never drawn for a new one: ``states`` may be read
     *before* ``known`` (see ``streams.embedded.number``), so a write of this same batch that lands
     late (a request that timed out but was applied afterwards) cannot make two events share a seq.
+    Forgotten events: the caller passes them in ``known`` (a re-sent forgotten event gets its old
+    seq back) and their seqs as ``SeqState.of(..., reserved=...)`` (never drawn for a new event).
     Contract: ``observations`` holds each (tenant, conversation, event_id) once (see ``dedupe``).
     """
     taken: dict[Scope, set[int]] = {}

@@ -108,6 +108,47 @@ class Observation(_Event):
         return Scope(tenant_id=self.tenant_id, conversation_id=self.conversation_id)
 
 
+class Forget(_Event):
+    """A request to forget memory: one observation (``event_id``) or, when ``event_id`` is None,
+    the whole conversation. Travels on the observations topic keyed by :attr:`Scope.key`, so it
+    lands on the conversation's partition after every event it deletes and is applied in order.
+
+    ``op`` tells it apart from an :class:`Observation` (which forbids unknown fields)."""
+
+    op: Literal["forget"] = "forget"
+    tenant_id: str = Field(min_length=1, max_length=200)
+    conversation_id: str = Field(min_length=1, max_length=200)
+    event_id: str | None = Field(default=None, min_length=1, max_length=200)
+    requested_at: datetime
+
+    @property
+    def scope(self) -> Scope:
+        return Scope(tenant_id=self.tenant_id, conversation_id=self.conversation_id)
+
+
+class Forgotten(_Event):
+    """What one :class:`Forget` deleted, exactly (a pure description, see ``streams.forget``).
+
+    The worker logs it on the memories, edges and consolidation topics (key :attr:`Scope.key`)
+    *before* deleting, so a rebuild from the derived log deletes the same things at the same point
+    of each topic. ``event_id`` None means the whole conversation (``node_ids`` is then empty and
+    everything of the scope goes, forgotten-event records included); otherwise ``node_ids`` holds
+    the observation's node and every derived node built (transitively) from it, and ``seq`` the
+    forgotten event's seq (None when the event was never stored: nothing is recorded then)."""
+
+    op: Literal["forgotten"] = "forgotten"
+    tenant_id: str
+    conversation_id: str
+    event_id: str | None = None
+    seq: int | None = Field(default=None, ge=0)
+    node_ids: list[str] = Field(default_factory=list)
+    requested_at: datetime
+
+    @property
+    def scope(self) -> Scope:
+        return Scope(tenant_id=self.tenant_id, conversation_id=self.conversation_id)
+
+
 class Entity(BaseModel):
     model_config = ConfigDict(frozen=True)
 
@@ -139,7 +180,8 @@ class MemoryNode(_Event):
     """The canonical memory of one observation (or a System-Two-derived abstraction).
 
     ``seq`` is the node's position in its conversation (0-based, assigned once; a redelivered
-    event keeps its seq), and defines "earlier" for candidate discovery.
+    event keeps its seq; a forgotten event's seq is never given to another event), and defines
+    "earlier" for candidate discovery.
     """
 
     id: str
@@ -302,6 +344,30 @@ def decode(cls: type[M], raw: bytes | str) -> M:
     if not isinstance(data, dict):
         raise InvalidEvent(f"expected a JSON object, got {type(data).__name__}")
     return validate(cls, data)
+
+
+def decode_input(raw: bytes | str) -> Observation | Forget:
+    """An observations-topic record: a :class:`Forget` when it says ``"op": "forget"``, else an
+    :class:`Observation`; raise :class:`InvalidEvent` with a readable reason on any failure."""
+    try:
+        data = orjson.loads(raw)
+    except orjson.JSONDecodeError as exc:
+        raise InvalidEvent(f"not JSON: {exc}") from exc
+    if not isinstance(data, dict):
+        raise InvalidEvent(f"expected a JSON object, got {type(data).__name__}")
+    return validate(Forget, data) if data.get("op") == "forget" else validate(Observation, data)
+
+
+def decode_logged(cls: type[M], raw: bytes | str) -> M | Forgotten:
+    """A derived-log record (memories, edges, consolidation topics): a :class:`Forgotten` marker
+    when it says ``"op": "forgotten"``, else ``cls``."""
+    try:
+        data = orjson.loads(raw)
+    except orjson.JSONDecodeError as exc:
+        raise InvalidEvent(f"not JSON: {exc}") from exc
+    if not isinstance(data, dict):
+        raise InvalidEvent(f"expected a JSON object, got {type(data).__name__}")
+    return validate(Forgotten, data) if data.get("op") == "forgotten" else validate(cls, data)
 
 
 def validate(cls: type[M], data: dict[str, Any]) -> M:

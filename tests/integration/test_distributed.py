@@ -38,6 +38,7 @@ from jevmem.settings import Settings  # noqa: E402
 from jevmem.wiring import build_embedded  # noqa: E402
 from streams.producer import ObservationProducer  # noqa: E402
 from streams.replay import graph_of  # noqa: E402
+from topology import ids  # noqa: E402
 from topology.embedding import default_embedder  # noqa: E402
 from topology.schemas import DeadLetter, Observation, Scope, decode  # noqa: E402
 from topology.topics import topics  # noqa: E402
@@ -222,6 +223,86 @@ async def test_http_api_in_distributed_mode(stack: Stack) -> None:
             assert (await c.get("/v1/dead-letters", headers=with_other)).json() == []
             assert (await c.get("/v1/conversations/c1/nodes", headers=with_other)).json() == []
             assert (await c.get("/v1/tenants/api/conversations/c1/nodes", headers=with_other)).status_code == 403
+            forget = await c.delete("/v1/conversations/c1/observations/h1")
+            assert forget.status_code == 202 and forget.json() == {"status": "accepted"}
+
+            async def forgotten() -> bool:
+                return "h1" not in {n["event_id"] for n in (await c.get("/v1/conversations/c1/nodes")).json()}
+
+            await wait_for(forgotten, "the forget to be applied by the worker", stack)
     assert await keys.revoke(other_record.key_id)
     assert (await keys.get(other_record.key_id)).revoked_at is not None  # type: ignore[union-attr]
     await keys.close()
+
+
+async def test_forget_through_the_topic_and_replays(stack: Stack) -> None:
+    """A forget on the observations topic removes the observation (node, derived nodes, edges,
+    decisions, vectors, lexical entries) at its place in the stream; a whole-conversation forget
+    removes everything and the conversation restarts at seq 0. The graph equals an embedded run
+    that applied the same deletions, and neither replay brings deleted memory back."""
+    from datetime import UTC, datetime
+
+    from jevmem.distributed import DistributedService
+    from streams.replay import Graph
+    from tests.conftest import chat_observations
+    from topology.params import Params
+    from topology.schemas import Forget
+
+    params = Params(consolidate_every=4)
+    stack.env["JEVMEM_PARAMS__CONSOLIDATE_EVERY"] = "4"
+    stack.settings = stack.settings.model_copy(update={"params": params})
+    c1, c2 = Scope(tenant_id="fg/x", conversation_id="c1"), Scope(tenant_id="fg/x", conversation_id="c2")
+    e1 = chat_observations(tenant=c1.tenant_id, conversation="c1")
+    e2 = chat_observations(tenant=c2.tenant_id, conversation="c2")
+    ensure_topics(KAFKA or "", stack.settings.topic_prefix, stack.settings.partitions)
+    stack.start_worker(1)
+    stores = distributed_stores(stack.settings, stack.settings.store_prefix or "", default_embedder().dim)
+    service = DistributedService(stack.settings, embedder=default_embedder())
+    await service.start()
+    try:
+        async with ObservationProducer(KAFKA or "", stack.settings.topic_prefix) as producer:
+            await producer.send(e1[:8] + e2)
+            assert await service.forget(c1, "e3") == {"status": "accepted"}
+            await producer.forget([Forget(tenant_id=c2.tenant_id, conversation_id="c2", requested_at=datetime.now(UTC))])
+            await producer.send(e1[8:] + e2[4:7])
+
+        # the embedded run of the same stream, forgets at the same places
+        embedded = build_embedded(Settings(params=params), embedder=default_embedder(), data_dir=":memory:")
+        try:
+            await embedded.pipeline.ingest(e1[:8] + e2)
+            await embedded.pipeline.forget(c1, "e3")
+            await embedded.pipeline.forget(c2, None)
+            await embedded.pipeline.ingest(e1[8:] + e2[4:7])
+            want = {s: (await graph_of(embedded.stores, s), await embedded.stores.edges.decisions(s)) for s in (c1, c2)}
+        finally:
+            await embedded.close()
+        gone = ids.node_id(c1.tenant_id, "c1", "e3")
+        assert gone not in {n for n, _ in want[c1][0].nodes} and want[c1][0].forgotten == (("e3", 3),)
+        assert [s for _, s in want[c2][0].nodes] == [0, 1, 2] and want[c2][0].forgotten == ()
+        assert want[c1][1], "consolidation should have run"
+
+        async def same_graph() -> bool:
+            return all([(await graph_of(stores, s), await stores.edges.decisions(s)) == want[s] for s in want])
+
+        await wait_for(same_graph, "the embedded run's graph after the forgets", stack, timeout=300)
+        assert gone not in {h.id for h in await stores.lexical.search(c1, e1[3].content, 50)}
+        assert gone not in {h.id for h in await stores.vectors.search(c1, default_embedder().embed([e1[3].content])[0], 50)}
+        markers = [r.value for r in read_topic(KAFKA or "", topics(stack.settings.topic_prefix)["memories"].name)
+                   if b'"op":"forgotten"' in r.value]
+        assert len(markers) >= 2
+
+        for source, tag in (("observations", "r1-"), ("edges", "r2-")):
+            out = await replay(stack.settings, source, f"{stack.settings.store_prefix}{tag}", switch=False)
+            assert out["identical"], (source, out["problems"])
+            assert out["forgets"] >= 2
+            rebuilt = distributed_stores(stack.settings, f"{stack.settings.store_prefix}{tag}", default_embedder().dim)
+            try:
+                assert await graph_of(rebuilt, c1) == want[c1][0] and await graph_of(rebuilt, c2) == want[c2][0]
+                assert await rebuilt.nodes.get(c1, [gone]) == []
+                assert gone not in {h.id for h in await rebuilt.lexical.search(c1, e1[3].content, 50)}
+            finally:
+                await rebuilt.close()
+        assert isinstance(want[c1][0], Graph)
+    finally:
+        await service.stop()
+        await stores.close()

@@ -104,8 +104,9 @@ async def es() -> AsyncIterator[tuple[AsyncElasticsearch, str]]:
     client = AsyncElasticsearch(ES_URL, request_timeout=30)
     prefix = f"jevmem-test-{uuid.uuid4().hex[:12]}-"
     yield client, prefix
-    await client.indices.delete(index=",".join(prefix + n for n in ("memories", "edges", "decisions", "vectors")),
-                                ignore_unavailable=True)
+    names = list((await client.indices.get(index=prefix + "*")).keys())  # wildcard deletes are refused
+    if names:
+        await client.indices.delete(index=",".join(names), ignore_unavailable=True)
     await client.close()
 
 
@@ -258,7 +259,7 @@ async def test_paging_beyond_one_page(stores: Stores, monkeypatch: pytest.Monkey
 async def test_errors_become_store_unavailable(es: tuple[AsyncElasticsearch, str]) -> None:
     client, prefix = es
     # An index that exists with an incompatible mapping: creation is tolerated, bulk items fail.
-    await client.indices.create(index=prefix + "memories", settings={"number_of_replicas": 0},
+    await client.indices.create(index=prefix + elastic.memories_index(A.tenant_id), settings={"number_of_replicas": 0},
                                 mappings={"dynamic": "strict", "properties": {"tenant_id": {"type": "keyword"}}})
     with pytest.raises(StoreUnavailable):
         await ElasticNodeStore(client, prefix).upsert(make_nodes(A)[:2])
@@ -296,3 +297,158 @@ async def test_vector_index_is_exact_and_matches_qdrant_local(es: tuple[AsyncEla
             assert all(abs(g.score - w.score) < 1e-4 for g, w in zip(got, want, strict=True))
     assert {h.id for h in await ev.search(B, nodes[0].embedding or [], 50)} == {n.id for n in nodes if n.tenant_id == "tenant-b"}
     await qd.close()
+
+
+def other_text(n: int) -> list[tuple[str, str]]:
+    """Lots of text overlapping CHAT's words (puppy, Biscuit, marathon, knee...)."""
+    words = ["puppy", "Biscuit", "marathon", "Berlin", "knee", "running", "ramen", "Lisbon", "Clara", "training"]
+    rng = random.Random(3)
+    return [("Zed", " ".join(rng.choice(words) for _ in range(12)) + f" note {i}") for i in range(n)]
+
+
+async def test_bm25_statistics_are_per_tenant(stores: Stores) -> None:
+    """Tenant A's lexical ranking (ids, scores, order) is identical before and after tenant B
+    ingests lots of overlapping text, in Elasticsearch and in SQLite."""
+    sqlite_conn = connect(":memory:")
+    sq_lex, sq_nodes = SqliteLexicalIndex(sqlite_conn), SqliteNodeStore(sqlite_conn)
+    a = make_nodes(A)
+    await write_all(stores, a, [], [])
+    await sq_lex.upsert(a)
+    await sq_nodes.upsert(a)
+    queries = ["Biscuit puppy", "Berlin marathon training", "knee running", "Clara Lisbon trip", "ramen"]
+    before = {q: await stores.lex.search(A, q, 10) for q in queries}
+    sq_before = {q: await sq_lex.search(A, q, 10) for q in queries}
+    assert all(before.values()) and all(sq_before.values())
+    b = make_nodes(B, other_text(150))
+    await write_all(stores, b, [], [])
+    await sq_lex.upsert(b)
+    assert {q: await stores.lex.search(A, q, 10) for q in queries} == before
+    assert {q: await sq_lex.search(A, q, 10) for q in queries} == sq_before
+    assert await stores.lex.search(Scope(tenant_id="nobody", conversation_id="c"), "Biscuit", 5) == []
+    assert await stores.nodes.scan(Scope(tenant_id="nobody", conversation_id="c")) == []
+    assert await stores.nodes.next_seq(Scope(tenant_id="nobody", conversation_id="c")) == 0
+
+
+async def test_deletes_remove_exactly_the_scope_records(es: tuple[AsyncElasticsearch, str]) -> None:
+    """Node, edge, decision, vector and forgotten-record deletes (no _delete_by_query here: scoped
+    searches + bulk deletes), equal to the SQLite adapters' answers afterwards."""
+    from storage.elastic import ElasticVectorIndex
+    from storage.sqlite import SqliteEdgeStore
+
+    client, prefix = es
+    s = Stores(ElasticLexicalIndex(client, prefix), ElasticNodeStore(client, prefix), ElasticEdgeStore(client, prefix))
+    vec = ElasticVectorIndex(client, prefix, dim=8)
+    conn = connect(":memory:")
+    sq = (SqliteLexicalIndex(conn), SqliteNodeStore(conn), SqliteEdgeStore(conn))
+    rng = random.Random(5)
+    per_scope = {}
+    for scope in (A, B, A2):
+        nodes = [n.model_copy(update={"embedding": [rng.uniform(-1, 1) for _ in range(8)]}) for n in make_nodes(scope)]
+        per_scope[scope] = nodes
+        for target in (s, sq):
+            await write_all(target, nodes, make_edges(nodes), make_decisions(nodes))
+        await vec.upsert(nodes)
+    a = per_scope[A]
+    doomed = [a[3].id, a[-1].id]
+    for lex, ns, edges in ((s.lex, s.nodes, s.edges), sq):
+        assert await edges.delete(A, doomed) > 0
+        assert await edges.delete_decisions(A, doomed) > 0
+        await lex.delete(A, doomed)
+        assert await ns.delete(A, doomed) == (0 if lex is s.lex else 2)  # ES: the lexical delete took the docs
+        await ns.record_forgotten(A, a[3].event_id, a[3].seq)
+        await ns.record_forgotten(A, a[3].event_id, a[3].seq)  # idempotent
+        assert await ns.forgotten(A) == {a[3].event_id: a[3].seq}
+        assert await ns.forgotten(B) == {}
+    await vec.delete(A, [*doomed, per_scope[B][0].id])  # another scope's id is not touched
+    left = [n for n in a if n.id not in doomed]
+    assert await snapshot(s.lex, s.nodes, s.edges, A, left) == await snapshot(*sq, A, left)
+    assert {h.id for h in await vec.search(A, a[0].embedding or [], 50)} == {n.id for n in left if n.embedding}
+    assert len(await vec.search(B, a[0].embedding or [], 50)) == len(per_scope[B])
+    assert all(e.source not in doomed and e.target not in doomed for e in await s.edges.scan(A))
+    # whole conversation: everything of A goes, B and A2 stay
+    assert await s.nodes.delete_scope(A) == len(left)
+    await s.lex.delete_scope(A)
+    assert await s.edges.delete_scope(A) > 0 and await s.edges.delete_scope_decisions(A) > 0
+    await vec.delete_scope(A)
+    assert (await s.nodes.scan(A), await s.edges.scan(A), await s.edges.decisions(A)) == ([], [], [])
+    assert await s.nodes.forgotten(A) == {} and await s.lex.search(A, "Biscuit", 5) == []
+    assert await vec.search(A, a[0].embedding or [], 50) == []
+    assert len(await s.nodes.scan(B)) == len(per_scope[B]) and len(await s.nodes.scan(A2)) == len(per_scope[A2])
+
+
+async def test_a_shared_memories_index_is_split_per_tenant(es: tuple[AsyncElasticsearch, str]) -> None:
+    """An older generation (one memories index for all tenants) migrates to per-tenant indices."""
+    client, prefix = es
+    old = ElasticNodeStore(client, prefix)
+    await client.indices.create(index=prefix + "memories", settings=elastic._SETTINGS, mappings=elastic._MEMORIES)
+    nodes = make_nodes(A) + make_nodes(B)
+    ops: list[dict[str, object]] = []
+    for n in nodes:
+        ops += [{"index": {"_id": n.id}}, {"tenant_id": n.tenant_id, "conversation_id": n.conversation_id,
+                                           "node_id": n.id, "seq": n.seq, "event_id": n.event_id, "kind": n.kind,
+                                           "content": n.content, "tokens": sorted(set(n.tokens)), "entity_ids": [],
+                                           "body": n.without_embedding().model_dump_json()}]
+    await client.bulk(index=prefix + "memories", operations=ops, refresh=True)
+    newer = nodes[0].model_copy(update={"content": "written after the upgrade"})
+    await old.upsert([newer])  # a document this build already wrote is never overwritten
+    assert await old.migrate_shared() == len(nodes)
+    assert (await old.get(A, [newer.id]))[0].content == "written after the upgrade"
+    assert await old.migrate_shared() == 0
+    assert not await client.indices.exists(index=prefix + "memories")
+    assert [n.id for n in await old.scan(A)] == [n.id for n in make_nodes(A)]
+    b_hits = await ElasticLexicalIndex(client, prefix).search(B, "Biscuit", 20)
+    assert b_hits and {h.id for h in b_hits} <= {n.id for n in nodes if n.tenant_id == B.tenant_id}
+
+
+async def test_retrieval_of_a_tenant_ignores_other_tenants_writes(es: tuple[AsyncElasticsearch, str]) -> None:
+    """``RetrievalController.retrieve`` for tenant A over the Elasticsearch stores gives the same
+    evidence (ids, scores, order) before and after tenant B ingests lots of overlapping text."""
+    from jevmem.distributed import write_path
+    from jevmem.settings import Settings
+    from query_api.controller import RetrievalController
+    from storage.elastic import ElasticVectorIndex
+    from streams.embedded import EmbeddedPipeline
+    from streams.embedded import Stores as AllStores
+    from topology.embedding import default_embedder
+    from topology.systemone.local import LocalSystemOne
+    from topology.systemone.port import CountingSystemOne
+
+    client, prefix = es
+    emb = default_embedder()
+    settings = Settings()
+
+    class NoLetters:
+        async def put(self, letters: object) -> None:
+            raise AssertionError("no dead letters expected")
+
+        async def recent(self, limit: int = 100) -> list[object]:
+            return []
+
+    stores = AllStores(nodes=ElasticNodeStore(client, prefix), edges=ElasticEdgeStore(client, prefix),
+                       vectors=ElasticVectorIndex(client, prefix, emb.dim), lexical=ElasticLexicalIndex(client, prefix),
+                       dead_letters=NoLetters())  # type: ignore[arg-type]
+    wp = write_path(settings, stores, emb)
+    assert isinstance(wp.so, CountingSystemOne)
+    pipeline = EmbeddedPipeline(stores, wp, wp.so)
+    controller = RetrievalController(emb, LocalSystemOne(), stores.vectors, stores.lexical, stores.nodes, stores.edges,
+                                     settings.params)
+
+    def chat_obs(scope: Scope, chat: list[tuple[str, str]]) -> list[Observation]:
+        return [Observation(tenant_id=scope.tenant_id, conversation_id=scope.conversation_id, event_id=f"e{i}",
+                            content=text, speaker=who) for i, (who, text) in enumerate(chat)]
+
+    await pipeline.ingest(chat_obs(A, CHAT))
+    questions = ["What is the name of Ana's puppy?", "When is the Berlin marathon?", "knee running training"]
+
+    async def snapshot() -> list[object]:
+        out: list[object] = []
+        for q in questions:
+            out.append(await stores.lexical.search(A, q, 10))
+            r = await controller.retrieve(A, q, top_k=8)
+            out.append([(e.node_id, e.score, e.via) for e in r.evidence])
+        return out
+
+    before = await snapshot()
+    assert all(before)
+    await pipeline.ingest(chat_obs(B, other_text(80)))
+    assert await snapshot() == before

@@ -252,3 +252,28 @@ async def test_store_outage_is_503_with_retry_after(api: Api) -> None:
                   c.get("/v1/conversations/c1/nodes"), c.get("/v1/dead-letters")):
             assert r.status_code == 503, r.text
             assert r.headers["retry-after"] == "5"
+
+
+def test_forgetting_over_http_is_per_tenant(api: Api) -> None:
+    items = _items(None)
+    with api.client("a") as a, api.client("b") as b:
+        assert a.post("/v1/observations", json=items).status_code == 200
+        assert b.post("/v1/observations", json=items).status_code == 200
+        b_before = b.get("/v1/conversations/c1/nodes").json()
+        gone = next(n["id"] for n in a.get("/v1/conversations/c1/nodes").json() if n["event_id"] == "e0")
+        r = a.delete("/v1/conversations/c1/observations/e0")
+        assert r.status_code == 200 and r.json()["status"] == "deleted" and r.json()["nodes"] >= 1
+        assert a.delete("/v1/conversations/c1/observations/e0").status_code == 404  # nothing left to forget
+        assert a.delete("/v1/conversations/c1/observations/never-sent").status_code == 404
+        nodes = a.get("/v1/conversations/c1/nodes").json()
+        assert gone not in {n["id"] for n in nodes} and len(nodes) == len(items) - 1
+        assert all(gone not in (e["source"], e["target"]) for e in a.get("/v1/conversations/c1/edges").json())
+        evidence = a.post("/v1/query", json={"conversation_id": "c1", "question": items[0]["content"]}).json()["evidence"]
+        assert gone not in {e["node_id"] for e in evidence}
+        assert b.get("/v1/conversations/c1/nodes").json() == b_before  # the other tenant's same ids are untouched
+        with api.client("a_ingest") as weak:
+            assert weak.delete("/v1/conversations/c1").status_code == 403
+        assert a.delete("/v1/conversations/c1").status_code == 200
+        assert a.get("/v1/conversations/c1/nodes").json() == []
+        assert a.delete("/v1/conversations/c1").status_code == 404
+        assert b.get("/v1/conversations/c1/nodes").json() == b_before
