@@ -28,7 +28,7 @@ from topology.embedding import load_embedder
 from topology.errors import BrokerUnavailable, ModelMismatch, StoreUnavailable
 from topology.pipeline import WritePath
 from topology.ports import Embedder
-from topology.schemas import DeadLetter, EdgeEvent, Forget, MemoryNode, Observation, Scope, decode
+from topology.schemas import ConsolidationDecision, DeadLetter, EdgeEvent, Forget, MemoryNode, Observation, Scope, decode
 from topology.systemone.port import CountingSystemOne
 from topology.topics import topics
 
@@ -245,6 +245,12 @@ class DistributedService:
 
     async def dead_letters(self, tenant_id: str, limit: int) -> list[DeadLetter]:
         return await self.stores.dead_letters.recent(limit, tenant_id)
+
+    async def conversations(self, tenant_id: str) -> list[tuple[str, int]]:
+        return await self.stores.nodes.conversations(tenant_id)
+
+    async def decisions(self, scope: Scope) -> list[ConsolidationDecision]:
+        return await self.stores.edges.decisions(scope)
 
     async def forget(self, scope: Scope, event_id: str | None) -> dict[str, Any]:
         """Publish a :class:`Forget` for one observation (``event_id``) or the whole conversation

@@ -21,7 +21,7 @@ from topology.embedding import load_embedder
 from topology.errors import StoreUnavailable
 from topology.pipeline import WritePath
 from topology.ports import Embedder
-from topology.schemas import DeadLetter, EdgeEvent, MemoryNode, Observation, Scope
+from topology.schemas import ConsolidationDecision, DeadLetter, EdgeEvent, MemoryNode, Observation, Scope
 from topology.systemone.local import LocalSystemOne
 from topology.systemone.port import CountingSystemOne, SystemOne
 
@@ -158,6 +158,14 @@ class EmbeddedService:
     async def dead_letters(self, tenant_id: str, limit: int) -> list[DeadLetter]:
         with store_errors():
             return await self.mem.stores.dead_letters.recent(limit, tenant_id)
+
+    async def conversations(self, tenant_id: str) -> list[tuple[str, int]]:
+        with store_errors():
+            return await self.mem.stores.nodes.conversations(tenant_id)
+
+    async def decisions(self, scope: Scope) -> list[ConsolidationDecision]:
+        with store_errors():
+            return await self.mem.stores.edges.decisions(scope)
 
     async def forget(self, scope: Scope, event_id: str | None) -> dict[str, Any]:
         """Forget one observation (``event_id``) or the whole conversation (None), synchronously:

@@ -10,7 +10,8 @@ tenant always comes from the key; bodies may omit ``tenant_id``.
   listing the per-item reasons whenever any item was invalid (200 otherwise). A body that is not
   JSON (400) or not an array (422) is dead-lettered whole. Accepted items are never lost.
 - ``POST /v1/query`` (``query``): evidence (and an answer when System Two is configured) with the trace.
-- ``GET /v1/conversations/{conversation}/nodes|edges`` (``query``; also under
+- ``GET /v1/conversations`` (``query``): the tenant's conversations with node counts.
+- ``GET /v1/conversations/{conversation}/nodes|edges|decisions`` (``query``; nodes and edges also under
   ``/v1/tenants/{tenant}/...``, 403 for another tenant).
 - ``DELETE /v1/conversations/{conversation}`` and ``.../observations/{event_id}`` (``admin``):
   200 with what was removed (embedded), 202 once the request is on the log (distributed), 404
@@ -42,7 +43,7 @@ from query_api.auth import Authenticator, Forbidden, Principal, Unauthenticated,
 from query_api.controller import Retrieval
 from topology import limits
 from topology.errors import BrokerUnavailable, StoreUnavailable, SystemOneError, SystemTwoError
-from topology.schemas import DeadLetter, EdgeEvent, Ident, MemoryNode, Observation, Scope, describe
+from topology.schemas import ConsolidationDecision, DeadLetter, EdgeEvent, Ident, MemoryNode, Observation, Scope, describe
 
 RETRY_AFTER_S = 5
 _FORGET_STATUS = {"deleted": 200, "accepted": 202, "not_found": 404}
@@ -72,6 +73,12 @@ class MemoryService(Protocol):
 
     async def edges(self, scope: Scope) -> list[EdgeEvent]: ...
 
+    async def conversations(self, tenant_id: str) -> list[tuple[str, int]]:
+        """The tenant's conversations with their node counts."""
+        ...
+
+    async def decisions(self, scope: Scope) -> list[ConsolidationDecision]: ...
+
     async def forget(self, scope: Scope, event_id: str | None) -> dict[str, Any]:
         """Delete one observation (``event_id``) or the whole conversation from every store."""
         ...
@@ -90,6 +97,11 @@ class IngestResponse(BaseModel):
     accepted: int
     rejected: int
     errors: list[ItemError] = Field(default_factory=list)
+
+
+class Conversation(BaseModel):
+    conversation_id: str
+    nodes: int
 
 
 class QueryRequest(BaseModel):
@@ -271,6 +283,14 @@ def create_app(service: MemoryService, auth: Authenticator) -> FastAPI:
         res = await service.retrieve(scope_of(who, req.conversation_id, req.tenant_id), req.question, req.top_k)
         answer = await service.answer(req.question, [e.content for e in res.evidence]) if req.answer else None
         return QueryResponse(**res.model_dump(), answer=answer)
+
+    @app.get("/v1/conversations", response_model=list[Conversation])
+    async def conversations(who: Principal = query_key) -> list[Conversation]:
+        return [Conversation(conversation_id=c, nodes=n) for c, n in await service.conversations(who.tenant_id)]
+
+    @app.get("/v1/conversations/{conversation_id}/decisions", response_model=list[ConsolidationDecision])
+    async def decisions(conversation_id: ConvId, who: Principal = query_key) -> list[ConsolidationDecision]:
+        return await service.decisions(scope_of(who, conversation_id))
 
     @app.get("/v1/conversations/{conversation_id}/nodes", response_model=list[MemoryNode])
     async def nodes(conversation_id: ConvId, who: Principal = query_key) -> list[MemoryNode]:

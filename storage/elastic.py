@@ -379,6 +379,19 @@ class ElasticNodeStore(_Memories):
         hits = await self._scoped_hits(scope, query, [{"seq": "asc"}, {"node_id": "asc"}], ["body"])
         return [MemoryNode.model_validate(orjson.loads(h["_source"]["body"])) for h in hits]
 
+    async def conversations(self, tenant_id: str) -> list[tuple[str, int]]:
+        """The tenant's conversations by id with node counts (a terms aggregation, at most 10,000)."""
+        index = await self._existing(memories_index(tenant_id))
+        if index is None:
+            return []
+        aggs = {"convs": {"terms": {"field": "conversation_id", "size": 10_000, "order": {"_key": "asc"}}}}
+        query = {"bool": {"filter": [{"term": {"tenant_id": tenant_id}}, {"exists": {"field": "event_id"}}]}}
+        try:
+            res = await self._client.search(index=index, query=query, aggs=aggs, size=0)
+        except (ApiError, TransportError) as exc:
+            raise StoreUnavailable(f"elasticsearch conversations {index}: {exc}") from exc
+        return [(str(b["key"]), int(b["doc_count"])) for b in res["aggregations"]["convs"]["buckets"]]
+
     async def sharing_entities_before(
             self, scope: Scope, entity_ids: Sequence[str], before_seq: int, limit: int) -> list[str]:
         """Nodes with seq < ``before_seq`` by number of shared entity ids, then seq desc."""

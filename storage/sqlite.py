@@ -259,6 +259,11 @@ class SqliteNodeStore(_Base):
             (scope.tenant_id, scope.conversation_id)).fetchall()
         return [MemoryNode.model_validate(orjson.loads(r[0])) for r in rows]
 
+    async def conversations(self, tenant_id: str) -> list[tuple[str, int]]:
+        rows = self._conn.execute("SELECT conv, count(*) FROM nodes WHERE tenant=? GROUP BY conv ORDER BY conv",
+                                  (tenant_id,)).fetchall()
+        return [(str(c), int(n)) for c, n in rows]
+
     async def sharing_entities_before(self, scope: Scope, entity_ids: Sequence[str], before_seq: int, limit: int) -> list[str]:
         if not entity_ids:
             return []

@@ -216,6 +216,8 @@ async def test_http_api_in_distributed_mode(stack: Stack) -> None:
             assert q.status_code == 200
             assert "Biscuit" in q.json()["evidence"][0]["content"]
             assert (await c.get("/healthz")).json()["mode"] == "distributed"
+            assert (await c.get("/v1/conversations")).json() == [{"conversation_id": "c1",
+                                                                   "nodes": len(obs) + len(hostile)}]
             letters = (await c.get("/v1/dead-letters")).json()
             assert [d["source"] for d in letters] == [f"http#{len(obs) + len(hostile)}"]
             assert [d["tenant_id"] for d in letters] == ["api"]

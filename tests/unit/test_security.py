@@ -119,6 +119,8 @@ def test_tenants_never_see_each_other(api: Api) -> None:
         assert not {n["id"] for n in a_nodes} & {n["id"] for n in b_nodes}
         assert all("Globex-only" not in n["content"] for n in a_nodes)
         a_ids = {n["id"] for n in a_nodes}
+        assert a.get("/v1/conversations").json() == [{"conversation_id": "c1", "nodes": len(a_nodes)}]
+        assert all(d["tenant_id"] == "acme" for d in a.get("/v1/conversations/c1/decisions").json())
         for e in a.get("/v1/conversations/c1/edges").json():
             assert e["tenant_id"] == "acme" and e["source"] in a_ids and e["target"] in a_ids
         for q in questions:
