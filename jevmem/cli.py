@@ -170,8 +170,13 @@ def serve(host: str = "127.0.0.1", port: int = 8080, data_dir: DataDir = None,
         service = DistributedService(settings)
     else:
         service = EmbeddedService(settings)
+    from jevmem import logs, metrics
+
+    logs.setup(settings.log_level, settings.log_format)
     auth = Authenticator(key_store(settings), settings.auth_cache_seconds)
-    uvicorn.run(create_app(service, auth), host=host, port=port)
+    app = create_app(service, auth)
+    metrics.attach(app)
+    uvicorn.run(app, host=host, port=port, log_config=None)
 
 
 @app.command()

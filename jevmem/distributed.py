@@ -268,14 +268,17 @@ class DistributedService:
 
 
 def run_worker(settings: Settings) -> None:
-    """Start one Faust worker process (blocks until it stops)."""
-    import logging
-
+    """Start one Faust worker process (blocks until it stops); JSON logs, and Prometheus metrics
+    on ``settings.metrics_port`` when set."""
     from faust.worker import Worker
 
-    from streams.faust_app import AppConfig, Services, create_app
+    from jevmem import logs, metrics
+    from streams.faust_app import AppConfig, Services, consumer_lag, create_app
 
-    logging.getLogger("elastic_transport").setLevel(logging.WARNING)  # one INFO line per request otherwise
+    if settings.metrics_port:
+        metrics.serve(settings.metrics_port)
+    else:
+        metrics.install()
 
     ensure_topics(settings.kafka_bootstrap, settings.topic_prefix, settings.partitions)
     settings.worker_datadir.mkdir(parents=True, exist_ok=True)
@@ -287,7 +290,16 @@ def run_worker(settings: Settings) -> None:
                        prefix=settings.topic_prefix, partitions=settings.partitions, batch=settings.write_batch,
                        datadir=str(settings.worker_datadir))
     app = create_app(config, Services(write_path(settings, stores, embedder), stores))
-    Worker(app, loglevel="INFO").execute_from_commandline()
+
+    @app.timer(5.0)  # type: ignore[untyped-decorator]
+    async def report_lag() -> None:
+        lags = consumer_lag(app)
+        metrics.CONSUMER_LAG.clear()  # partitions this worker no longer owns disappear
+        for (topic, partition), lag in lags.items():
+            metrics.CONSUMER_LAG.labels(topic, str(partition)).set(lag)
+
+    Worker(app, loglevel=settings.log_level,
+           logging_config=logs.config(settings.log_level, settings.log_format)).execute_from_commandline()
 
 
 async def replay(settings: Settings, source: str, new_prefix: str, switch: bool) -> dict[str, Any]:

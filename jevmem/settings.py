@@ -39,6 +39,10 @@ class Settings(BaseSettings):
     store_prefix: str | None = None  # None: the active generation recorded in Elasticsearch
     params: Params = Params()
     mode: Literal["embedded", "distributed"] = "embedded"
+    # operations
+    log_format: Literal["json", "text"] = "json"  # serve, worker, mcp: one JSON object per line
+    log_level: str = "INFO"
+    metrics_port: int | None = None  # a worker's Prometheus /metrics port (the API serves /metrics itself)
     # API keys (see README, "Security model")
     keys_index: str = "jevmem-keys"  # distributed mode: the Elasticsearch index of key records
     auth_cache_seconds: float = 5.0  # a verified key is trusted this long (revocation delay)

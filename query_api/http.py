@@ -26,6 +26,9 @@ Any request body is capped at ``limits.MAX_BODY_BYTES`` (413). A store or broker
 from __future__ import annotations
 
 import json
+import logging
+import re
+import uuid
 from collections.abc import Awaitable, Callable, Sequence
 from contextlib import asynccontextmanager
 from typing import Annotated, Any, Protocol
@@ -41,10 +44,11 @@ from starlette.types import Scope as AsgiScope
 
 from query_api.auth import Authenticator, Forbidden, Principal, Unauthenticated, require, same_tenant
 from query_api.controller import Retrieval
-from topology import limits
+from topology import limits, observe
 from topology.errors import BrokerUnavailable, StoreUnavailable, SystemOneError, SystemTwoError
 from topology.schemas import ConsolidationDecision, DeadLetter, EdgeEvent, Ident, MemoryNode, Observation, Scope, describe
 
+log = logging.getLogger("jevmem.api")
 RETRY_AFTER_S = 5
 _FORGET_STATUS = {"deleted": 200, "accepted": 202, "not_found": 404}
 ConvId = Annotated[str, Path(min_length=1, max_length=limits.MAX_ID)]
@@ -97,6 +101,7 @@ class IngestResponse(BaseModel):
     accepted: int
     rejected: int
     errors: list[ItemError] = Field(default_factory=list)
+    trace_id: str | None = Field(default=None, description="Follows the accepted observations into the logs.")
 
 
 class Conversation(BaseModel):
@@ -114,6 +119,37 @@ class QueryRequest(BaseModel):
 
 class QueryResponse(Retrieval):
     answer: str | None = None
+    trace_id: str | None = Field(default=None, description="This query's trace id (also the X-Trace-Id header).")
+
+
+_TRACE_ID = re.compile(r"[0-9a-f]{16,32}")
+
+
+class TraceIds:
+    """ASGI middleware: each request gets a trace id (the caller's ``X-Trace-Id`` when it is 16-32
+    lowercase hex characters, else a new one), set in :data:`topology.observe.TRACE_ID` while the
+    request is served and returned in the ``X-Trace-Id`` response header."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: AsgiScope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        given = dict(scope.get("headers") or []).get(b"x-trace-id", b"").decode("latin-1")
+        trace_id = given if _TRACE_ID.fullmatch(given) else uuid.uuid4().hex
+        token = observe.TRACE_ID.set(trace_id)
+
+        async def with_header(message: Message) -> None:
+            if message["type"] == "http.response.start":
+                message = {**message, "headers": [*message.get("headers", []), (b"x-trace-id", trace_id.encode())]}
+            await send(message)
+
+        try:
+            await self.app(scope, receive, with_header)
+        finally:
+            observe.TRACE_ID.reset(token)
 
 
 def _observation_schema() -> dict[str, Any]:
@@ -191,6 +227,7 @@ def create_app(service: MemoryService, auth: Authenticator) -> FastAPI:
     app = FastAPI(title="jevmem", version="0.1.0", lifespan=lifespan,
                   description="Streaming System-One memory for AI agents.")
     app.add_middleware(BodyLimit)
+    app.add_middleware(TraceIds)
     bearer = HTTPBearer(auto_error=False, description="An API key from `jevmem keys create`.")
 
     def caller(scope: str) -> Callable[..., Awaitable[Principal]]:
@@ -215,6 +252,8 @@ def create_app(service: MemoryService, auth: Authenticator) -> FastAPI:
     @app.exception_handler(StoreUnavailable)
     @app.exception_handler(BrokerUnavailable)
     async def _503(_: Request, exc: Exception) -> JSONResponse:
+        observe.count("store_error", 1, "broker" if isinstance(exc, BrokerUnavailable) else "store")
+        log.warning("unavailable: %s", exc)
         return JSONResponse({"detail": f"temporarily unavailable: {_safe(str(exc))[:500]}"}, status_code=503,
                             headers={"Retry-After": str(RETRY_AFTER_S)})
 
@@ -255,6 +294,7 @@ def create_app(service: MemoryService, auth: Authenticator) -> FastAPI:
                 letter = (413, f"{len(items)} items in one request; the limit is {limits.MAX_BATCH_ITEMS}")
         if letter is not None:
             await service.reject([DeadLetter.of(body, letter[1], "http:body", who.tenant_id)])
+            observe.count("dead_letter", 1, "http")
             return JSONResponse({"detail": letter[1]}, status_code=letter[0])
         for raw in items:
             if isinstance(raw, dict):
@@ -273,16 +313,24 @@ def create_app(service: MemoryService, auth: Authenticator) -> FastAPI:
                 letters.append(DeadLetter.of(_dump(raw), reason, f"http#{i}", who.tenant_id))
         if letters:
             await service.reject(letters)
+            observe.count("dead_letter", len(letters), "http")
         if good:
             await service.submit(good)
-        out = IngestResponse(accepted=len(good), rejected=len(errors), errors=errors)
+        trace_id = observe.TRACE_ID.get()
+        log.info("ingest", extra={"accepted": len(good), "rejected": len(errors),
+                                  "events": [o.event_id for o in good[:50]]})
+        out = IngestResponse(accepted=len(good), rejected=len(errors), errors=errors, trace_id=trace_id)
         return JSONResponse(out.model_dump(), status_code=422 if errors else 200)
 
     @app.post("/v1/query", response_model=QueryResponse)
     async def query(req: QueryRequest, who: Principal = query_key) -> QueryResponse:
-        res = await service.retrieve(scope_of(who, req.conversation_id, req.tenant_id), req.question, req.top_k)
+        with observe.timed("query"):
+            res = await service.retrieve(scope_of(who, req.conversation_id, req.tenant_id), req.question, req.top_k)
+        observe.measure("controller_requests_per_query", res.trace.controller_calls)
         answer = await service.answer(req.question, [e.content for e in res.evidence]) if req.answer else None
-        return QueryResponse(**res.model_dump(), answer=answer)
+        log.info("query", extra={"evidence": len(res.evidence), "controller_calls": res.trace.controller_calls,
+                                 "stop": res.trace.stop_reason})
+        return QueryResponse(**res.model_dump(), answer=answer, trace_id=observe.TRACE_ID.get())
 
     @app.get("/v1/conversations", response_model=list[Conversation])
     async def conversations(who: Principal = query_key) -> list[Conversation]:

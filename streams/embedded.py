@@ -19,6 +19,7 @@ from datetime import UTC, datetime
 from storage.ports import DeadLetterSink, EdgeStore, LexicalIndex, NodeStore, VectorIndex
 from streams import forget as forgetting
 from streams.forget import ForgetReport
+from topology import observe
 from topology.errors import InvalidEvent
 from topology.pipeline import SeqState, WritePath, assign_seqs, consolidation_runs, dedupe
 from topology.schemas import (
@@ -171,18 +172,19 @@ async def write_batch(stores: Stores, wp: WritePath, obs: list[Observation],
     typed, materialised and linked, so the model and the linking work overlap. The graph is the
     same as for any other batching: discovery only sees earlier seqs, materialised first.
     ``on_chunk`` gets each chunk's part of the result as it completes."""
-    numbered, new = await number(stores.nodes, obs)
+    with observe.timed("numbering"):
+        numbered, new = await number(stores.nodes, obs)
     size = max(1, chunk or len(numbered) or 1)
     chunks = [numbered[i: i + size] for i in range(0, len(numbered), size)]
     out = Written([], [], [], [], [], [], [], new, 0)
     if not chunks:
         return out
-    ahead: asyncio.Task[list[MemoryNode]] | None = asyncio.create_task(wp.embed(chunks[0]))
+    ahead: asyncio.Task[list[MemoryNode]] | None = asyncio.create_task(_embed(wp, chunks[0]))
     try:
         for i in range(len(chunks)):
             assert ahead is not None
             embedded = await ahead
-            ahead = asyncio.create_task(wp.embed(chunks[i + 1])) if i + 1 < len(chunks) else None
+            ahead = asyncio.create_task(_embed(wp, chunks[i + 1])) if i + 1 < len(chunks) else None
             w = await write_embedded(stores, wp, embedded, 0, _since(calls))
             out.merge(w)
             if on_chunk is not None:
@@ -193,21 +195,33 @@ async def write_batch(stores: Stores, wp: WritePath, obs: list[Observation],
     return out
 
 
+async def _embed(wp: WritePath, numbered: list[tuple[Observation, int]]) -> list[MemoryNode]:
+    with observe.timed("embed"):
+        return await wp.embed(numbered)
+
+
 async def write_embedded(stores: Stores, wp: WritePath, embedded: list[MemoryNode], new: int = 0,
                          calls: Callable[[], int] = lambda: 0) -> Written:
     """:func:`write_batch` from embedded (numbered, not yet typed) nodes on: type -> materialise
-    -> candidates -> relations -> edges -> consolidation."""
-    nodes = await wp.type(embedded)
-    await stores.materialise(nodes)
-    csets, judgments, edges = await wp.link(nodes)
-    await stores.edges.upsert(edges)
+    -> candidates -> relations -> edges -> consolidation (each timed as a stage)."""
+    with observe.timed("typing"):
+        nodes = await wp.type(embedded)
+    with observe.timed("store_writes"):
+        await stores.materialise(nodes)
+    with observe.timed("candidates"):
+        csets = await wp.discover(nodes)
+    with observe.timed("relations"):
+        judgments, edges = await wp.judge(csets)
+    with observe.timed("store_writes"):
+        await stores.edges.upsert(edges)
     out = Written(nodes, csets, judgments, edges, [], [], [], new, calls())
 
     async def neighbours(scope: Scope, ids: Sequence[str]) -> list[EdgeEvent]:
         return await stores.edges.neighbours(scope, ids, ["semantic"], 10_000)
 
     for scope, run, last in consolidation_runs(nodes, wp.params.consolidate_every):
-        found, links, derived = await wp.consolidate(scope, run, last, neighbours)
+        with observe.timed("consolidation"):
+            found, links, derived = await wp.consolidate(scope, run, last, neighbours)
         if derived:
             built = await wp.build_nodes_from(derived)
             await stores.materialise(built)
@@ -285,6 +299,8 @@ class EmbeddedPipeline:
         report.new_nodes, report.edges, report.decisions = w.new, len(w.edges), len(w.decisions)
         report.write_calls = w.write_calls
         report.consolidation_calls = self.so.calls - calls0 - w.write_calls
+        observe.count("accepted", len(obs))
+        observe.measure("controller_requests_per_write", w.write_calls / len(obs))
         return report
 
     async def forget(self, scope: Scope, event_id: str | None) -> ForgetReport:

@@ -42,7 +42,8 @@ from __future__ import annotations
 import asyncio
 import functools
 import logging
-from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -50,6 +51,7 @@ import faust
 
 from streams import forget as forgetting
 from streams.embedded import Stores, dead_letter, write_batch
+from topology import observe
 from topology.errors import InvalidEvent
 from topology.pipeline import WritePath, dedupe
 from topology.schemas import DeadLetter, Forget, Observation, Scope, decode_input, encode
@@ -129,6 +131,36 @@ def decode_batch(values: Sequence[tuple[bytes, str]]) -> tuple[list[Observation 
     return out, letters
 
 
+def trace_id_of(headers: Any) -> str | None:
+    """The ``trace_id`` record header (a mapping or (key, value) pairs, as Faust gives them)."""
+    pairs = headers.items() if isinstance(headers, Mapping) else (headers or ())
+    for key, value in pairs:
+        if key == "trace_id" and value:
+            text = value.decode("ascii", "replace") if isinstance(value, bytes) else str(value)
+            return text[:64]
+    return None
+
+
+def consumer_lag(app: faust.App) -> dict[tuple[str, int], int]:
+    """Records behind the log end per assigned partition (high watermark minus the committed
+    offset, or minus the read position when nothing is committed yet)."""
+    consumer: Any = app.consumer
+    out: dict[tuple[str, int], int] = {}
+    for tp in consumer.assignment():
+        try:
+            high = consumer.highwater(tp)
+        except Exception:  # not fetched yet
+            continue
+        if high is None:
+            continue
+        done = consumer._committed_offset.get(tp)
+        if done is None:
+            read = consumer._read_offset.get(tp)
+            done = read + 1 if read is not None else 0
+        out[(tp.topic, tp.partition)] = max(0, int(high) - int(done))
+    return out
+
+
 def _key(tenant_id: str, conversation_id: str) -> str:
     return Scope(tenant_id=tenant_id, conversation_id=conversation_id).key
 
@@ -164,10 +196,20 @@ def create_app(config: AppConfig, services: Services) -> faust.App:
         topic("judgments"), topic("edges"), topic("consolidation"), topic("deadletters"))
     wp, stores = services.write_path, services.stores
 
-    async def process(values: Sequence[tuple[bytes, str]]) -> None:
+    async def process(values: Sequence[tuple[bytes, str]], trace_ids: Sequence[str]) -> None:
+        # the batch's trace ids (from the producers' record headers) label its log lines and the
+        # records it emits; one id when the whole batch came from one API request
+        token = observe.TRACE_ID.set(",".join(trace_ids) if trace_ids else None)
+        try:
+            await process_traced(values)
+        finally:
+            observe.TRACE_ID.reset(token)
+
+    async def process_traced(values: Sequence[tuple[bytes, str]]) -> None:
         items, letters = decode_batch(values)
         if letters:
             await _send_all(deadletters, [("rejected", encode(d)) for d in letters])
+            observe.count("dead_letter", len(letters), "topic")
             for d in letters:
                 log.warning("dead letter %s: %s", d.source, d.reason)
         for part in forgetting.split_at_forgets(items):
@@ -185,6 +227,7 @@ def create_app(config: AppConfig, services: Services) -> faust.App:
     async def write(obs: list[Observation]) -> None:
         # one chunk: splitting a batch to overlap embedding with store work measured slower here,
         # each chunk's bulk writes refresh Elasticsearch once more
+        t0 = time.perf_counter()
         w = await write_batch(stores, wp, obs)
         await _send_many([
             (memories, [(n.scope.key, encode(n)) for n in w.nodes + w.derived]),
@@ -193,6 +236,11 @@ def create_app(config: AppConfig, services: Services) -> faust.App:
             (edges, [(_key(e.tenant_id, e.conversation_id), encode(e)) for e in w.edges + w.links]),
             (consolidation, [(_key(d.tenant_id, d.conversation_id), encode(d)) for d in w.decisions]),
         ])
+        observe.count("accepted", len(obs))
+        observe.measure("controller_requests_per_write", w.write_calls / max(1, len(obs)))
+        log.info("stored", extra={"observations": len(obs), "new": w.new, "edges": len(w.edges),
+                                  "decisions": len(w.decisions), "ms": round(1000 * (time.perf_counter() - t0), 1),
+                                  "events": [o.event_id for o in obs[:50]]})
 
     clear = getattr(wp.reader, "clear", None)
     if clear is not None:
@@ -208,8 +256,10 @@ def create_app(config: AppConfig, services: Services) -> faust.App:
     async def write_agent(stream: faust.StreamT[bytes]) -> AsyncIterator[None]:
         async for events in stream.take_events(config.batch, within=config.within_s):  # type: ignore[attr-defined]
             values = [(ev.value, f"{ev.message.topic}:{ev.message.partition}:{ev.message.offset}") for ev in events]
+            trace_ids = sorted({t for ev in events if (t := trace_id_of(ev.message.headers))})
             first = values[0][1] if values else "empty"
-            await retrying(f"batch from {first} ({len(values)} records)", functools.partial(process, values))
+            await retrying(f"batch from {first} ({len(values)} records)",
+                           functools.partial(process, values, trace_ids))
             yield None  # the batch's events are acked when the stream moves on
 
     @app.task  # type: ignore[untyped-decorator]

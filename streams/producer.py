@@ -16,6 +16,7 @@ from typing import Any
 
 from confluent_kafka import KafkaError, Message, Producer
 
+from topology import observe
 from topology.errors import BrokerUnavailable
 from topology.schemas import DeadLetter, Forget, Observation, encode
 from topology.topics import topics
@@ -61,6 +62,8 @@ class ObservationProducer:
         await self.close()
 
     async def _produce(self, topic: str, records: Sequence[tuple[str, bytes]]) -> list[Delivery]:
+        """Produce and wait for every acknowledgement; records carry the current trace id
+        (:data:`topology.observe.TRACE_ID`) as a ``trace_id`` header when one is set."""
         loop = asyncio.get_running_loop()
         futures: list[asyncio.Future[Delivery]] = []
 
@@ -73,12 +76,15 @@ class ObservationProducer:
                     loop.call_soon_threadsafe(_done, fut, d)
             return cb
 
+        trace_id = observe.TRACE_ID.get()
+        headers: list[tuple[str, str | bytes | None]] | None = [("trace_id", trace_id.encode())] if trace_id else None
         for key, value in records:
             fut: asyncio.Future[Delivery] = loop.create_future()
             futures.append(fut)
             while True:
                 try:
-                    self._producer.produce(topic, key=key.encode(), value=value, on_delivery=report(fut, key))
+                    self._producer.produce(topic, key=key.encode(), value=value, on_delivery=report(fut, key),
+                                           headers=headers)
                     break
                 except BufferError:  # local queue full: serve callbacks, then retry
                     await asyncio.to_thread(self._producer.poll, 0.1)

@@ -1,0 +1,112 @@
+"""Prometheus metrics (prometheus-client) for the API and the workers.
+
+Every metric lives in :data:`REGISTRY` (not the client's global one, so an embedding application
+keeps its own). Labels take values from small fixed sets only: stage names, route templates,
+status codes, dead-letter origins, partitions of a topic. Tenant and conversation ids are never
+labels (unbounded cardinality, and they would leak tenants to whoever scrapes).
+
+``install()`` registers the Prometheus observer with :mod:`topology.observe` (idempotent);
+``serve(port)`` starts a worker's scrape endpoint.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Awaitable, Callable
+
+from fastapi import FastAPI, Request, Response
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest, start_http_server
+from prometheus_client.exposition import CONTENT_TYPE_LATEST
+
+from topology import observe
+
+REGISTRY = CollectorRegistry(auto_describe=True)
+CONTENT_TYPE = CONTENT_TYPE_LATEST
+_SECONDS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0)
+
+ACCEPTED = Counter("jevmem_observations_accepted", "Observations accepted (written, or acknowledged by the broker).",
+                   registry=REGISTRY)
+DEAD_LETTERS = Counter("jevmem_dead_letters", "Inputs rejected to the dead letters, by origin.", ["origin"],
+                       registry=REGISTRY)
+STAGE_SECONDS = Histogram("jevmem_stage_seconds", "Wall time of one write-path or read-path stage call.", ["stage"],
+                          buckets=_SECONDS, registry=REGISTRY)
+CONTROLLER_PER_WRITE = Histogram(
+    "jevmem_controller_requests_per_write", "System One requests per observation, per write batch.",
+    buckets=(0.25, 0.5, 1, 1.5, 2, 3, 4, 6, 8), registry=REGISTRY)
+CONTROLLER_PER_QUERY = Histogram("jevmem_controller_requests_per_query", "System One requests per query.",
+                                 buckets=(1, 2, 3, 4, 5, 6, 8, 10, 15), registry=REGISTRY)
+QUERY_SECONDS = Histogram("jevmem_query_seconds", "Retrieval latency of one query.", buckets=_SECONDS,
+                          registry=REGISTRY)
+STORE_ERRORS = Counter("jevmem_store_errors", "Store or broker failures seen by a caller, by kind.", ["kind"],
+                       registry=REGISTRY)
+HTTP_REQUESTS = Counter("jevmem_http_requests", "HTTP requests by route template and status.",
+                        ["method", "route", "status"], registry=REGISTRY)
+HTTP_SECONDS = Histogram("jevmem_http_request_seconds", "HTTP request latency by route template.",
+                         ["method", "route"], buckets=_SECONDS, registry=REGISTRY)
+CONSUMER_LAG = Gauge("jevmem_consumer_lag", "Records behind the log end, per assigned partition.",
+                     ["topic", "partition"], registry=REGISTRY)
+
+_COUNTERS = {"accepted": ACCEPTED, "dead_letter": DEAD_LETTERS, "store_error": STORE_ERRORS}
+_MEASURES = {"controller_requests_per_write": CONTROLLER_PER_WRITE,
+             "controller_requests_per_query": CONTROLLER_PER_QUERY}
+
+
+class PrometheusObserver:
+    """:class:`topology.observe.Observer` feeding :data:`REGISTRY`."""
+
+    def stage(self, name: str, seconds: float) -> None:
+        (QUERY_SECONDS if name == "query" else STAGE_SECONDS.labels(name)).observe(seconds)
+
+    def count(self, name: str, value: float, label: str) -> None:
+        metric = _COUNTERS.get(name)
+        if metric is None:
+            return
+        (metric.labels(label or "unknown") if metric._labelnames else metric).inc(value)
+
+    def measure(self, name: str, value: float) -> None:
+        metric = _MEASURES.get(name)
+        if metric is not None:
+            metric.observe(value)
+
+
+_OBSERVER = PrometheusObserver()
+
+
+def install() -> None:
+    """Feed :data:`REGISTRY` from :mod:`topology.observe` (once per process)."""
+    if _OBSERVER not in observe.OBSERVERS:
+        observe.OBSERVERS.append(_OBSERVER)
+
+
+def exposition() -> bytes:
+    """The registry in Prometheus text format."""
+    return generate_latest(REGISTRY)
+
+
+def serve(port: int, host: str = "0.0.0.0") -> None:
+    """Serve ``/metrics`` for a worker on ``port`` (a daemon thread)."""
+    install()
+    start_http_server(port, addr=host, registry=REGISTRY)
+
+
+def attach(app: FastAPI) -> None:
+    """Add ``GET /metrics`` (no key: it carries no tenant data) and per-route request metrics to
+    an API app."""
+    install()
+
+    @app.middleware("http")
+    async def count_requests(request: Request, call_next: Callable[[Request], Awaitable[Response]]) -> Response:
+        t0 = time.perf_counter()
+        status = 500
+        try:
+            response = await call_next(request)
+            status = response.status_code
+            return response
+        finally:
+            route = getattr(request.scope.get("route"), "path", "unmatched")
+            HTTP_REQUESTS.labels(request.method, route, str(status)).inc()
+            HTTP_SECONDS.labels(request.method, route).observe(time.perf_counter() - t0)
+
+    @app.get("/metrics", include_in_schema=False)
+    async def metrics() -> Response:
+        return Response(exposition(), media_type=CONTENT_TYPE)

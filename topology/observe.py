@@ -1,0 +1,62 @@
+"""Observation hooks: stage timings, counters and the current trace id, with no dependency.
+
+The stages report here; the composition root decides where it goes (Prometheus metrics, logs).
+With no observer registered every hook is a cheap no-op, so pure code and tests pay nothing.
+
+- :func:`timed` and :func:`observe` report how long a named stage took (``embed``, ``typing``,
+  ``numbering``, ``store_writes``, ``candidates``, ``relations``, ``consolidation``, ``query``).
+- :func:`count` reports counted events (``accepted``, ``dead_letter``, ``store_error``) with a
+  label from a small fixed set; :func:`measure` one value of a distribution
+  (``controller_requests_per_write``, ``controller_requests_per_query``).
+- :data:`TRACE_ID` carries the trace id of the request or batch being served (an API request,
+  or the records of a Kafka batch), so logs and outgoing records can name it.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from contextvars import ContextVar
+from typing import Protocol
+
+
+class Observer(Protocol):
+    def stage(self, name: str, seconds: float) -> None: ...
+
+    def count(self, name: str, value: float, label: str) -> None: ...
+
+    def measure(self, name: str, value: float) -> None: ...
+
+
+OBSERVERS: list[Observer] = []
+TRACE_ID: ContextVar[str | None] = ContextVar("jevmem_trace_id", default=None)
+
+
+def observe(name: str, seconds: float) -> None:
+    for o in OBSERVERS:
+        o.stage(name, seconds)
+
+
+def count(name: str, value: float = 1.0, label: str = "") -> None:
+    """``label`` must come from a small fixed set (never a tenant or conversation id)."""
+    for o in OBSERVERS:
+        o.count(name, value, label)
+
+
+def measure(name: str, value: float) -> None:
+    """One observation of a distributed quantity (``controller_requests_per_write``: System One
+    requests per observation of a write batch; ``controller_requests_per_query``)."""
+    for o in OBSERVERS:
+        o.measure(name, value)
+
+
+@contextmanager
+def timed(name: str) -> Iterator[None]:
+    """Report the wall time of the ``with`` block as stage ``name`` (also when it raises)."""
+    t0 = time.perf_counter()
+    try:
+        yield
+    finally:
+        if OBSERVERS:
+            observe(name, time.perf_counter() - t0)
