@@ -223,6 +223,7 @@ def create_app(service: MemoryService, auth: Authenticator) -> FastAPI:
             yield
         finally:
             await service.stop()
+            await auth.store.close()
 
     app = FastAPI(title="jevmem", version="0.1.0", lifespan=lifespan,
                   description="Streaming System-One memory for AI agents.")

@@ -178,14 +178,17 @@ async def test_http_api_in_distributed_mode(stack: Stack) -> None:
     tenant's dead letters, 422); a worker materialises them, hostile-but-valid content included;
     /v1/query reads Elasticsearch directly; keys live in Elasticsearch."""
     import httpx
+    import orjson
 
     from jevmem.distributed import DistributedService
     from jevmem.wiring import key_store
     from query_api.auth import Authenticator, mint
     from query_api.http import create_app
-    from tests.conftest import chat_observations, serve_http
+    from tests.conftest import chat_observations, free_port, serve_http
 
     ensure_topics(KAFKA or "", stack.settings.topic_prefix, stack.settings.partitions)
+    metrics_port = free_port()
+    stack.env["JEVMEM_METRICS_PORT"] = str(metrics_port)
     stack.start_worker(1)
     settings = stack.settings.model_copy(update={"mode": "distributed", "keys_index": f"{stack.settings.app_id}-keys"})
     keys = key_store(settings)
@@ -211,6 +214,16 @@ async def test_http_api_in_distributed_mode(stack: Stack) -> None:
                 return len(nodes) == len(obs) + len(hostile)
 
             await wait_for(materialised, "the API's observations to be materialised", stack)
+            # the request's trace id reached the worker through the record headers; the worker
+            # logs JSON and serves Prometheus metrics (accepted, consumer lag per partition)
+            async def logged() -> bool:  # the worker logs a batch after acknowledging its writes
+                stored = [orjson.loads(ln) for ln in (stack.tmp / "worker1.log").read_text().splitlines()
+                          if ln.startswith("{") and '"msg":"stored"' in ln]
+                return any(r.headers["x-trace-id"] in str(ln.get("trace_id")) for ln in stored)
+
+            await wait_for(logged, "a JSON 'stored' line with the request's trace id", stack, timeout=30)
+            scraped = (await c.get(f"http://127.0.0.1:{metrics_port}/metrics")).text
+            assert "jevmem_observations_accepted_total" in scraped and 'jevmem_consumer_lag{partition="0"' in scraped
             q = await c.post("/v1/query", json={"conversation_id": "c1",
                                                 "question": "What is the name of Ana's puppy?", "top_k": 3})
             assert q.status_code == 200
