@@ -36,7 +36,8 @@ def test_ingest_query_and_read_back(api: Any) -> None:
     with httpx.Client(base_url=url, timeout=60, headers=auth) as c:
         batch = [o.model_dump(mode="json") for o in chat_observations()]
         r = c.post("/v1/observations", json=batch)
-        assert r.status_code == 200 and r.json() == {"accepted": len(batch), "rejected": 0, "errors": []}
+        assert r.status_code == 200 and r.json() == {"accepted": len(batch), "rejected": 0, "errors": [],
+                                                     "trace_id": r.headers["x-trace-id"]}
         q = c.post("/v1/query", json={"tenant_id": "t1", "conversation_id": "c1",
                                       "question": "What is the name of Ana's puppy?", "top_k": 3, "answer": True})
         assert q.status_code == 200
