@@ -251,6 +251,7 @@ class EmbeddedPipeline:
                 bad.append(dead_letter(raw, exc.reason, f"{source}#{i}"))
         if bad:
             await self.stores.dead_letters.put(bad)
+            observe.count("dead_letter", len(bad), "file")
         report = IngestReport()
         for part in forgetting.split_at_forgets(good):
             if isinstance(part, Forget):
