@@ -196,3 +196,19 @@ async def test_vectors_read_back_from_the_store_are_the_ones_written(embedder: E
         assert [n.embedding for n in stored] == again
     finally:
         await mem.close()
+
+
+def test_qdrant_server_versions_outside_the_supported_range_are_refused() -> None:
+    from storage.qdrant import SUPPORTED_SERVERS, parse_version, require_supported
+    from topology.errors import IncompatibleStore
+
+    assert parse_version("1.18.1") == (1, 18, 1) and parse_version("v1.20-dev") == (1, 20, 0)
+    assert require_supported("1.18.1") == (1, 18, 1)
+    low, high = SUPPORTED_SERVERS
+    assert low == (1, 18)  # the tested server
+    assert require_supported(f"{high[0]}.{high[1]}.9")[:2] == high
+    for bad in ("1.17.9", f"{high[0]}.{high[1] + 1}.0", "2.0.0"):
+        with pytest.raises(IncompatibleStore, match="not supported"):
+            require_supported(bad)
+    with pytest.raises(IncompatibleStore, match="cannot read"):
+        parse_version("unknown")
