@@ -126,10 +126,22 @@ class _Elastic:
                 except BadRequestError as exc:
                     if exc.error != "resource_already_exists_exception":
                         raise StoreUnavailable(f"elasticsearch create {index}: {exc}") from exc
+                    # created by another process a moment ago: its primary shard may not be active
+                    # yet (a search would fail with 503), and only the creator's call waited for it
+                    await self._wait_active(index)
                 except (ApiError, TransportError) as exc:
                     raise StoreUnavailable(f"elasticsearch create {index}: {exc}") from exc
                 self._ready.add(index)
         return index
+
+    async def _wait_active(self, index: str) -> None:
+        """Return once ``index``'s primary shard is active (cluster health yellow for it)."""
+        try:
+            res = await self._client.cluster.health(index=index, wait_for_status="yellow", timeout="30s")
+        except (ApiError, TransportError) as exc:
+            raise StoreUnavailable(f"elasticsearch health {index}: {exc}") from exc
+        if res.get("timed_out"):
+            raise StoreUnavailable(f"elasticsearch {index}: primary shard not active within 30 s")
 
     async def _bulk(self, index: str, ops: list[dict[str, Any]]) -> None:
         """Run bulk ``ops``; returns once all are acknowledged and visible to search."""
