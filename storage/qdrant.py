@@ -112,7 +112,6 @@ class QdrantVectorIndex:
         self._dim = dim
         self._collection = collection
         self._ready = False
-        self.server_version: str | None = None
 
     @classmethod
     def server(cls, url: str, dim: int, api_key: str | None = None, collection: str = COLLECTION) -> QdrantVectorIndex:
@@ -129,7 +128,6 @@ class QdrantVectorIndex:
             return
         info = await _guard(self._client.info, "version check")
         require_supported(info.version)
-        self.server_version = info.version
         exists = await _guard(lambda: self._client.collection_exists(self._collection), "collection check")
         if not exists:
             try:
