@@ -212,3 +212,19 @@ def test_qdrant_server_versions_outside_the_supported_range_are_refused() -> Non
             require_supported(bad)
     with pytest.raises(IncompatibleStore, match="cannot read"):
         parse_version("unknown")
+
+
+def test_bench_kafka_vector_store_choice() -> None:
+    """``--vectors``: the default follows the configuration; Qdrant runs need a Qdrant URL."""
+    from jevmem.bench_kafka import vector_stores
+    from jevmem.settings import Settings
+
+    url = "http://127.0.0.1:6333"
+    with_q, without = Settings(qdrant_url=url), Settings(qdrant_url=None)
+    assert vector_stores(None, with_q) == [("qdrant", url)]
+    assert vector_stores(None, without) == [("elastic", None)]
+    assert vector_stores("both", with_q) == [("qdrant", url), ("elastic", None)]
+    assert vector_stores("elastic", with_q) == [("elastic", None)]
+    for bad, settings in (("qdrant", without), ("both", without), ("faiss", with_q)):
+        with pytest.raises(ValueError):
+            vector_stores(bad, settings)
