@@ -12,19 +12,25 @@ LoCoMo observations (paced, so faults land mid-stream) and injects one fault at 
 * ``es_outage``: Elasticsearch unreachable for ``--es-outage`` seconds (SIGSTOP/SIGCONT of the
   node: connections hang and time out, as in a network partition).
 * ``scale``: a third worker joins two mid-stream.
+* ``qdrant_kill``: SIGKILL the Qdrant server, restart it (``scripts/qdrant/qdrant.sh start``) after a
+  few seconds; the round also checks that every vector acknowledged before the kill is still there
+  after the restart (the server's write-ahead log). Only with vectors in Qdrant
+  (``JEVMEM_QDRANT_URL``); the other faults run with either vector store.
 
 No worker is ever added after a fault (except ``scale``'s, which *is* the fault) and nothing
 nudges the group. A round passes when, within the time bound, every conversation has the
-expected events exactly once with seqs ``0..n-1`` and its graph (node ids and seqs, edges with
-probabilities, consolidation decisions) equals the embedded run's. A round whose graph stops
+expected events exactly once with seqs ``0..n-1``, its graph (node ids and seqs, edges with
+probabilities, consolidation decisions) equals the embedded run's and, with vectors in Qdrant, the
+collection holds exactly one point per node. A round whose graph stops
 changing for ``stall_s`` (or runs out of time) before that is *stalled* when the group's committed
 offsets stop short of the log end (else it is a graph mismatch); the survivors' consumer state
 (SIGUSR2 dump) and the committed offsets are then recorded in the result.
 
-The servers are the ones named by ``JEVMEM_KAFKA_BOOTSTRAP`` / ``JEVMEM_ELASTICSEARCH_URL``;
-faults act on the processes of ``scripts/kafka/kafka.sh`` and ``scripts/elasticsearch/es.sh`` found
-through their pid files (``KAFKA_DATA``, ``ES_HOME_DIR``/``ES_CACHE``+``ES_PORT``, as those
-scripts read them).
+The servers are the ones named by ``JEVMEM_KAFKA_BOOTSTRAP`` / ``JEVMEM_ELASTICSEARCH_URL`` /
+``JEVMEM_QDRANT_URL``; faults act on the processes of ``scripts/kafka/kafka.sh``,
+``scripts/elasticsearch/es.sh`` and ``scripts/qdrant/qdrant.sh`` found through their pid files
+(``KAFKA_DATA``, ``ES_HOME_DIR``/``ES_CACHE``+``ES_PORT``, ``QDRANT_DATA``/``QDRANT_PORT``, as
+those scripts read them).
 """
 
 from __future__ import annotations
@@ -50,6 +56,7 @@ from jevmem import locomo
 from jevmem.distributed import distributed_stores, ensure_topics
 from jevmem.settings import Settings
 from jevmem.wiring import build_embedded
+from storage.qdrant import QdrantVectorIndex
 from streams.embedded import Stores
 from streams.producer import ObservationProducer
 from streams.replay import Graph, graph_of
@@ -58,7 +65,9 @@ from topology.errors import BrokerUnavailable
 from topology.ports import Embedder
 from topology.schemas import ConsolidationDecision, Observation, Scope
 
-FAULTS = ("kill", "double_kill", "broker_restart", "es_outage", "scale")
+FAULTS = ("kill", "double_kill", "broker_restart", "es_outage", "scale", "qdrant_kill")
+#: Faults that need vectors in a Qdrant server.
+QDRANT_FAULTS = ("qdrant_kill",)
 REPO = Path(__file__).resolve().parents[1]
 READY = b"[^Worker]: Ready"
 #: Observations sent per producer call while streaming (and the pause between calls).
@@ -112,13 +121,15 @@ async def reference(obs: list[Observation], settings: Settings, embedder: Embedd
 
 
 class Servers:
-    """The broker and Elasticsearch node of the project's scripts, found by their pid files."""
+    """The broker, Elasticsearch node and Qdrant server of the project's scripts, found by their pid files."""
 
     def __init__(self) -> None:
         self.kafka_data = Path(os.environ.get("KAFKA_DATA", "/tmp/jevmem-kafka"))
         es_cache = Path(os.environ.get("ES_CACHE", str(Path.home() / ".cache" / "jevmem-es")))
         es_port = os.environ.get("ES_PORT", "9200")
         self.es_home = Path(os.environ.get("ES_HOME_DIR", str(es_cache / f"node-{es_port}")))
+        qdrant_port = os.environ.get("QDRANT_PORT", "6333")
+        self.qdrant_data = Path(os.environ.get("QDRANT_DATA", f"/tmp/jevmem-qdrant-{qdrant_port}"))
 
     @staticmethod
     def _pid(path: Path) -> int:
@@ -127,12 +138,23 @@ class Servers:
     def kill_broker(self) -> None:
         os.kill(self._pid(self.kafka_data / "kafka.pid"), signal.SIGKILL)
 
+    @staticmethod
+    async def _script(path: str) -> None:
+        env = {k: v for k, v in os.environ.items() if k not in ("ES_FRESH", "QDRANT_FRESH")}
+        proc = await asyncio.create_subprocess_exec("bash", str(REPO / "scripts" / path), "start",
+                                                    env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+        _, err = await proc.communicate()
+        if proc.returncode != 0:
+            raise RuntimeError(f"{path} start failed: {err.decode(errors='replace')[-2000:]}")
+
     async def start_broker(self) -> None:
-        env = {k: v for k, v in os.environ.items() if k != "ES_FRESH"}
-        proc = await asyncio.create_subprocess_exec("bash", str(REPO / "scripts" / "kafka" / "kafka.sh"), "start",
-                                                    env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        if await proc.wait() != 0:
-            raise RuntimeError("kafka.sh start failed")
+        await self._script("kafka/kafka.sh")
+
+    def kill_qdrant(self) -> None:
+        os.kill(self._pid(self.qdrant_data / "qdrant.pid"), signal.SIGKILL)
+
+    async def start_qdrant(self) -> None:
+        await self._script("qdrant/qdrant.sh")
 
     def pause_es(self, paused: bool) -> None:
         os.kill(self._pid(self.es_home / "es.pid"), signal.SIGSTOP if paused else signal.SIGCONT)
@@ -147,7 +169,8 @@ class Round:
         self.settings = settings.model_copy(update={"topic_prefix": tag, "app_id": tag, "store_prefix": f"{tag}-"})
         s = self.settings
         self.env = {**os.environ, "JEVMEM_KAFKA_BOOTSTRAP": s.kafka_bootstrap,
-                    "JEVMEM_ELASTICSEARCH_URL": s.elasticsearch_url, "JEVMEM_TOPIC_PREFIX": tag,
+                    "JEVMEM_ELASTICSEARCH_URL": s.elasticsearch_url, "JEVMEM_QDRANT_URL": s.qdrant_url or "",
+                    "JEVMEM_TOPIC_PREFIX": tag,
                     "JEVMEM_APP_ID": tag, "JEVMEM_STORE_PREFIX": f"{tag}-", "JEVMEM_PARTITIONS": str(s.partitions),
                     "JEVMEM_WRITE_BATCH": str(s.write_batch)}
         self.workers: list[subprocess.Popen[bytes]] = []
@@ -247,8 +270,20 @@ def committed_offsets(settings: Settings) -> dict[str, dict[str, int]]:
         c.close()
 
 
-async def inject(rnd: Round, servers: Servers, rng: random.Random, es_outage_s: float) -> list[str]:
-    """Inject ``rnd.fault``; returns what was done (for the report)."""
+async def vector_ids(stores: Stores, scopes: list[Scope]) -> set[str]:
+    """Every point id of ``scopes`` in the Qdrant collection (empty for the Elasticsearch fallback)."""
+    if not isinstance(stores.vectors, QdrantVectorIndex):
+        return set()
+    out: set[str] = set()
+    for s in scopes:
+        out |= await stores.vectors.ids(s)
+    return out
+
+
+async def inject(rnd: Round, servers: Servers, rng: random.Random, es_outage_s: float,
+                 stores: Stores, scopes: list[Scope]) -> list[str]:
+    """Inject ``rnd.fault``; returns what was done (for the report), and problems found on the way
+    (prefixed ``problem:``)."""
     done: list[str] = []
     if rnd.fault in ("kill", "double_kill"):
         victim = rng.choice(rnd.alive())
@@ -274,6 +309,17 @@ async def inject(rnd: Round, servers: Servers, rng: random.Random, es_outage_s: 
         finally:
             servers.pause_es(False)
         done.append(f"Elasticsearch unreachable {es_outage_s:.0f} s")
+    elif rnd.fault == "qdrant_kill":
+        before = await vector_ids(stores, scopes)  # acknowledged (wait=True) writes so far
+        servers.kill_qdrant()
+        done.append(f"SIGKILL Qdrant ({len(before)} points acknowledged)")
+        await asyncio.sleep(rng.uniform(2.0, 6.0))
+        await servers.start_qdrant()
+        after = await vector_ids(stores, scopes)
+        done.append("Qdrant restarted")
+        if before - after:
+            done.append(f"problem: {len(before - after)} of {len(before)} points acknowledged before the kill "
+                        "are missing after the restart")
     elif rnd.fault == "scale":
         n = rnd.start_worker()
         done.append(f"worker {n} joined")
@@ -302,7 +348,7 @@ async def run_round(obs: list[Observation], ref: Reference, settings: Settings, 
                 result.detail.append("fault point never reached")
                 break
             await asyncio.sleep(0.5)
-        result.detail += await inject(rnd, servers, rng, es_outage_s)
+        result.detail += await inject(rnd, servers, rng, es_outage_s, stores, scopes)
         await producer
         last, since = (-2, -2, -2), time.monotonic()
         now = last
@@ -354,16 +400,28 @@ async def check(stores: Stores, ref: Reference, result: RoundResult) -> None:
         result.duplicated += sum(c - 1 for c in have.values()) + sum(c - 1 for c in Counter(n.seq for n in nodes).values())
         if sorted(n.seq for n in nodes) != list(range(len(nodes))):
             result.detail.append(f"{scope.key}: seqs are not 0..n-1")
-    problems = await matches(stores, ref)
+    problems = await matches(stores, ref) + [d for d in result.detail if d.startswith("problem:")]
+    if isinstance(stores.vectors, QdrantVectorIndex):  # one point per embedded node, no more, no less
+        for scope in ref.graphs:
+            nodes = await stores.nodes.scan(scope)
+            embedded = {n.id for n in await stores.nodes.get(scope, [n.id for n in nodes]) if n.embedding}
+            points = await stores.vectors.ids(scope)
+            if points != embedded:
+                problems.append(f"{scope.key}: {len(embedded - points)} vectors missing, {len(points - embedded)} extra")
     result.graph_mismatch = bool(problems)
-    result.detail += problems
+    result.detail += [p for p in problems if p not in result.detail]
 
 
 async def run_chaos(directory: Path, settings: Settings, rounds: int = 10, turns: int = 30,
-                    faults: tuple[str, ...] = FAULTS, seed: int | None = None, stall_s: float = 60.0,
+                    faults: tuple[str, ...] | None = None, seed: int | None = None, stall_s: float = 60.0,
                     timeout_s: float = 420.0, es_outage_s: float = 30.0) -> dict[str, Any]:
-    """``rounds`` rounds cycling through ``faults`` over the first ``turns`` turns of each
-    conversation in ``directory``; returns the summary and each round's result."""
+    """``rounds`` rounds cycling through ``faults`` (default: every fault the configured stores
+    allow) over the first ``turns`` turns of each conversation in ``directory``; returns the
+    summary and each round's result."""
+    if faults is None:
+        faults = tuple(f for f in FAULTS if settings.qdrant_url or f not in QDRANT_FAULTS)
+    if not settings.qdrant_url and set(faults) & set(QDRANT_FAULTS):
+        raise ValueError(f"faults {sorted(set(faults) & set(QDRANT_FAULTS))} need vectors in Qdrant (JEVMEM_QDRANT_URL)")
     seed = random.randrange(2**32) if seed is None else seed
     rng = random.Random(seed)
     embedder = load_embedder(settings.embedder, settings.model_cache)

@@ -2,9 +2,14 @@
 processes, side by side with the embedded pipeline on the same observations in the same run.
 
 Needs a running Kafka broker and Elasticsearch node (``scripts/kafka/kafka.sh start``,
-``scripts/elasticsearch/es.sh start``). Lag of an observation = the record timestamp of its
-candidate set (node materialised, embedded, typed and linked to its candidates) minus the record
-timestamp of the observation. Throughput = observations / (last edge record - first observation).
+``scripts/elasticsearch/es.sh start``) and, for vectors in Qdrant, a Qdrant server
+(``scripts/qdrant/qdrant.sh start``, ``JEVMEM_QDRANT_URL``). ``vectors`` picks where the workers
+keep vectors: ``qdrant`` (the server), ``elastic`` (Elasticsearch's exact index) or ``both`` (one
+distributed run each, in that order, fresh topics and stores each, against the same embedded run).
+
+Lag of an observation = the record timestamp of its candidate set (node materialised, embedded,
+typed and linked to its candidates) minus the record timestamp of the observation. Throughput =
+observations / (last edge record - first observation).
 """
 
 from __future__ import annotations
@@ -58,10 +63,26 @@ async def _wait(predicate: Any, timeout: float, what: str) -> None:
     raise TimeoutError(f"timed out waiting for {what}")
 
 
+VECTORS = ("qdrant", "elastic", "both")
+
+
+def vector_stores(vectors: str | None, settings: Settings) -> list[tuple[str, str | None]]:
+    """(name, Qdrant URL or None) of each distributed run; ``None``: Qdrant if configured, else Elasticsearch."""
+    choice = vectors or ("qdrant" if settings.qdrant_url else "elastic")
+    if choice not in VECTORS:
+        raise ValueError(f"vectors must be one of {VECTORS}, not {choice!r}")
+    if choice in ("qdrant", "both") and not settings.qdrant_url:
+        raise ValueError(f"--vectors {choice} needs a Qdrant server (JEVMEM_QDRANT_URL)")
+    return [(name, settings.qdrant_url if name == "qdrant" else None)
+            for name in ("qdrant", "elastic") if choice in (name, "both")]
+
+
 async def run_kafka(directory: Path, settings: Settings, workers: int = 2, rate: float = 0.0,
-                    timeout: float = 900.0) -> dict[str, Any]:
+                    timeout: float = 900.0, vectors: str | None = None) -> dict[str, Any]:
     """``rate`` > 0 paces the producer at that many observations per second (lag at a sustained
-    load); 0 sends everything at once (throughput; lag is then mostly queueing)."""
+    load); 0 sends everything at once (throughput; lag is then mostly queueing). The result has
+    one entry per vector store under ``kafka`` (see :func:`vector_stores`)."""
+    stores = vector_stores(vectors, settings)
     obs: list[Observation] = []
     for f in sorted(directory.glob("*.json")):
         obs += locomo.observations(locomo.load(f), "bench", f"locomo-{f.stem}")
@@ -76,12 +97,26 @@ async def run_kafka(directory: Path, settings: Settings, workers: int = 2, rate:
         embedded_s = time.perf_counter() - t0
         await mem.close()
 
+    runs = {name: await _distributed(obs, settings.model_copy(update={"qdrant_url": url}), workers, rate, timeout)
+            for name, url in stores}
+    return {
+        "observations": len(obs),
+        "embedded": {"seconds": round(embedded_s, 2), "observations_per_second": round(len(obs) / embedded_s, 2)},
+        "kafka": runs,
+        "kafka_vs_embedded_throughput": {name: round(embedded_s / run["seconds"], 3) for name, run in runs.items()},
+    }
+
+
+async def _distributed(obs: list[Observation], settings: Settings, workers: int, rate: float,
+                       timeout: float) -> dict[str, Any]:
+    """One distributed run of ``obs`` on fresh topics, group and stores: throughput and lag."""
     tag = f"bench{uuid.uuid4().hex[:8]}"
     s = settings.model_copy(update={"topic_prefix": tag, "app_id": tag, "store_prefix": f"{tag}-"})
     spec = topics(tag)
     ensure_topics(s.kafka_bootstrap, tag, s.partitions)
     logdir = Path(tempfile.mkdtemp(prefix="jevmem-bench-"))
     env = {**os.environ, "JEVMEM_KAFKA_BOOTSTRAP": s.kafka_bootstrap, "JEVMEM_ELASTICSEARCH_URL": s.elasticsearch_url,
+           "JEVMEM_QDRANT_URL": s.qdrant_url or "",
            "JEVMEM_TOPIC_PREFIX": tag, "JEVMEM_APP_ID": tag, "JEVMEM_STORE_PREFIX": f"{tag}-",
            "JEVMEM_PARTITIONS": str(s.partitions), "JEVMEM_WRITE_BATCH": str(s.write_batch)}
     procs = [_worker({**env, "JEVMEM_WORKER_DATADIR": str(logdir / f"w{i}")}, logdir / f"w{i}.log") for i in range(workers)]
@@ -123,12 +158,6 @@ async def run_kafka(directory: Path, settings: Settings, workers: int = 2, rate:
     first = min(sent.values())
     end = max(r.timestamp_ms for r in read_topic(s.kafka_bootstrap, spec["edges"].name))
     kafka_s = (end - first) / 1000.0
-    return {
-        "observations": len(obs),
-        "embedded": {"seconds": round(embedded_s, 2), "observations_per_second": round(len(obs) / embedded_s, 2)},
-        "kafka": {"workers": workers, "partitions": s.partitions, "producer_rate": rate or None,
-                  "seconds": round(kafka_s, 2),
-                  "observations_per_second": round(len(obs) / kafka_s, 2),
-                  "lag_ms": {"p50": percentile(lags, 50), "p95": percentile(lags, 95)}},
-        "kafka_vs_embedded_throughput": round(embedded_s / kafka_s, 3),
-    }
+    return {"workers": workers, "partitions": s.partitions, "producer_rate": rate or None,
+            "seconds": round(kafka_s, 2), "observations_per_second": round(len(obs) / kafka_s, 2),
+            "lag_ms": {"p50": percentile(lags, 50), "p95": percentile(lags, 95)}}

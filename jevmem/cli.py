@@ -324,12 +324,20 @@ def bench_scale(observations: Annotated[int, typer.Option(help="Synthetic observ
 @bench_app.command("kafka")
 def bench_kafka(directory: Path, workers: int = 2,
                 rate: Annotated[float, typer.Option(help="Producer pace in observations/s (0: all at once).")] = 0.0,
+                vectors: Annotated[str | None, typer.Option(
+                    help="Vectors in 'qdrant' (JEVMEM_QDRANT_URL), 'elastic', or 'both' (one run each). "
+                         "Default: qdrant if configured, else elastic.")] = None,
                 as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object.")] = False) -> None:
     """Observations/s and end-to-end lag through Kafka + N Faust workers vs the embedded pipeline
-    (needs a running broker and Elasticsearch node)."""
-    from jevmem.bench_kafka import run_kafka
+    (needs a running broker, Elasticsearch node and, for vectors in Qdrant, a Qdrant server)."""
+    from jevmem.bench_kafka import run_kafka, vector_stores
 
-    out = _run(run_kafka(directory, _settings(), workers, rate))
+    settings = _settings()
+    try:
+        vector_stores(vectors, settings)
+    except ValueError as exc:
+        raise typer.BadParameter(str(exc)) from exc
+    out = _run(run_kafka(directory, settings, workers, rate, vectors=vectors))
     if as_json:
         sys.stdout.write(orjson.dumps(out).decode() + "\n")
     else:
@@ -372,12 +380,13 @@ def bench_chaos(directory: Path,
                 fault: Annotated[list[str] | None, typer.Option(help="Only these faults (repeatable).")] = None,
                 seed: Annotated[int | None, typer.Option(help="Random seed (kill points, victims).")] = None,
                 as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object.")] = False) -> None:
-    """Worker kills, a second kill during recovery, a broker restart, an Elasticsearch outage and
-    scaling mid-stream, on real servers: nothing lost, duplicated or stalled, same graph as embedded."""
+    """Worker kills, a second kill during recovery, a broker restart, an Elasticsearch outage,
+    scaling mid-stream and (vectors in Qdrant) a Qdrant server SIGKILL + restart, on real servers:
+    nothing lost, duplicated or stalled, same graph as embedded."""
     from jevmem.bench_chaos import FAULTS, run_chaos
 
-    faults = tuple(fault) if fault else FAULTS
-    unknown = set(faults) - set(FAULTS)
+    faults = tuple(fault) if fault else None
+    unknown = set(faults or ()) - set(FAULTS)
     if unknown:
         raise typer.BadParameter(f"unknown faults {sorted(unknown)}; choose from {FAULTS}")
     out = _run(run_chaos(directory, _settings(), rounds, turns, faults, seed))

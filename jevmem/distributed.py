@@ -20,7 +20,7 @@ from jevmem.wiring import system_one, system_two
 from query_api.controller import Retrieval, RetrievalController
 from storage.elastic import ElasticEdgeStore, ElasticLexicalIndex, ElasticNodeStore, ElasticVectorIndex, es_client
 from storage.ports import VectorIndex
-from storage.qdrant import QdrantVectorIndex
+from storage.qdrant import QdrantVectorIndex, check_server
 from storage.scope_cache import ScopeCache
 from streams.embedded import Stores
 from streams.producer import ObservationProducer
@@ -129,16 +129,26 @@ async def check_model(settings: Settings, prefix: str, embedder: str) -> None:
                             "configure that model, or rebuild with `jevmem replay --from observations`")
 
 
+async def check_vectors(settings: Settings) -> None:
+    """Fail fast at startup: the configured Qdrant server answers and its version is supported
+    (:func:`storage.qdrant.check_server`); nothing to check for the Elasticsearch fallback."""
+    if settings.qdrant_url:
+        await check_server(settings.qdrant_url, _qdrant_key(settings))
+
+
+def _qdrant_key(settings: Settings) -> str | None:
+    return settings.qdrant_api_key.get_secret_value() if settings.qdrant_api_key else None
+
+
 def distributed_stores(settings: Settings, prefix: str, dim: int) -> Stores:
-    """Elasticsearch (lexical, nodes, edges) + Qdrant server, or an exact Elasticsearch vector
-    index when no Qdrant URL is configured. Dead letters live on their Kafka topic."""
+    """Elasticsearch (lexical, nodes, edges) + vectors in Qdrant (one collection per store
+    generation, ``<prefix>memories``) when ``qdrant_url`` is set, else in Elasticsearch's exact
+    (flat) vector index. Dead letters live on their Kafka topic."""
     key = settings.elasticsearch_api_key.get_secret_value() if settings.elasticsearch_api_key else None
     es = es_client(settings.elasticsearch_url, key)
     vectors: VectorIndex
     if settings.qdrant_url:
-        qkey = settings.qdrant_api_key.get_secret_value() if settings.qdrant_api_key else None
-        # delete/delete_scope (forgetting) arrive with the Qdrant server adapter's own change
-        vectors = QdrantVectorIndex.server(settings.qdrant_url, dim, api_key=qkey,  # type: ignore[assignment]
+        vectors = QdrantVectorIndex.server(settings.qdrant_url, dim, api_key=_qdrant_key(settings),
                                            collection=prefix.replace("-", "_") + "memories")
     else:
         vectors = ElasticVectorIndex(es, prefix, dim)
@@ -202,6 +212,7 @@ class DistributedService:
         ensure_topics(self.settings.kafka_bootstrap, self.settings.topic_prefix, self.settings.partitions)
         prefix = await resolve_prefix(self.settings)
         await check_model(self.settings, prefix, self.embedder.name)
+        await check_vectors(self.settings)
         self._stores = distributed_stores(self.settings, prefix, self.embedder.dim)
         self._producer = ObservationProducer(self.settings.kafka_bootstrap, self.settings.topic_prefix)
         s = self._stores
@@ -285,6 +296,7 @@ def run_worker(settings: Settings) -> None:
     prefix = asyncio.run(resolve_prefix(settings))
     embedder = load_embedder(settings.embedder, settings.model_cache)
     asyncio.run(check_model(settings, prefix, embedder.name))
+    asyncio.run(check_vectors(settings))
     stores = distributed_stores(settings, prefix, embedder.dim)
     config = AppConfig(broker=f"kafka://{settings.kafka_bootstrap}", app_id=settings.app_id,
                        prefix=settings.topic_prefix, partitions=settings.partitions, batch=settings.write_batch,

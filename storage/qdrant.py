@@ -1,88 +1,231 @@
-"""Vector index on Qdrant: local mode (embedded, a directory or ``:memory:``) or a server URL.
+"""Vector index on a Qdrant server (the distributed mode's VectorIndex), over REST.
 
-Points are keyed by the deterministic node id (a UUID), so re-indexing is an upsert. A local-mode
-directory is locked by its client: one process owns it at a time (the embedded runner and the
-HTTP API share one client inside ``jevmem serve``).
+Layout: one collection per store generation (``<prefix>memories``), cosine distance, points keyed
+by the deterministic node id (a UUID), so re-indexing is an upsert. Payload: ``tenant_id``,
+``conversation_id``, ``seq``, ``kind``, with payload indexes on ``tenant_id`` (keyword,
+``is_tenant=True``: Qdrant groups a tenant's points together on disk), ``conversation_id``
+(keyword) and ``seq`` (integer).
+
+Contracts:
+
+* Every search and every delete is filtered by tenant AND conversation (and ``seq < before_seq``
+  when given): one tenant's points never answer another's query, whatever ids they share.
+* Searches are exact (``SearchParams(exact=True)``, no HNSW): the result is the brute-force cosine
+  ranking of the scope's points, as the embedded engine (:mod:`storage.qdrant_edge`) and the
+  Elasticsearch fallback (:class:`storage.elastic.ElasticVectorIndex`) compute it, so a
+  distributed run discovers the same candidates as the embedded run of the same events.
+* Writes and deletes use ``wait=True``: a call returns once the server applied the operation (it
+  is in the server's write-ahead log, which survives a SIGKILL), so a caller may commit its input
+  offset afterwards.
+* Any failure to reach the server, or a refusal, raises :class:`StoreUnavailable` (the Faust
+  agent retries the batch in place with capped backoff); every call is idempotent.
+
+Versions, checked on purpose. The client is pinned (``qdrant-client>=1.20,<1.21`` in
+``pyproject.toml``) and the server is Qdrant 1.18.1 (the test binary, and the compose image
+``qdrant/qdrant:v1.18.1``). qdrant-client's own check (``check_compatibility=True``) only logs a
+warning when the minor versions differ by more than one, which they do here (1.20 vs 1.18), and
+it cannot tell whether the calls this module makes work. So the client is built with
+``check_compatibility=False`` and this module checks instead, once before first use (and in
+:func:`check_server`, which workers and the API call at startup): the server's version (``GET /``)
+must be in :data:`SUPPORTED_SERVERS`, else :class:`IncompatibleStore` says which version was found
+and which are supported. The range is 1.18 (the version every integration test here runs
+against) up to 1.21 (the client's documented window of one minor version either side of 1.20).
+Everything used here exists on 1.18: ``query_points`` / ``query_batch_points`` with
+``SearchParams(exact=True)``, keyword indexes with ``is_tenant``, delete by filter.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import functools
+import re
+from collections.abc import Awaitable, Callable, Sequence
+from typing import TypeVar
 
+import httpx
 from qdrant_client import AsyncQdrantClient, models
-from qdrant_client.http.exceptions import ResponseHandlingException, UnexpectedResponse
+from qdrant_client.http.exceptions import ApiException, UnexpectedResponse
 
 from storage.ports import Hit
-from topology.errors import StoreUnavailable
+from topology.errors import IncompatibleStore, StoreUnavailable
 from topology.schemas import MemoryNode, Scope
 
+T = TypeVar("T")
+
 COLLECTION = "jevmem_memories"
+#: Server versions this build accepts, as inclusive (major, minor) bounds (see the module docstring).
+SUPPORTED_SERVERS = ((1, 18), (1, 21))
+#: Seconds a REST call may take before it counts as a failure.
+TIMEOUT_S = 30
+
+
+def parse_version(text: str) -> tuple[int, int, int]:
+    """``"1.18.1"`` (or ``"v1.18.1-dev"``) -> ``(1, 18, 1)``; a missing patch part is 0."""
+    m = re.match(r"v?(\d+)\.(\d+)(?:\.(\d+))?", text.strip())
+    if m is None:
+        raise IncompatibleStore(f"qdrant: cannot read the server version {text!r}")
+    return int(m.group(1)), int(m.group(2)), int(m.group(3) or 0)
+
+
+def require_supported(version: str) -> tuple[int, int, int]:
+    """The parsed ``version``, or :class:`IncompatibleStore` if it is outside :data:`SUPPORTED_SERVERS`."""
+    v = parse_version(version)
+    low, high = SUPPORTED_SERVERS
+    if not low <= v[:2] <= high:
+        raise IncompatibleStore(
+            f"qdrant server {version} is not supported by this build (supported: {low[0]}.{low[1]} to "
+            f"{high[0]}.{high[1]}.x, tested against 1.18.1); run a supported server (docker-compose.yml pins one)")
+    return v
+
+
+def _client(url: str, api_key: str | None) -> AsyncQdrantClient:
+    # check_compatibility=False: the version check is ours (require_supported), see the module docstring
+    return AsyncQdrantClient(url=url, api_key=api_key, timeout=TIMEOUT_S, check_compatibility=False)
+
+
+async def check_server(url: str, api_key: str | None = None) -> str:
+    """The version of the Qdrant server at ``url``; :class:`StoreUnavailable` if it does not
+    answer, :class:`IncompatibleStore` if its version is not supported. For startup checks."""
+    client = _client(url, api_key)
+    try:
+        info = await _guard(client.info, "version check")
+        require_supported(info.version)
+        return info.version
+    finally:
+        await client.close()
+
+
+async def _guard(call: Callable[[], Awaitable[T]], what: str) -> T:
+    """``await call()`` with the client's and the transport's errors turned into StoreUnavailable."""
+    try:
+        return await call()
+    except UnexpectedResponse as exc:
+        raise StoreUnavailable(f"qdrant {what}: HTTP {exc.status_code}: {exc.content[:300]!r}") from exc
+    except (ApiException, httpx.HTTPError, OSError) as exc:  # ResponseHandlingException: cannot connect, timeout
+        raise StoreUnavailable(f"qdrant {what}: {exc}") from exc
 
 
 class QdrantVectorIndex:
-    def __init__(self, client: AsyncQdrantClient, dim: int, collection: str = COLLECTION,
-                 payload_indexes: bool = True) -> None:
+    """VectorIndex port on one collection of a Qdrant server (see the module docstring)."""
+
+    def __init__(self, client: AsyncQdrantClient, dim: int, collection: str = COLLECTION) -> None:
         self._client = client
-        self._payload_indexes = payload_indexes
         self._dim = dim
         self._collection = collection
         self._ready = False
 
     @classmethod
-    def local(cls, path: str, dim: int) -> QdrantVectorIndex:
-        client = AsyncQdrantClient(location=":memory:") if path == ":memory:" else AsyncQdrantClient(path=path)
-        return cls(client, dim, payload_indexes=False)  # local mode scans; indexes are a no-op there
-
-    @classmethod
     def server(cls, url: str, dim: int, api_key: str | None = None, collection: str = COLLECTION) -> QdrantVectorIndex:
-        return cls(AsyncQdrantClient(url=url, api_key=api_key), dim, collection)
+        return cls(_client(url, api_key), dim, collection)
+
+    @property
+    def collection(self) -> str:
+        return self._collection
 
     async def _ensure(self) -> None:
+        """Check the server's version and create the collection and its payload indexes (each
+        idempotent: workers racing to create them all succeed), once per instance."""
         if self._ready:
             return
-        try:
-            if not await self._client.collection_exists(self._collection):
+        info = await _guard(self._client.info, "version check")
+        require_supported(info.version)
+        exists = await _guard(lambda: self._client.collection_exists(self._collection), "collection check")
+        if not exists:
+            try:
                 await self._client.create_collection(
-                    self._collection,
-                    vectors_config=models.VectorParams(size=self._dim, distance=models.Distance.COSINE),
-                )
-                for field, schema in () if not self._payload_indexes else (("tenant_id", models.PayloadSchemaType.KEYWORD),
-                                      ("conversation_id", models.PayloadSchemaType.KEYWORD),
-                                      ("seq", models.PayloadSchemaType.INTEGER)):
-                    await self._client.create_payload_index(self._collection, field, field_schema=schema)
-        except (UnexpectedResponse, ResponseHandlingException, OSError) as exc:
-            raise StoreUnavailable(f"qdrant: {exc}") from exc
+                    self._collection, vectors_config=models.VectorParams(size=self._dim, distance=models.Distance.COSINE))
+            except UnexpectedResponse as exc:
+                if exc.status_code != 409:  # 409: another worker created it first
+                    raise StoreUnavailable(f"qdrant create collection {self._collection}: HTTP {exc.status_code}") from exc
+            except (ApiException, httpx.HTTPError, OSError) as exc:
+                raise StoreUnavailable(f"qdrant create collection {self._collection}: {exc}") from exc
+        indexes: list[tuple[str, models.PayloadSchemaType | models.KeywordIndexParams]] = [
+            ("tenant_id", models.KeywordIndexParams(type=models.KeywordIndexType.KEYWORD, is_tenant=True)),
+            ("conversation_id", models.PayloadSchemaType.KEYWORD),
+            ("seq", models.PayloadSchemaType.INTEGER),
+        ]
+        for field, schema in indexes:
+            await _guard(functools.partial(self._client.create_payload_index, self._collection, field,
+                                           field_schema=schema, wait=True), f"payload index {field}")
         self._ready = True
 
-    async def upsert(self, nodes: Sequence[MemoryNode]) -> None:
-        points = [
-            models.PointStruct(id=n.id, vector=n.embedding, payload={
-                "tenant_id": n.tenant_id, "conversation_id": n.conversation_id, "seq": n.seq, "kind": n.kind})
-            for n in nodes if n.embedding is not None
-        ]
-        if not points:
-            return
+    async def _call(self, call: Callable[[], Awaitable[T]], what: str) -> T:
+        """Run ``call`` on the collection; a 404 (the collection vanished: a server reset) makes
+        the next call create it again instead of failing forever."""
         await self._ensure()
         try:
-            await self._client.upsert(self._collection, points=points, wait=True)
-        except (UnexpectedResponse, ResponseHandlingException, OSError) as exc:
-            raise StoreUnavailable(f"qdrant upsert: {exc}") from exc
+            return await _guard(call, what)
+        except StoreUnavailable as exc:
+            cause = exc.__cause__
+            if isinstance(cause, UnexpectedResponse) and cause.status_code == 404:
+                self._ready = False
+            raise
 
-    async def search(self, scope: Scope, vector: Sequence[float], limit: int, before_seq: int | None = None) -> list[Hit]:
-        await self._ensure()
+    @staticmethod
+    def _filter(scope: Scope, before_seq: int | None = None, ids: Sequence[str] | None = None) -> models.Filter:
         must: list[models.Condition] = [
             models.FieldCondition(key="tenant_id", match=models.MatchValue(value=scope.tenant_id)),
             models.FieldCondition(key="conversation_id", match=models.MatchValue(value=scope.conversation_id)),
         ]
         if before_seq is not None:
             must.append(models.FieldCondition(key="seq", range=models.Range(lt=before_seq)))
-        try:
-            res = await self._client.query_points(
-                self._collection, query=list(vector), limit=limit, query_filter=models.Filter(must=must),
-                with_payload=False)
-        except (UnexpectedResponse, ResponseHandlingException, OSError) as exc:
-            raise StoreUnavailable(f"qdrant search: {exc}") from exc
+        if ids is not None:
+            must.append(models.HasIdCondition(has_id=list(ids)))
+        return models.Filter(must=must)
+
+    async def upsert(self, nodes: Sequence[MemoryNode]) -> None:
+        """Index each node's embedding (nodes without one are skipped); returns once applied."""
+        points = [
+            models.PointStruct(id=n.id, vector=list(n.embedding), payload={
+                "tenant_id": n.tenant_id, "conversation_id": n.conversation_id, "seq": n.seq, "kind": n.kind})
+            for n in nodes if n.embedding is not None
+        ]
+        if not points:
+            return
+        await self._call(lambda: self._client.upsert(self._collection, points=points, wait=True), "upsert")
+
+    def _request(self, scope: Scope, vector: Sequence[float], limit: int, before_seq: int | None) -> models.QueryRequest:
+        return models.QueryRequest(query=list(vector), filter=self._filter(scope, before_seq), limit=limit,
+                                   params=models.SearchParams(exact=True), with_payload=False, with_vector=False)
+
+    async def search(self, scope: Scope, vector: Sequence[float], limit: int, before_seq: int | None = None) -> list[Hit]:
+        """The scope's nearest points by cosine, best first (exact); ``before_seq`` keeps earlier ones."""
+        res = await self._call(lambda: self._client.query_points(
+            self._collection, query=list(vector), query_filter=self._filter(scope, before_seq), limit=limit,
+            search_params=models.SearchParams(exact=True), with_payload=False, with_vectors=False), "search")
         return [Hit(str(p.id), float(p.score)) for p in res.points]
+
+    async def search_many(self, queries: Sequence[tuple[Scope, Sequence[float], int | None]],
+                          limit: int) -> list[list[Hit]]:
+        """:meth:`search` for each ``(scope, vector, before_seq)``, in order, in one request."""
+        if not queries:
+            return []
+        requests = [self._request(s, v, limit, b) for s, v, b in queries]
+        res = await self._call(lambda: self._client.query_batch_points(self._collection, requests=requests), "search")
+        return [[Hit(str(p.id), float(p.score)) for p in r.points] for r in res]
+
+    async def ids(self, scope: Scope) -> set[str]:
+        """Every point id of the scope (for checks and tests; pages through the whole scope)."""
+        out: set[str] = set()
+        offset: models.ExtendedPointId | None = None
+        while True:
+            page, offset = await self._call(functools.partial(
+                self._client.scroll, self._collection, scroll_filter=self._filter(scope), limit=1000, offset=offset,
+                with_payload=False, with_vectors=False), "scroll")
+            out.update(str(p.id) for p in page)
+            if offset is None:
+                return out
+
+    async def delete(self, scope: Scope, ids: Sequence[str]) -> None:
+        """Delete the scope's points with these ids (ids of other scopes are left alone); returns once applied."""
+        if not ids:
+            return
+        selector = models.FilterSelector(filter=self._filter(scope, ids=ids))
+        await self._call(lambda: self._client.delete(self._collection, points_selector=selector, wait=True), "delete")
+
+    async def delete_scope(self, scope: Scope) -> None:
+        """Delete every point of the scope (tenant + conversation); returns once applied."""
+        selector = models.FilterSelector(filter=self._filter(scope))
+        await self._call(lambda: self._client.delete(self._collection, points_selector=selector, wait=True), "delete")
 
     async def close(self) -> None:
         await self._client.close()

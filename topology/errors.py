@@ -19,6 +19,10 @@ class StoreUnavailable(JevMemError):
     """A store (vector, lexical, edge, node) could not be reached or refused a write."""
 
 
+class IncompatibleStore(JevMemError):
+    """A store server's version is outside the range this build supports (retrying cannot help)."""
+
+
 class SystemOneError(JevMemError):
     """The System One controller failed or answered outside its contract."""
 

@@ -1,9 +1,12 @@
-"""The distributed pipeline on a real Kafka broker and a real Elasticsearch node, with two Faust
-worker processes: same graph as the embedded run, survives a SIGKILL at a random point with no
-replacement worker, dead-letters bad input while flowing, and replays into an identical graph.
+"""The distributed pipeline on a real Kafka broker, a real Elasticsearch node and a real Qdrant
+server, with two Faust worker processes: same graph as the embedded run, survives a SIGKILL at a
+random point with no replacement worker, dead-letters bad input while flowing, and replays into an
+identical graph. Vectors live in Qdrant (as deployed) except in the HTTP API test, which keeps the
+Elasticsearch exact vector index (the fallback when no Qdrant URL is configured) under test.
 
-Needs ``JEVMEM_TEST_KAFKA`` and ``JEVMEM_TEST_ES_URL`` (``scripts/test`` starts both servers) and
-the LoCoMo dev conversations beside the repository (``../shared/data/locomo``).
+Needs ``JEVMEM_TEST_KAFKA``, ``JEVMEM_TEST_ES_URL`` and ``JEVMEM_TEST_QDRANT_URL`` (``scripts/test``
+starts the three servers) and the LoCoMo dev conversations beside the repository
+(``../shared/data/locomo``).
 """
 
 from __future__ import annotations
@@ -26,9 +29,10 @@ pytestmark = pytest.mark.integration
 
 KAFKA = os.environ.get("JEVMEM_TEST_KAFKA")
 ES_URL = os.environ.get("JEVMEM_TEST_ES_URL")
+QDRANT_URL = os.environ.get("JEVMEM_TEST_QDRANT_URL")
 LOCOMO = Path(__file__).resolve().parents[3] / "shared" / "data" / "locomo"
-if not (KAFKA and ES_URL):
-    pytest.skip("JEVMEM_TEST_KAFKA / JEVMEM_TEST_ES_URL not set", allow_module_level=True)
+if not (KAFKA and ES_URL and QDRANT_URL):
+    pytest.skip("JEVMEM_TEST_KAFKA / JEVMEM_TEST_ES_URL / JEVMEM_TEST_QDRANT_URL not set", allow_module_level=True)
 if not LOCOMO.is_dir():
     pytest.skip(f"LoCoMo dev conversations not found at {LOCOMO}", allow_module_level=True)
 
@@ -36,6 +40,8 @@ from jevmem import locomo  # noqa: E402
 from jevmem.distributed import distributed_stores, ensure_topics, read_topic, replay  # noqa: E402
 from jevmem.settings import Settings  # noqa: E402
 from jevmem.wiring import build_embedded  # noqa: E402
+from storage.elastic import ElasticVectorIndex  # noqa: E402
+from storage.qdrant import QdrantVectorIndex  # noqa: E402
 from streams.producer import ObservationProducer  # noqa: E402
 from streams.replay import graph_of  # noqa: E402
 from topology import ids  # noqa: E402
@@ -58,12 +64,17 @@ def scopes(obs: list[Observation]) -> list[Scope]:
 
 
 class Stack:
-    def __init__(self, tmp: Path) -> None:
+    """One test's topics, consumer group and stores; vectors in Qdrant unless ``vectors="elastic"``."""
+
+    def __init__(self, tmp: Path, vectors: str = "qdrant") -> None:
         tag = uuid.uuid4().hex[:8]
+        qdrant = QDRANT_URL if vectors == "qdrant" else None
         self.env = {**os.environ, "JEVMEM_KAFKA_BOOTSTRAP": KAFKA or "", "JEVMEM_ELASTICSEARCH_URL": ES_URL or "",
+                    "JEVMEM_QDRANT_URL": qdrant or "",
                     "JEVMEM_TOPIC_PREFIX": f"it{tag}", "JEVMEM_APP_ID": f"it{tag}", "JEVMEM_STORE_PREFIX": f"it{tag}-",
                     "JEVMEM_PARTITIONS": "4", "JEVMEM_WRITE_BATCH": "16"}
-        self.settings = Settings(kafka_bootstrap=KAFKA or "", elasticsearch_url=ES_URL or "", topic_prefix=f"it{tag}",
+        self.settings = Settings(kafka_bootstrap=KAFKA or "", elasticsearch_url=ES_URL or "", qdrant_url=qdrant,
+                                 topic_prefix=f"it{tag}",
                                  app_id=f"it{tag}", store_prefix=f"it{tag}-", partitions=4, write_batch=16)
         self.tmp = tmp
         self.workers: list[subprocess.Popen[bytes]] = []
@@ -97,6 +108,13 @@ def stack(tmp_path: Path) -> Iterator[Stack]:
     s.stop()
 
 
+@pytest.fixture
+def elastic_stack(tmp_path: Path) -> Iterator[Stack]:
+    s = Stack(tmp_path, vectors="elastic")
+    yield s
+    s.stop()
+
+
 async def wait_for(check: Any, what: str, stack: Stack, timeout: float = 240.0) -> None:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
@@ -115,6 +133,7 @@ async def test_two_workers_kill_dead_letter_and_replay(stack: Stack) -> None:
     w1 = stack.start_worker(1)
     stack.start_worker(2)
     stores = distributed_stores(stack.settings, stack.settings.store_prefix or "", default_embedder().dim)
+    assert isinstance(stores.vectors, QdrantVectorIndex)
     try:
         async def both_ready() -> bool:
             return all("[^Worker]: Ready" in (stack.tmp / f"worker{n}.log").read_text(errors="replace") for n in (1, 2))
@@ -153,6 +172,9 @@ async def test_two_workers_kill_dead_letter_and_replay(stack: Stack) -> None:
         for scope in scopes(obs):
             seqs = [n.seq for n in await stores.nodes.scan(scope)]
             assert sorted(seqs) == list(range(TURNS)), scope
+            # one Qdrant point per node with an embedding, no more, no less
+            nodes = await stores.nodes.get(scope, [n.id for n in await stores.nodes.scan(scope)])
+            assert await stores.vectors.ids(scope) == {n.id for n in nodes if n.embedding}
 
         # The bad event is on the dead-letter topic with its reason; the stream kept flowing.
         letters = [decode(DeadLetter, r.value) for r in
@@ -173,10 +195,12 @@ async def test_two_workers_kill_dead_letter_and_replay(stack: Stack) -> None:
         await stores.close()
 
 
-async def test_http_api_in_distributed_mode(stack: Stack) -> None:
+async def test_http_api_in_distributed_mode(elastic_stack: Stack) -> None:
     """POST /v1/observations writes valid items to the observations topic (invalid ones to the
     tenant's dead letters, 422); a worker materialises them, hostile-but-valid content included;
-    /v1/query reads Elasticsearch directly; keys live in Elasticsearch."""
+    /v1/query reads Elasticsearch directly; keys live in Elasticsearch. Vectors in Elasticsearch's
+    exact index: the fallback stays under test."""
+    stack = elastic_stack
     import httpx
     import orjson
 
@@ -203,6 +227,7 @@ async def test_http_api_in_distributed_mode(stack: Stack) -> None:
     service = DistributedService(stack.settings)
     # the server reads keys through its own client (as `jevmem serve` and `jevmem keys` would)
     with serve_http(create_app(service, Authenticator(key_store(settings)))) as url:
+        assert isinstance(service.stores.vectors, ElasticVectorIndex)
         auth = {"Authorization": f"Bearer {key}"}
         async with httpx.AsyncClient(base_url=url, timeout=60, headers=auth) as c:
             assert (await c.get("/v1/conversations/c1/nodes", headers={"Authorization": ""})).status_code == 401

@@ -271,10 +271,11 @@ async def test_errors_become_store_unavailable(es: tuple[AsyncElasticsearch, str
         await dead.close()
 
 
-async def test_vector_index_is_exact_and_matches_qdrant_local(es: tuple[AsyncElasticsearch, str]) -> None:
-    """The flat dense_vector index returns exactly Qdrant local mode's ranking, seq filter included."""
+async def test_vector_index_is_exact_and_matches_the_embedded_engine(es: tuple[AsyncElasticsearch, str]) -> None:
+    """The flat dense_vector index returns exactly the embedded engine's (Qdrant's in-process,
+    exact) ranking, seq filter included."""
     from storage.elastic import ElasticVectorIndex
-    from storage.qdrant import QdrantVectorIndex
+    from storage.qdrant_edge import QdrantEdgeVectorIndex
 
     client, prefix = es
     rng = random.Random(7)
@@ -285,7 +286,7 @@ async def test_vector_index_is_exact_and_matches_qdrant_local(es: tuple[AsyncEla
 
     nodes = [n.model_copy(update={"embedding": unit([rng.uniform(-1, 1) for _ in range(8)])})
              for n in make_nodes(A)[:-1] + make_nodes(B)[:-1]]
-    ev, qd = ElasticVectorIndex(client, prefix, dim=8), QdrantVectorIndex.local(":memory:", 8)
+    ev, qd = ElasticVectorIndex(client, prefix, dim=8), QdrantEdgeVectorIndex.temporary(8)
     await ev.upsert(nodes)
     await ev.upsert(nodes[:3])  # idempotent
     await qd.upsert(nodes)

@@ -196,3 +196,35 @@ async def test_vectors_read_back_from_the_store_are_the_ones_written(embedder: E
         assert [n.embedding for n in stored] == again
     finally:
         await mem.close()
+
+
+def test_qdrant_server_versions_outside_the_supported_range_are_refused() -> None:
+    from storage.qdrant import SUPPORTED_SERVERS, parse_version, require_supported
+    from topology.errors import IncompatibleStore
+
+    assert parse_version("1.18.1") == (1, 18, 1) and parse_version("v1.20-dev") == (1, 20, 0)
+    assert require_supported("1.18.1") == (1, 18, 1)
+    low, high = SUPPORTED_SERVERS
+    assert low == (1, 18)  # the tested server
+    assert require_supported(f"{high[0]}.{high[1]}.9")[:2] == high
+    for bad in ("1.17.9", f"{high[0]}.{high[1] + 1}.0", "2.0.0"):
+        with pytest.raises(IncompatibleStore, match="not supported"):
+            require_supported(bad)
+    with pytest.raises(IncompatibleStore, match="cannot read"):
+        parse_version("unknown")
+
+
+def test_bench_kafka_vector_store_choice() -> None:
+    """``--vectors``: the default follows the configuration; Qdrant runs need a Qdrant URL."""
+    from jevmem.bench_kafka import vector_stores
+    from jevmem.settings import Settings
+
+    url = "http://127.0.0.1:6333"
+    with_q, without = Settings(qdrant_url=url), Settings(qdrant_url=None)
+    assert vector_stores(None, with_q) == [("qdrant", url)]
+    assert vector_stores(None, without) == [("elastic", None)]
+    assert vector_stores("both", with_q) == [("qdrant", url), ("elastic", None)]
+    assert vector_stores("elastic", with_q) == [("elastic", None)]
+    for bad, settings in (("qdrant", without), ("both", without), ("faiss", with_q)):
+        with pytest.raises(ValueError):
+            vector_stores(bad, settings)

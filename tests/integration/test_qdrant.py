@@ -1,0 +1,169 @@
+"""The Qdrant server vector index against a real Qdrant server: exact search equal to the embedded
+engine's, batched search equal to single searches, tenant isolation, deletes, the version check,
+error translation, and durability across a SIGKILL of the server.
+
+Needs ``JEVMEM_TEST_QDRANT_URL`` (``scripts/test`` starts the server with
+``scripts/qdrant/qdrant.sh``). The SIGKILL test starts its own server (on a free port, data in the
+test's temporary directory) through the same script, so the shared one is never disturbed.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import uuid
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+pytestmark = pytest.mark.integration
+
+QDRANT_URL = os.environ.get("JEVMEM_TEST_QDRANT_URL")
+if not QDRANT_URL:
+    pytest.skip("JEVMEM_TEST_QDRANT_URL is not set", allow_module_level=True)
+
+from storage.qdrant import QdrantVectorIndex, check_server  # noqa: E402
+from storage.qdrant_edge import QdrantEdgeVectorIndex  # noqa: E402
+from tests.conftest import free_port  # noqa: E402
+from topology import ids  # noqa: E402
+from topology.errors import StoreUnavailable  # noqa: E402
+from topology.schemas import MemoryNode, Scope  # noqa: E402
+
+REPO = Path(__file__).resolve().parents[2]
+SCRIPT = REPO / "scripts" / "qdrant" / "qdrant.sh"
+DIM = 8
+
+
+def node(tenant: str, conv: str, seq: int, vec: list[float]) -> MemoryNode:
+    return MemoryNode(id=ids.node_id(tenant, conv, f"e{seq}"), tenant_id=tenant, conversation_id=conv,
+                      event_id=f"e{seq}", seq=seq, content="x", embedding=vec)
+
+
+def unit_vectors(n: int, seed: int) -> list[list[float]]:
+    rng = np.random.default_rng(seed)
+    v = rng.standard_normal((n, DIM))
+    v /= np.linalg.norm(v, axis=1, keepdims=True)
+    return [row.round(6).tolist() for row in v]
+
+
+@pytest.fixture
+async def index() -> AsyncIterator[QdrantVectorIndex]:
+    idx = QdrantVectorIndex.server(QDRANT_URL or "", DIM, collection=f"test_{uuid.uuid4().hex[:10]}")
+    yield idx
+    await idx._client.delete_collection(idx.collection)
+    await idx.close()
+
+
+async def test_server_version_is_checked_and_supported() -> None:
+    version = await check_server(QDRANT_URL or "")
+    assert version.startswith("1.")
+
+
+async def test_exact_search_equals_the_embedded_engine_and_batches_equal_singles(index: QdrantVectorIndex) -> None:
+    vecs = unit_vectors(60, 7)
+    nodes = [node(t, c, i, vecs[k]) for k, (t, c, i) in
+             enumerate((t, c, i) for t in ("a", "b") for c in ("c1", "c2") for i in range(15))]
+    edge = QdrantEdgeVectorIndex.temporary(DIM)
+    try:
+        await index.upsert(nodes)
+        await index.upsert(nodes[:5])  # idempotent
+        await edge.upsert(nodes)
+        scope = Scope(tenant_id="a", conversation_id="c2")
+        queries: list[tuple[Scope, list[float], int | None]] = []
+        for probe in vecs[:8]:
+            for before in (None, 3, 10):
+                got = await index.search(scope, probe, 6, before_seq=before)
+                want = await edge.search(scope, probe, 6, before_seq=before)
+                assert [h.id for h in got] == [h.id for h in want]
+                assert all(abs(g.score - w.score) < 1e-6 for g, w in zip(got, want, strict=True))
+                mine = [n for n in nodes if n.scope == scope and (before is None or n.seq < before)]
+                brute = sorted(mine, key=lambda n: -float(np.dot(n.embedding or [], probe)))[:6]
+                assert [h.id for h in got] == [n.id for n in brute]
+                queries.append((scope, probe, before))
+        batch = await index.search_many(queries, 6)
+        singles = [await index.search(s, v, 6, before_seq=b) for s, v, b in queries]
+        assert batch == singles
+        assert await index.search_many([], 6) == []
+        assert await index.ids(scope) == {n.id for n in nodes if n.scope == scope}
+    finally:
+        await edge.close()
+
+
+async def test_two_tenants_never_mix(index: QdrantVectorIndex) -> None:
+    """Same conversation ids, same event ids, same vectors: a search of one tenant never returns
+    the other's points (their node ids differ: ids are derived from the tenant too)."""
+    vecs = unit_vectors(10, 3)
+    a = [node("tenant-a", "conv", i, vecs[i]) for i in range(10)]
+    b = [node("tenant-b", "conv", i, vecs[i]) for i in range(10)]
+    assert not {n.id for n in a} & {n.id for n in b}
+    await index.upsert(a + b)
+    sa, sb = a[0].scope, b[0].scope
+    for probe in vecs:
+        assert {h.id for h in await index.search(sa, probe, 50)} == {n.id for n in a}
+        assert {h.id for h in await index.search(sb, probe, 50)} == {n.id for n in b}
+    batch = await index.search_many([(sa, vecs[0], None), (sb, vecs[0], None), (sa, vecs[1], 5)], 50)
+    assert {h.id for h in batch[0]} == {n.id for n in a} and {h.id for h in batch[1]} == {n.id for n in b}
+    assert {h.id for h in batch[2]} == {n.id for n in a[:5]}
+    # deleting tenant b's ids through tenant a's scope deletes nothing; a scope delete stays in its scope
+    await index.delete(sa, [n.id for n in b])
+    assert await index.ids(sb) == {n.id for n in b}
+    await index.delete(sa, [a[0].id, a[1].id])
+    assert await index.ids(sa) == {n.id for n in a[2:]}
+    await index.delete(sa, [])
+    await index.delete_scope(sa)
+    assert await index.ids(sa) == set() and await index.search(sa, vecs[0], 50) == []
+    assert await index.ids(sb) == {n.id for n in b}
+
+
+async def test_unreachable_server_is_store_unavailable() -> None:
+    dead = QdrantVectorIndex.server(f"http://127.0.0.1:{free_port()}", DIM)
+    try:
+        with pytest.raises(StoreUnavailable):
+            await dead.search(Scope(tenant_id="t", conversation_id="c"), [1.0] * DIM, 3)
+        with pytest.raises(StoreUnavailable):
+            await dead.upsert([node("t", "c", 0, [1.0] * DIM)])
+    finally:
+        await dead.close()
+    with pytest.raises(StoreUnavailable):
+        await check_server(f"http://127.0.0.1:{free_port()}")
+
+
+@pytest.fixture
+def private_server(tmp_path: Path) -> Iterator[tuple[str, dict[str, str]]]:
+    """A Qdrant server of its own (free ports, data under ``tmp_path``), stopped afterwards."""
+    port, grpc = free_port(), free_port()
+    env = {**os.environ, "QDRANT_PORT": str(port), "QDRANT_GRPC_PORT": str(grpc), "QDRANT_DATA": str(tmp_path / "q")}
+    bin_ok = Path(env.get("QDRANT_BIN", str(REPO.parent / "shared" / "qdrant" / "qdrant"))).is_file()
+    if not bin_ok:
+        pytest.skip("no Qdrant binary (../shared/qdrant/qdrant or QDRANT_BIN)")
+    subprocess.run(["bash", str(SCRIPT), "start"], env=env, check=True, timeout=90)
+    try:
+        yield f"http://127.0.0.1:{port}", env
+    finally:
+        subprocess.run(["bash", str(SCRIPT), "stop"], env=env, check=False, timeout=60)
+
+
+async def test_acknowledged_writes_survive_a_sigkill_of_the_server(private_server: tuple[str, dict[str, str]]) -> None:
+    url, env = private_server
+    vecs = unit_vectors(300, 11)
+    nodes = [node("t", f"c{i % 3}", i, v) for i, v in enumerate(vecs)]
+    index = QdrantVectorIndex.server(url, DIM)
+    try:
+        for i in range(0, len(nodes), 50):  # acknowledged (wait=True) batch by batch, as the workers write
+            await index.upsert(nodes[i: i + 50])
+        scope = nodes[0].scope
+        before = await index.search(scope, vecs[0], 10)
+        pid = int((Path(env["QDRANT_DATA"]) / "qdrant.pid").read_text())
+        os.kill(pid, signal.SIGKILL)
+        with pytest.raises(StoreUnavailable):  # down: a clear, retryable error (no hang)
+            await index.search(scope, vecs[0], 10)
+        subprocess.run(["bash", str(SCRIPT), "start"], env=env, check=True, timeout=90)
+        # the same client object carries on after the restart; every acknowledged point is back (WAL)
+        for s in sorted({n.scope for n in nodes}, key=lambda s: s.key):
+            assert await index.ids(s) == {n.id for n in nodes if n.scope == s}
+        assert await index.search(scope, vecs[0], 10) == before
+    finally:
+        await index.close()
