@@ -116,9 +116,9 @@ class Forget(_Event):
     ``op`` tells it apart from an :class:`Observation` (which forbids unknown fields)."""
 
     op: Literal["forget"] = "forget"
-    tenant_id: str = Field(min_length=1, max_length=200)
-    conversation_id: str = Field(min_length=1, max_length=200)
-    event_id: str | None = Field(default=None, min_length=1, max_length=200)
+    tenant_id: Ident
+    conversation_id: Ident
+    event_id: Ident | None = None
     requested_at: datetime
 
     @property

@@ -30,7 +30,9 @@ from tests.conftest import chat_observations, serve_http
 from topology import text
 from topology.errors import InvalidEvent
 from topology.ports import Embedder
-from topology.schemas import DeadLetter, EdgeEvent, MemoryNode, Observation, decode, encode
+from topology.schemas import (
+    DeadLetter, EdgeEvent, Forget, MemoryNode, Observation, decode, decode_input, encode,
+)
 
 EXAMPLES = int(os.environ.get("JEVMEM_FUZZ_EXAMPLES", "0")) or None
 SECRET = "GlobexSecretMarker"
@@ -84,7 +86,7 @@ def test_openapi_fuzz_no_5xx_and_no_cross_tenant_data(embedder: Embedder) -> Non
 JSON = st.recursive(st.none() | st.booleans() | st.integers() | st.floats() | st.text(),
                     lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=8), inner, max_size=4),
                     max_leaves=12)
-FIELDS = ["schema_version", "tenant_id", "conversation_id", "event_id", "content", "speaker", "role", "observed_at",
+FIELDS = ["op", "requested_at", "schema_version", "tenant_id", "conversation_id", "event_id", "content", "speaker", "role", "observed_at",
           "provenance", "entities", "metadata", "id", "seq", "view", "source", "target", "probability"]
 OBJECTS = st.dictionaries(st.sampled_from(FIELDS), JSON | st.text(min_size=1, max_size=30), max_size=len(FIELDS))
 
@@ -92,13 +94,19 @@ OBJECTS = st.dictionaries(st.sampled_from(FIELDS), JSON | st.text(min_size=1, ma
 @settings(max_examples=EXAMPLES or 300, deadline=None, database=None, derandomize=True)
 @given(raw=st.binary(max_size=300) | OBJECTS.map(lambda o: json.dumps(o).encode()))
 def test_decoders_accept_or_explain(raw: bytes) -> None:
-    for cls in (Observation, MemoryNode, EdgeEvent, DeadLetter):
+    for cls in (Observation, Forget, MemoryNode, EdgeEvent, DeadLetter):
         try:
             event = decode(cls, raw)
         except InvalidEvent as exc:
             assert exc.reason
         else:
             assert decode(cls, encode(event)) == event  # what is accepted survives its own topic
+            if isinstance(event, Observation | Forget):
+                assert event.scope.key  # an accepted input always has a valid scope
+    try:
+        decode_input(raw)
+    except InvalidEvent as exc:
+        assert exc.reason
     good, letters = decode_batch([(raw, "t:0:1")])
     assert len(good) + len(letters) == 1
     for letter in letters:
