@@ -31,7 +31,14 @@ from topology import text
 from topology.errors import InvalidEvent
 from topology.ports import Embedder
 from topology.schemas import (
-    DeadLetter, EdgeEvent, Forget, MemoryNode, Observation, decode, decode_input, encode,
+    DeadLetter,
+    EdgeEvent,
+    Forget,
+    MemoryNode,
+    Observation,
+    decode,
+    decode_input,
+    encode,
 )
 
 EXAMPLES = int(os.environ.get("JEVMEM_FUZZ_EXAMPLES", "0")) or None
