@@ -93,8 +93,8 @@ def test_openapi_fuzz_no_5xx_and_no_cross_tenant_data(embedder: Embedder) -> Non
 JSON = st.recursive(st.none() | st.booleans() | st.integers() | st.floats() | st.text(),
                     lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=8), inner, max_size=4),
                     max_leaves=12)
-FIELDS = ["op", "requested_at", "schema_version", "tenant_id", "conversation_id", "event_id", "content", "speaker", "role", "observed_at",
-          "provenance", "entities", "metadata", "id", "seq", "view", "source", "target", "probability"]
+FIELDS = ["op", "requested_at", "schema_version", "tenant_id", "conversation_id", "event_id", "content", "speaker",
+          "role", "observed_at", "provenance", "entities", "metadata", "id", "seq", "view", "source", "target", "probability"]
 OBJECTS = st.dictionaries(st.sampled_from(FIELDS), JSON | st.text(min_size=1, max_size=30), max_size=len(FIELDS))
 
 
