@@ -307,6 +307,8 @@ def create_app(service: MemoryService, auth: Authenticator) -> FastAPI:
             try:
                 if not isinstance(raw, dict):
                     raise ValueError(f"an observation must be a JSON object, got {type(raw).__name__}")
+                if not isinstance(raw.get("tenant_id", ""), str):
+                    raise ValueError("tenant_id: must be a string (or omitted: the key's tenant)")
                 good.append(Observation.model_validate({**raw, "tenant_id": who.tenant_id}))
             except (ValidationError, ValueError) as exc:
                 reason = _safe(describe(exc) if isinstance(exc, ValidationError) else str(exc))

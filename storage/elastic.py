@@ -156,9 +156,13 @@ class _Elastic:
 
     async def _await_active(self, index: str) -> None:
         """Wait until ``index``'s primary shard is started (an index another process has just
-        created exists before it can be searched: a search would fail with 503 meanwhile)."""
+        created exists before it can be searched: a search would fail with 503 meanwhile).
+
+        ``wait_for_active_shards`` is what waits: the health of a just-created index whose primary
+        is still initialising is already reported yellow, so a status wait alone returns at once."""
         try:
-            res = await self._client.cluster.health(index=index, wait_for_status="yellow", timeout="30s")
+            res = await self._client.cluster.health(index=index, wait_for_status="yellow", wait_for_active_shards="1",
+                                                    timeout="30s")
         except (ApiError, TransportError) as exc:
             raise StoreUnavailable(f"elasticsearch health {index}: {exc}") from exc
         if res.get("timed_out"):

@@ -158,6 +158,7 @@ for _ in range(limits.MAX_METADATA_DEPTH + 2):
 BAD_ITEMS: list[tuple[str, str]] = [  # (name, JSON text of one item), each must be refused alone
     ("not an object", '"just a string"'),
     ("wrong type id", json.dumps({**BASE, "event_id": 42})),
+    ("wrong type tenant", json.dumps({**BASE, "tenant_id": ["acme"]})),
     ("wrong type content", json.dumps({**BASE, "content": ["a"]})),
     ("wrong type entities", json.dumps({**BASE, "entities": "Ana"})),
     ("lone surrogate content", json.dumps({**BASE, "content": "a\ud800b"})),
