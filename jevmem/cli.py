@@ -233,6 +233,7 @@ def mcp(key: Annotated[str | None, typer.Option("--key", envvar="JEVMEM_API_KEY"
     from query_api.auth import Authenticator, Unauthenticated
     from query_api.http import MemoryService
     from query_api.mcp_server import serve_stdio
+    from topology.errors import StoreUnavailable
 
     if not key:
         console.print("[red]an API key is needed: --key or JEVMEM_API_KEY (jevmem keys create --tenant T)[/]")
@@ -251,6 +252,9 @@ def mcp(key: Annotated[str | None, typer.Option("--key", envvar="JEVMEM_API_KEY"
     except Unauthenticated as exc:
         console.print(f"[red]API key refused: {exc}[/]")
         raise typer.Exit(2) from exc
+    except StoreUnavailable as exc:  # e.g. the embedded store is open in another process
+        console.print(f"[red]memory unavailable: {exc}[/]")
+        raise typer.Exit(1) from exc
 
 
 @app.command()

@@ -230,6 +230,10 @@ async def test_stdio_server_over_a_subprocess(tmp_path: Path) -> None:
         assert "e0" not in {e["event_id"] for e in rec["evidence"]}
         assert (await call(c, "conversations"))["conversations"] == [{"conversation_id": "c1", "nodes": 11},
                                                                      {"conversation_id": "c2", "nodes": 6}]
+        # the store is this server's: a second one on the same directory stops with a clear error
+        second = await asyncio.to_thread(subprocess.run, MCP_CMD, env=params.env, cwd=ROOT, capture_output=True,
+                                         text=True, timeout=120, stdin=subprocess.DEVNULL)
+        assert second.returncode == 1 and "in use" in " ".join(second.stderr.split()), second.stderr
     assert (tmp_path / "memory.sqlite3").exists()
 
 
