@@ -223,8 +223,9 @@ def _recall(settings: Settings, question: str, conversations: list[str] | None, 
 
 
 @app.command()
-def mcp(key: Annotated[str | None, typer.Option("--key", envvar="JEVMEM_API_KEY", show_envvar=False,
-                                                help="API key of the tenant [env JEVMEM_API_KEY].")] = None,
+def mcp(key: Annotated[str | None, typer.Option(
+            "--key", envvar="JEVMEM_API_KEY", show_envvar=False,
+            help="API key of the tenant; prefer env JEVMEM_API_KEY (a flag shows in the process list).")] = None,
         data_dir: DataDir = None,
         distributed: Annotated[bool, typer.Option(help="Ingest to Kafka; query Elasticsearch/Qdrant.")] = False) -> None:
     """Serve the memory tools (remember, recall, forget, graph, conversations) to an agent over MCP stdio,

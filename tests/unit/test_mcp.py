@@ -15,11 +15,11 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+import httpx2  # the MCP SDK's HTTP client (a dependency of mcp)
 import pytest
 from mcp import Client
 from mcp.client.stdio import StdioServerParameters
 from mcp.client.streamable_http import streamable_http_client
-from mcp.shared._httpx_utils import create_mcp_http_client
 
 from jevmem.client import MemoryApiError, MemoryClient
 from jevmem.settings import Settings
@@ -56,7 +56,7 @@ async def api(embedder: Embedder) -> AsyncIterator[Api]:
 
 @asynccontextmanager
 async def mcp_http(api: Api, who: str) -> AsyncIterator[Client]:
-    async with create_mcp_http_client(headers={"Authorization": f"Bearer {api.keys[who]}"}) as http, \
+    async with httpx2.AsyncClient(headers={"Authorization": f"Bearer {api.keys[who]}"}, timeout=120) as http, \
             Client(streamable_http_client(f"{api.url}/mcp", http_client=http)) as client:
         yield client
 
