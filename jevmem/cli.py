@@ -109,20 +109,31 @@ def ingest(path: Path, data_dir: DataDir = None, tenant: Tenant = None,
 
 
 @app.command()
-def query(question: str, conversation: Annotated[str, typer.Option("--conversation", "-c")],
+def query(question: str,
+          conversation: Annotated[list[str] | None, typer.Option(
+              "--conversation", "-c", help="Conversation id (repeat it to search several).")] = None,
+          all_conversations: Annotated[bool, typer.Option(
+              "--all-conversations", help="Search all the tenant's conversations (at most 50, the largest).")] = False,
           data_dir: DataDir = None, tenant: Tenant = None, top_k: int = 10,
           as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object.")] = False) -> None:
-    """Retrieve evidence for QUESTION from a conversation (and an answer if System Two is set)."""
+    """Retrieve evidence for QUESTION from a conversation (and an answer if System Two is set);
+    from several (-c repeated) or all (--all-conversations) of the tenant's, merged by score."""
     from jevmem.wiring import build_embedded, system_two
     from topology.schemas import Scope
 
     settings = _settings(data_dir, tenant)
+    if not conversation and not all_conversations:
+        raise typer.BadParameter("give --conversation/-c (repeatable) or --all-conversations")
+    if all_conversations or len(conversation or []) > 1:
+        _recall(settings, question, None if all_conversations else conversation, top_k, as_json)
+        return
+    assert conversation is not None
 
     async def go() -> dict[str, Any]:
         mem = build_embedded(settings)
         s2 = system_two(settings)
         try:
-            res = await mem.controller.retrieve(Scope(tenant_id=settings.tenant, conversation_id=conversation),
+            res = await mem.controller.retrieve(Scope(tenant_id=settings.tenant, conversation_id=conversation[0]),
                                                 question, top_k=top_k)
             out: dict[str, Any] = res.model_dump(mode="json")
             if s2 is not None:
@@ -177,6 +188,79 @@ def serve(host: str = "127.0.0.1", port: int = 8080, data_dir: DataDir = None,
     app = create_app(service, auth)
     metrics.attach(app)
     uvicorn.run(app, host=host, port=port, log_config=None)
+
+
+def _recall(settings: Settings, question: str, conversations: list[str] | None, top_k: int, as_json: bool) -> None:
+    """``query`` over several conversations (:func:`query_api.recall.recall`) of the embedded store."""
+    from jevmem.wiring import EmbeddedService
+    from query_api.recall import recall
+
+    async def go() -> dict[str, Any]:
+        service = EmbeddedService(settings)
+        await service.start()
+        try:
+            res = await recall(service, settings.tenant, question, top_k, conversations)
+            out: dict[str, Any] = res.model_dump(mode="json")
+            answer = await service.answer(question, [e.content for e in res.evidence])
+            if answer is not None:
+                out["answer"] = answer
+            return out
+        finally:
+            await service.stop()
+
+    out = _run(go())
+    if as_json:
+        sys.stdout.write(orjson.dumps(out).decode() + "\n")
+        return
+    table = Table(title=question)
+    for col in ("#", "score", "conversation", "speaker", "when", "memory"):
+        table.add_column(col)
+    for i, e in enumerate(out["evidence"], start=1):
+        table.add_row(str(i), f"{e['score']:.3f}", e["conversation_id"], e["speaker"] or "", (e["observed_at"] or "")[:10],
+                      e["content"])
+    Console().print(table)
+    for tr in out["conversations"]:
+        console.print(f"{tr['conversation_id']}: depth {tr['depth']}  stop {tr['stop_reason']}  "
+                      f"calls {tr['controller_calls']}  {tr['ms']:.0f} ms  {tr['evidence']} kept")
+    console.print(f"searched {out['searched']} conversations ({out['skipped']} skipped by the cap), {out['ms']:.0f} ms")
+    if "answer" in out:
+        Console().print(f"[bold]answer:[/] {out['answer']}")
+
+
+@app.command()
+def mcp(key: Annotated[str | None, typer.Option(
+            "--key", envvar="JEVMEM_API_KEY", show_envvar=False,
+            help="API key of the tenant; prefer env JEVMEM_API_KEY (a flag shows in the process list).")] = None,
+        data_dir: DataDir = None,
+        distributed: Annotated[bool, typer.Option(help="Ingest to Kafka; query Elasticsearch/Qdrant.")] = False) -> None:
+    """Serve the memory tools (remember, recall, forget, graph, conversations) to an agent over MCP stdio,
+    for the tenant of the API key. Over HTTP, `jevmem serve` has them at /mcp."""
+    from jevmem.wiring import EmbeddedService, key_store
+    from query_api.auth import Authenticator, Unauthenticated
+    from query_api.http import MemoryService
+    from query_api.mcp_server import serve_stdio
+    from topology.errors import StoreUnavailable
+
+    if not key:
+        console.print("[red]an API key is needed: --key or JEVMEM_API_KEY (jevmem keys create --tenant T)[/]")
+        raise typer.Exit(2)
+    settings = _settings(data_dir)
+    service: MemoryService
+    if distributed or settings.mode == "distributed":
+        from jevmem.distributed import DistributedService
+
+        settings = settings.model_copy(update={"mode": "distributed"})
+        service = DistributedService(settings)
+    else:
+        service = EmbeddedService(settings)
+    try:
+        _run(serve_stdio(service, Authenticator(key_store(settings), settings.auth_cache_seconds), key))
+    except Unauthenticated as exc:
+        console.print(f"[red]API key refused: {exc}[/]")
+        raise typer.Exit(2) from exc
+    except StoreUnavailable as exc:  # e.g. the embedded store is open in another process
+        console.print(f"[red]memory unavailable: {exc}[/]")
+        raise typer.Exit(1) from exc
 
 
 @app.command()

@@ -10,6 +10,9 @@ tenant always comes from the key; bodies may omit ``tenant_id``.
   listing the per-item reasons whenever any item was invalid (200 otherwise). A body that is not
   JSON (400) or not an array (422) is dead-lettered whole. Accepted items are never lost.
 - ``POST /v1/query`` (``query``): evidence (and an answer when System Two is configured) with the trace.
+- ``POST /v1/recall`` (``query``): evidence from several or all of the tenant's conversations, merged
+  by score, each item with its conversation (:mod:`query_api.recall`; 422 over its cap).
+- ``/mcp``: the Model Context Protocol tools over streamable HTTP (:mod:`query_api.mcp_server`).
 - ``GET /v1/conversations`` (``query``): the tenant's conversations with node counts.
 - ``GET /v1/conversations/{conversation}/nodes|edges|decisions`` (``query``; nodes and edges also under
   ``/v1/tenants/{tenant}/...``, 403 for another tenant).
@@ -44,6 +47,7 @@ from starlette.types import Scope as AsgiScope
 
 from query_api.auth import Authenticator, Forbidden, Principal, Unauthenticated, require, same_tenant
 from query_api.controller import Retrieval
+from query_api.recall import Recall, RecallRequest, recall
 from topology import limits, observe
 from topology.errors import BrokerUnavailable, StoreUnavailable, SystemOneError, SystemTwoError
 from topology.schemas import ConsolidationDecision, DeadLetter, EdgeEvent, Ident, MemoryNode, Observation, Scope, describe
@@ -335,6 +339,10 @@ def create_app(service: MemoryService, auth: Authenticator) -> FastAPI:
                                  "stop": res.trace.stop_reason})
         return QueryResponse(**res.model_dump(), answer=answer, trace_id=observe.TRACE_ID.get())
 
+    @app.post("/v1/recall", response_model=Recall)
+    async def recall_all(req: RecallRequest, who: Principal = query_key) -> Recall:
+        return await recall(service, who.tenant_id, req.question, req.top_k, req.conversation_ids)
+
     @app.get("/v1/conversations", response_model=list[Conversation])
     async def conversations(who: Principal = query_key) -> list[Conversation]:
         return [Conversation(conversation_id=c, nodes=n) for c, n in await service.conversations(who.tenant_id)]
@@ -386,4 +394,7 @@ def create_app(service: MemoryService, auth: Authenticator) -> FastAPI:
     async def health() -> dict[str, Any]:
         return await service.health()
 
+    from query_api import mcp_server  # imports this module
+
+    mcp_server.mount(app, service, auth)
     return app
