@@ -47,6 +47,7 @@ from starlette.types import Scope as AsgiScope
 
 from query_api.auth import Authenticator, Forbidden, Principal, Unauthenticated, require, same_tenant
 from query_api.controller import Retrieval
+from query_api.items import ItemError, safe, validate_items
 from query_api.recall import Recall, RecallRequest, recall
 from topology import limits, observe
 from topology.errors import BrokerUnavailable, StoreUnavailable, SystemOneError, SystemTwoError
@@ -94,11 +95,6 @@ class MemoryService(Protocol):
     async def dead_letters(self, tenant_id: str, limit: int) -> list[DeadLetter]: ...
 
     async def health(self) -> dict[str, Any]: ...
-
-
-class ItemError(BaseModel):
-    index: int
-    reason: str
 
 
 class IngestResponse(BaseModel):
@@ -196,19 +192,6 @@ def _too_large(limit: int) -> JSONResponse:
     return JSONResponse({"detail": f"request body larger than {limit} bytes"}, status_code=413)
 
 
-def _safe(text: str) -> str:
-    """``text`` encodable as UTF-8 (lone surrogates escaped), for error messages."""
-    return text.encode("utf-8", "backslashreplace").decode("utf-8")
-
-
-def _dump(raw: Any) -> str:
-    """A JSON copy of a parsed item for a dead letter (any parsed value, lone surrogates escaped)."""
-    try:
-        return orjson.dumps(raw).decode()
-    except TypeError:
-        return json.dumps(raw, ensure_ascii=True)
-
-
 def _parse(body: bytes) -> Any:
     """JSON body; lone-surrogate escapes and out-of-range numbers parse (the items holding them are
     then refused one by one). Raises ValueError for anything that is not JSON."""
@@ -259,24 +242,24 @@ def create_app(service: MemoryService, auth: Authenticator) -> FastAPI:
     async def _503(_: Request, exc: Exception) -> JSONResponse:
         observe.count("store_error", 1, "broker" if isinstance(exc, BrokerUnavailable) else "store")
         log.warning("unavailable: %s", exc)
-        return JSONResponse({"detail": f"temporarily unavailable: {_safe(str(exc))[:500]}"}, status_code=503,
+        return JSONResponse({"detail": f"temporarily unavailable: {safe(str(exc))[:500]}"}, status_code=503,
                             headers={"Retry-After": str(RETRY_AFTER_S)})
 
     @app.exception_handler(SystemOneError)
     @app.exception_handler(SystemTwoError)
     async def _502(_: Request, exc: Exception) -> JSONResponse:
         which = "System One" if isinstance(exc, SystemOneError) else "System Two"
-        return JSONResponse({"detail": f"{which} failed: {_safe(str(exc))[:500]}"}, status_code=502,
+        return JSONResponse({"detail": f"{which} failed: {safe(str(exc))[:500]}"}, status_code=502,
                             headers={"Retry-After": str(RETRY_AFTER_S)})
 
     @app.exception_handler(RequestValidationError)
     async def _422(_: Request, exc: RequestValidationError) -> JSONResponse:
-        errors = [{"loc": [str(p) for p in e.get("loc", ())], "msg": _safe(str(e.get("msg", "")))} for e in exc.errors()]
+        errors = [{"loc": [str(p) for p in e.get("loc", ())], "msg": safe(str(e.get("msg", "")))} for e in exc.errors()]
         return JSONResponse({"detail": errors}, status_code=422)
 
     @app.exception_handler(ValidationError)
     async def _422_ids(_: Request, exc: ValidationError) -> JSONResponse:
-        return JSONResponse({"detail": _safe(describe(exc))}, status_code=422)
+        return JSONResponse({"detail": safe(describe(exc))}, status_code=422)
 
     def scope_of(who: Principal, conversation_id: str, tenant_id: str | None = None) -> Scope:
         return Scope(tenant_id=same_tenant(who, tenant_id), conversation_id=conversation_id)
@@ -291,7 +274,7 @@ def create_app(service: MemoryService, auth: Authenticator) -> FastAPI:
         try:
             items = _parse(body)
         except ValueError as exc:
-            letter = (400, f"body is not JSON: {_safe(str(exc))[:300]}")
+            letter = (400, f"body is not JSON: {safe(str(exc))[:300]}")
         else:
             if not isinstance(items, list):
                 letter = (422, f"body must be a JSON array of observations, got {type(items).__name__}")
@@ -304,20 +287,7 @@ def create_app(service: MemoryService, auth: Authenticator) -> FastAPI:
         for raw in items:
             if isinstance(raw, dict):
                 same_tenant(who, raw.get("tenant_id") if isinstance(raw.get("tenant_id"), str) else None)
-        good: list[Observation] = []
-        errors: list[ItemError] = []
-        letters: list[DeadLetter] = []
-        for i, raw in enumerate(items):
-            try:
-                if not isinstance(raw, dict):
-                    raise ValueError(f"an observation must be a JSON object, got {type(raw).__name__}")
-                if not isinstance(raw.get("tenant_id", ""), str):
-                    raise ValueError("tenant_id: must be a string (or omitted: the key's tenant)")
-                good.append(Observation.model_validate({**raw, "tenant_id": who.tenant_id}))
-            except (ValidationError, ValueError) as exc:
-                reason = _safe(describe(exc) if isinstance(exc, ValidationError) else str(exc))
-                errors.append(ItemError(index=i, reason=reason))
-                letters.append(DeadLetter.of(_dump(raw), reason, f"http#{i}", who.tenant_id))
+        good, errors, letters = validate_items(items, who.tenant_id, "http")
         if letters:
             await service.reject(letters)
             observe.count("dead_letter", len(letters), "http")

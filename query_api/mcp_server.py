@@ -51,7 +51,8 @@ from starlette.types import Receive, Send
 from starlette.types import Scope as AsgiScope
 
 from query_api.auth import ApiScope, Authenticator, Forbidden, Principal, Unauthenticated, require, same_tenant
-from query_api.http import MemoryService, _dump, _safe
+from query_api.http import MemoryService
+from query_api.items import ItemError, dump, validate_items
 from query_api.recall import MAX_CONVERSATIONS, Recall, TooManyConversations, recall
 from topology import limits
 from topology.errors import BrokerUnavailable, StoreUnavailable, SystemOneError, SystemTwoError
@@ -71,18 +72,13 @@ PrincipalOf = Callable[[Context[Any, Any]], Awaitable[Principal]]
 """How a tool call finds its caller (from the HTTP request, or the stdio key)."""
 
 
-class ItemProblem(BaseModel):
-    index: int
-    reason: str
-
-
 class Remembered(BaseModel):
     """What ``remember`` did: counts, the per-item reasons of refused items (dead-lettered), and
     the event ids of the accepted items (including those the tool assigned)."""
 
     accepted: int
     rejected: int
-    errors: list[ItemProblem] = Field(default_factory=list)
+    errors: list[ItemError] = Field(default_factory=list)
     event_ids: list[str] = Field(default_factory=list)
 
 
@@ -145,30 +141,6 @@ def tool_errors() -> Iterator[None]:
         raise ToolError(str(exc)) from exc
 
 
-def validate_items(items: Sequence[Any], tenant_id: str, conversation_id: str | None,
-                   source: str) -> tuple[list[Observation], list[ItemProblem], list[DeadLetter]]:
-    """(valid observations, per-item problems, dead letters) of ``items``, validated as the HTTP
-    API validates them after filling ``conversation_id`` (when given and the item has none) and a
-    fresh ``event_id`` (when the item has none). The tenant is always ``tenant_id``."""
-    good: list[Observation] = []
-    problems: list[ItemProblem] = []
-    letters: list[DeadLetter] = []
-    for i, raw in enumerate(items):
-        try:
-            if not isinstance(raw, dict):
-                raise ValueError(f"an observation must be a JSON object, got {type(raw).__name__}")
-            item = dict(raw)
-            if conversation_id is not None:
-                item.setdefault("conversation_id", conversation_id)
-            item.setdefault("event_id", f"mcp-{uuid.uuid4().hex}")
-            good.append(Observation.model_validate({**item, "tenant_id": tenant_id}))
-        except (ValidationError, ValueError) as exc:
-            reason = _safe(describe(exc) if isinstance(exc, ValidationError) else str(exc))
-            problems.append(ItemProblem(index=i, reason=reason))
-            letters.append(DeadLetter.of(_dump(raw), reason, f"{source}#{i}", tenant_id))
-    return good, problems, letters
-
-
 def _item_schema() -> dict[str, Any]:
     """The advertised schema of one ``remember`` item: an observation whose tenant, conversation
     and event ids may be omitted (validation itself happens per item, in :func:`validate_items`)."""
@@ -221,12 +193,15 @@ def build_server(service: MemoryService, principal_of: PrincipalOf) -> MCPServer
             who = await caller(ctx, "ingest")
             if len(observations) > limits.MAX_BATCH_ITEMS:
                 reason = f"{len(observations)} items in one call; the limit is {limits.MAX_BATCH_ITEMS}"
-                await service.reject([DeadLetter.of(_dump(observations), reason, "mcp:call", who.tenant_id)])
+                await service.reject([DeadLetter.of(dump(observations), reason, "mcp:call", who.tenant_id)])
                 raise ToolError(reason)
             for raw in observations:
                 if isinstance(raw, dict):
                     same_tenant(who, raw.get("tenant_id") if isinstance(raw.get("tenant_id"), str) else None)
-            good, problems, letters = validate_items(observations, who.tenant_id, conversation_id, "mcp")
+            defaults = {"event_id": lambda: f"mcp-{uuid.uuid4().hex}"}
+            if conversation_id is not None:
+                defaults["conversation_id"] = lambda: conversation_id
+            good, problems, letters = validate_items(observations, who.tenant_id, "mcp", defaults)
             if letters:
                 await service.reject(letters)
             if good:

@@ -337,36 +337,31 @@ def encode(model: BaseModel) -> bytes:
 
 def decode(cls: type[M], raw: bytes | str) -> M:
     """Parse and validate; raise :class:`InvalidEvent` with a readable reason on any failure."""
+    return validate(cls, _object(raw))
+
+
+def _object(raw: bytes | str) -> dict[str, Any]:
+    """``raw`` parsed as a JSON object, or :class:`InvalidEvent`."""
     try:
         data = orjson.loads(raw)
     except orjson.JSONDecodeError as exc:
         raise InvalidEvent(f"not JSON: {exc}") from exc
     if not isinstance(data, dict):
         raise InvalidEvent(f"expected a JSON object, got {type(data).__name__}")
-    return validate(cls, data)
+    return data
 
 
 def decode_input(raw: bytes | str) -> Observation | Forget:
     """An observations-topic record: a :class:`Forget` when it says ``"op": "forget"``, else an
     :class:`Observation`; raise :class:`InvalidEvent` with a readable reason on any failure."""
-    try:
-        data = orjson.loads(raw)
-    except orjson.JSONDecodeError as exc:
-        raise InvalidEvent(f"not JSON: {exc}") from exc
-    if not isinstance(data, dict):
-        raise InvalidEvent(f"expected a JSON object, got {type(data).__name__}")
+    data = _object(raw)
     return validate(Forget, data) if data.get("op") == "forget" else validate(Observation, data)
 
 
 def decode_logged(cls: type[M], raw: bytes | str) -> M | Forgotten:
     """A derived-log record (memories, edges, consolidation topics): a :class:`Forgotten` marker
     when it says ``"op": "forgotten"``, else ``cls``."""
-    try:
-        data = orjson.loads(raw)
-    except orjson.JSONDecodeError as exc:
-        raise InvalidEvent(f"not JSON: {exc}") from exc
-    if not isinstance(data, dict):
-        raise InvalidEvent(f"expected a JSON object, got {type(data).__name__}")
+    data = _object(raw)
     return validate(Forgotten, data) if data.get("op") == "forgotten" else validate(cls, data)
 
 
