@@ -144,19 +144,30 @@ def query(question: str,
             await mem.close()
 
     out = _run(go())
+    if _print_evidence(out, question, "via", as_json):
+        tr = out["trace"]
+        console.print(f"route {tr['route']}  depth {tr['depth']}  stop {tr['stop_reason']}  "
+                      f"calls {tr['controller_calls']}  {tr['timings_ms']['total']:.0f} ms")
+        _print_answer(out)
+
+
+def _print_evidence(out: dict[str, Any], question: str, third: str, as_json: bool) -> bool:
+    """Print ``out`` as one JSON line (``as_json``; returns False) or an evidence table whose third
+    column is the evidence field ``third`` (returns True: the caller prints the trace)."""
     if as_json:
         sys.stdout.write(orjson.dumps(out).decode() + "\n")
-        return
+        return False
     table = Table(title=question)
-    for col in ("#", "score", "via", "speaker", "when", "memory"):
+    for col in ("#", "score", third.replace("_id", ""), "speaker", "when", "memory"):
         table.add_column(col)
     for i, e in enumerate(out["evidence"], start=1):
-        when = (e["observed_at"] or "")[:10]
-        table.add_row(str(i), f"{e['score']:.3f}", e["via"], e["speaker"] or "", when, e["content"])
+        table.add_row(str(i), f"{e['score']:.3f}", e[third], e["speaker"] or "", (e["observed_at"] or "")[:10],
+                      e["content"])
     Console().print(table)
-    tr = out["trace"]
-    console.print(f"route {tr['route']}  depth {tr['depth']}  stop {tr['stop_reason']}  "
-                  f"calls {tr['controller_calls']}  {tr['timings_ms']['total']:.0f} ms")
+    return True
+
+
+def _print_answer(out: dict[str, Any]) -> None:
     if "answer" in out:
         Console().print(f"[bold]answer:[/] {out['answer']}")
 
@@ -209,22 +220,13 @@ def _recall(settings: Settings, question: str, conversations: list[str] | None, 
             await service.stop()
 
     out = _run(go())
-    if as_json:
-        sys.stdout.write(orjson.dumps(out).decode() + "\n")
-        return
-    table = Table(title=question)
-    for col in ("#", "score", "conversation", "speaker", "when", "memory"):
-        table.add_column(col)
-    for i, e in enumerate(out["evidence"], start=1):
-        table.add_row(str(i), f"{e['score']:.3f}", e["conversation_id"], e["speaker"] or "", (e["observed_at"] or "")[:10],
-                      e["content"])
-    Console().print(table)
-    for tr in out["conversations"]:
-        console.print(f"{tr['conversation_id']}: depth {tr['depth']}  stop {tr['stop_reason']}  "
-                      f"calls {tr['controller_calls']}  {tr['ms']:.0f} ms  {tr['evidence']} kept")
-    console.print(f"searched {out['searched']} conversations ({out['skipped']} skipped by the cap), {out['ms']:.0f} ms")
-    if "answer" in out:
-        Console().print(f"[bold]answer:[/] {out['answer']}")
+    if _print_evidence(out, question, "conversation_id", as_json):
+        for tr in out["conversations"]:
+            console.print(f"{tr['conversation_id']}: depth {tr['depth']}  stop {tr['stop_reason']}  "
+                          f"calls {tr['controller_calls']}  {tr['ms']:.0f} ms  {tr['evidence']} kept")
+        console.print(f"searched {out['searched']} conversations ({out['skipped']} skipped by the cap), "
+                      f"{out['ms']:.0f} ms")
+        _print_answer(out)
 
 
 @app.command()
