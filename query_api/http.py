@@ -17,6 +17,7 @@ tenant always comes from the key; bodies may omit ``tenant_id``.
   200 with what was removed (embedded), 202 once the request is on the log (distributed), 404
   when there was nothing to forget.
 - ``GET /v1/dead-letters`` (``admin``): the key's tenant's dead letters only.
+- ``GET /ui/`` (no key): the memory page (:mod:`query_api.ui`); its API calls need a key.
 
 Any request body is capped at ``limits.MAX_BODY_BYTES`` (413). A store or broker outage answers
 503 with ``Retry-After``; a System One or System Two service failure answers 502 (with
@@ -41,6 +42,7 @@ from starlette.types import Scope as AsgiScope
 
 from query_api.auth import Authenticator, Forbidden, Principal, Unauthenticated, require, same_tenant
 from query_api.controller import Retrieval
+from query_api.ui import mount_ui
 from topology import limits
 from topology.errors import BrokerUnavailable, StoreUnavailable, SystemOneError, SystemTwoError
 from topology.schemas import ConsolidationDecision, DeadLetter, EdgeEvent, Ident, MemoryNode, Observation, Scope, describe
@@ -335,4 +337,5 @@ def create_app(service: MemoryService, auth: Authenticator) -> FastAPI:
     async def health() -> dict[str, Any]:
         return await service.health()
 
+    mount_ui(app)  # the memory page at /ui/ (query_api/ui)
     return app
