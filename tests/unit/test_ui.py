@@ -149,6 +149,16 @@ def browser() -> Iterator[Any]:
         driver.quit()
 
 
+def _keep(driver: Any, folder: Path, name: str) -> None:
+    """Screenshot ``ui[-name].png`` into ``folder``, copied beside ``JEVMEM_UI_SCREENSHOT`` (which
+    names the main one) when that is set."""
+    shot = folder / f"ui{'-' + name if name else ''}.png"
+    driver.save_screenshot(str(shot))
+    target = os.environ.get("JEVMEM_UI_SCREENSHOT")
+    if target:
+        shutil.copyfile(shot, Path(target).with_name(Path(target).stem + (f"-{name}" if name else "") + ".png"))
+
+
 def _severe(driver: Any) -> list[str]:
     return [e["message"] for e in driver.get_log("browser") if e["level"] == "SEVERE"]
 
@@ -193,6 +203,7 @@ def test_page_in_headless_chromium(site: Site, browser: Any, tmp_path: Path) -> 
     assert len(d.find_elements(By.CSS_SELECTOR, "#timeline circle")) == site.nodes
     rows[5].click()
     wait.until(lambda _: "24 September 2023" in text("#detail-content"))
+    _keep(d, tmp_path, "timeline")
     body = text("#detail-body").lower()  # (headings are upper-cased by CSS)
     assert "episodic" in body and "edges (" in body and "2023-09-24" in body  # grounded date
 
@@ -206,15 +217,16 @@ def test_page_in_headless_chromium(site: Site, browser: Any, tmp_path: Path) -> 
     assert text("#stop-reason") and "route" in trace.lower() and "rounds (" in trace.lower() and "controller calls" in trace
     d.find_elements(By.CSS_SELECTOR, "#evidence li")[0].click()
     wait.until(lambda _: "Biscuit" in text("#detail-content"))
-    shot = tmp_path / "ui.png"
-    d.save_screenshot(str(shot))
-    if os.environ.get("JEVMEM_UI_SCREENSHOT"):
-        shutil.copyfile(shot, os.environ["JEVMEM_UI_SCREENSHOT"])
+    _keep(d, tmp_path, "")
+    d.execute_script("const a = document.getElementById('ask');"
+                     "a.scrollTop = document.getElementById('trace').offsetTop - a.offsetTop")
+    _keep(d, tmp_path, "trace")
 
     # dead letters: the invalid item with its reason
     d.find_element(By.CSS_SELECTOR, "button[data-tab='dead']").click()
-    wait.until(lambda _: "dead letters" in text("#dead"))
+    wait.until(lambda _: "dead letter" in text("#dead"))
     assert "http#12" in text("#dead")
+    _keep(d, tmp_path, "dead-letters")
     assert _severe(d) == []
 
     # a query-only key: dead letters answer 403, shown as a clear message
@@ -238,3 +250,38 @@ def test_dev_mode_page_signs_itself_in(embedder: Embedder, browser: Any) -> None
         assert "acme" in browser.find_element("id", "identity").text
         assert "no conversations" in browser.find_element("id", "status").text
         assert _severe(browser) == []
+
+
+def test_graph_of_1000_memories_draws_in_seconds(embedder: Embedder, browser: Any) -> None:
+    """1,000 memories and ~6,000 edges (synthetic, in the page's own GraphView): drawn, laid out,
+    filtered and focused in seconds (generous bound: CI shares two cores)."""
+    with serve_http(_app(embedder, SqliteKeyStore(":memory:"))) as url:
+        browser.get(f"{url}/ui/")
+        browser.set_script_timeout(120)
+        out = browser.execute_async_script("""
+            const done = arguments[arguments.length - 1];
+            import('/ui/graph.js').then((m) => {
+              const box = document.createElement('div');
+              box.style.cssText = 'position:fixed;left:0;top:0;width:1000px;height:700px';
+              document.body.append(box);
+              let s = 1; const rnd = () => (s = (s * 16807) % 2147483647) / 2147483647;
+              const views = ['semantic', 'temporal', 'causal', 'entity'];
+              const nodes = [...Array(1000)].map((_, i) => ({id: 'n' + i, seq: i, speaker: i % 2 ? 'A' : 'B',
+                                                             kind: 'observation', content: 'm' + i}));
+              const edges = [];
+              for (let i = 0; i < 1000; i++) for (let k = 0; k < 6; k++) {
+                const j = Math.floor(rnd() * 1000);
+                if (j !== i) edges.push({id: i + '-' + k, source: 'n' + i, target: 'n' + j, view: views[k % 4],
+                                         probability: rnd(), direction: k % 4 === 2 ? 'directed' : 'undirected'});
+              }
+              const g = new m.GraphView(box, () => {});
+              const t0 = performance.now(); g.load(nodes, edges);
+              const t1 = performance.now(); g.setViews(['causal']); g.setMinP(0.5); g.focus('n5');
+              const t2 = performance.now();
+              done({load_ms: t1 - t0, filter_focus_ms: t2 - t1, counts: g.counts()});
+            }).catch((e) => done({error: String(e)}));""")
+    assert "error" not in out, out
+    assert out["counts"]["nodes"] == 1000 and out["counts"]["edges"] > 5900
+    print(f"1,000 memories: drawn in {out['load_ms']:.0f} ms, filtered + focused in {out['filter_focus_ms']:.0f} ms")
+    assert out["load_ms"] < 30_000 and out["filter_focus_ms"] < 5_000
+    assert _severe(browser) == []

@@ -5,7 +5,8 @@
 
 import { VIEW_COLORS, VIEWS, speakerColor, snippet } from "./util.js";
 
-const BIG = 300; // above this many nodes: cheaper edges, no labels, draft layout
+const BIG = 300; // above this many nodes: cheaper edges, no labels, draft layout on a backbone
+const BACKBONE = 3;
 
 export function graphLibraryLoaded() {
   return typeof window.cytoscape === "function";
@@ -55,7 +56,7 @@ export class GraphView {
     }
     const big = nodes.length > BIG;
     this.cy = window.cytoscape({
-      container: this.container, elements, style: this.style(big), wheelSensitivity: 0.3, minZoom: 0.05, maxZoom: 4,
+      container: this.container, elements, style: this.style(big), minZoom: 0.05, maxZoom: 4,
       hideEdgesOnViewport: big, textureOnViewport: big, pixelRatio: big ? 1 : "auto", selectionType: "single",
       boxSelectionEnabled: false,
     });
@@ -70,7 +71,7 @@ export class GraphView {
   layout() {
     if (!this.cy || this.cy.nodes().length === 0) return;
     const n = this.cy.nodes().length;
-    const shown = this.cy.elements().not(".hidden");
+    const shown = n > BIG ? this.cy.nodes().union(this.backbone()) : this.cy.elements().not(".hidden");
     const fcose = typeof window.cytoscapeFcose !== "undefined";
     const opts = fcose
       ? { name: "fcose", quality: n > BIG ? "draft" : "default", randomize: true, animate: false, fit: true, padding: 20,
@@ -82,6 +83,16 @@ export class GraphView {
       this.cy.zoom(2.2);
       this.cy.center();
     }
+  }
+
+  /** The edges a big graph is laid out by: each memory's BACKBONE most probable shown edges. */
+  backbone() {
+    const keep = new Set();
+    this.cy.nodes().forEach((node) => {
+      const best = node.connectedEdges().not(".hidden").sort((a, b) => b.data("p") - a.data("p"));
+      for (let i = 0; i < Math.min(BACKBONE, best.length); i++) keep.add(best[i].id());
+    });
+    return this.cy.edges().filter((e) => keep.has(e.id()));
   }
 
   /** Show only edges of the chosen views at or above the probability threshold. */

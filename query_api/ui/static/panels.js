@@ -86,9 +86,12 @@ export function renderResult(container, result, ctx) {
       el("p", {}, "Active views: ", tr.active_views.join(", ") || "none", " · budgets: ",
         Object.entries(tr.budgets).map(([k, v]) => `${k} ${v}`).join(", ") || "none"),
       el("h3", { text: `Rounds (${tr.rounds.length})` }),
-      tr.rounds.length ? table(["round", "assess", "beam expanded (score)", "edges", "added", "stop"], tr.rounds.map((r) => [
-        String(r.round), Object.entries(r.assess).map(([k, v]) => `${k} ${p2(v)}`).join(", "), expanded(r.expanded),
-        String(r.examined_edges), String(r.added), r.stop || ""])) : el("p", { class: "hint", text: "No expansion rounds." }),
+      tr.rounds.length ? el("ol", { class: "rounds" }, tr.rounds.map((r) => el("li", {},
+        el("div", {}, el("b", { text: `round ${r.round}` }), ` · edges examined ${r.examined_edges} · added ${r.added}`,
+          r.stop ? el("span", { class: "stop", text: ` · stop: ${r.stop}` }) : null),
+        el("div", { class: "scores", text: `assess: ${Object.entries(r.assess).map(([k, v]) => `${k} ${p2(v)}`).join(", ")}` }),
+        el("div", {}, "beam expanded (final score): ", expanded(r.expanded)))))
+        : el("p", { class: "hint", text: "No expansion rounds." }),
       el("h3", { text: "Timings (ms)" }),
       el("p", {}, Object.entries(tr.timings_ms).map(([k, v]) => `${k} ${v.toFixed(1)}`).join(" · ")),
       el("details", {}, el("summary", { text: "Raw trace (JSON)" }), el("pre", { text: JSON.stringify(tr, null, 2) }))),
@@ -105,7 +108,7 @@ export function renderDeadLetters(container, letters, error) {
     container.replaceChildren(el("p", { class: "hint", text: "No dead letters for this tenant." }));
     return;
   }
-  container.replaceChildren(el("p", { class: "count", text: `${letters.length} dead letters (newest last)` }),
+  container.replaceChildren(el("p", { class: "count", text: `${letters.length} dead letter${letters.length === 1 ? "" : "s"} (newest last)` }),
     table(["received", "source", "reason", "original"], letters.map((d) => [when(d.received_at), d.source, d.reason,
       el("pre", { title: d.truncated ? `truncated: ${d.original_bytes} bytes in all` : "" },
         d.truncated ? `${d.original}\n… (${d.original_bytes} bytes in all)` : d.original)])));
