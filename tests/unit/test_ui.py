@@ -285,3 +285,29 @@ def test_graph_of_1000_memories_draws_in_seconds(embedder: Embedder, browser: An
     print(f"1,000 memories: drawn in {out['load_ms']:.0f} ms, filtered + focused in {out['filter_focus_ms']:.0f} ms")
     assert out["load_ms"] < 30_000 and out["filter_focus_ms"] < 5_000
     assert _severe(browser) == []
+
+
+def test_page_without_built_libraries_says_so(embedder: Embedder, browser: Any, tmp_path: Path,
+                                              monkeypatch: pytest.MonkeyPatch) -> None:
+    """An unbuilt checkout (no static/vendor): the page still signs in and names the fix."""
+    import query_api.ui as ui
+
+    static = tmp_path / "static"
+    shutil.copytree(ui.STATIC, static, ignore=shutil.ignore_patterns("vendor"))
+    monkeypatch.setattr(ui, "STATIC", static)
+    monkeypatch.setattr(ui, "VENDOR", static / "vendor")
+    store = SqliteKeyStore(":memory:")
+    key, record = mint("acme", ["query"])
+    asyncio.run(store.create(record))
+    with serve_http(_app(embedder, store)) as url:
+        assert httpx.get(f"{url}/ui/config.json").json()["missing_vendor_files"] == list(ui.VENDOR_FILES)
+        browser.get(f"{url}/ui/")
+        from selenium.webdriver.common.by import By
+        from selenium.webdriver.support.ui import WebDriverWait
+
+        wait = WebDriverWait(browser, 30)
+        wait.until(lambda d: "scripts/ui-build" in d.find_element(By.ID, "banner").text)
+        browser.find_element(By.ID, "key").send_keys(key)
+        browser.find_element(By.CSS_SELECTOR, "#signin-form button").click()
+        wait.until(lambda d: "no conversations" in d.find_element(By.ID, "status").text)
+        assert all("vendor/" in m for m in _severe(browser))  # only the missing files' 404s

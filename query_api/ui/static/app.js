@@ -86,7 +86,7 @@ function fillConversations(conversations) {
   clear(select, conversations.map((c) => el("option", { value: c.conversation_id, text: `${c.conversation_id} (${c.nodes})` })));
   if (!conversations.length) {
     status("This tenant has no conversations yet.");
-    graph.load([], []);
+    if (graphLibraryLoaded()) graph.load([], []);
     $("graph-count").textContent = "0 memories";
     return;
   }
