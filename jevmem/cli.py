@@ -174,16 +174,23 @@ def _print_answer(out: dict[str, Any]) -> None:
 
 @app.command()
 def serve(host: str = "127.0.0.1", port: int = 8080, data_dir: DataDir = None,
-          distributed: Annotated[bool, typer.Option(help="Ingest to Kafka; query Elasticsearch/Qdrant.")] = False) -> None:
-    """Run the HTTP API (OpenAPI at /docs) over the embedded pipeline or the distributed stack.
-    Every call but /healthz needs an API key: ``jevmem keys create --tenant T``."""
+          distributed: Annotated[bool, typer.Option(help="Ingest to Kafka; query Elasticsearch/Qdrant.")] = False,
+          dev_ui: Annotated[bool, typer.Option(help="Loopback only: the /ui page signs itself in with an in-memory "
+                                                    "query+admin key for --tenant.")] = False,
+          tenant: Tenant = None) -> None:
+    """Run the HTTP API (OpenAPI at /docs, the memory page at /ui/) over the embedded pipeline or the
+    distributed stack. Every call but /healthz and /ui needs an API key: ``jevmem keys create --tenant T``."""
     import uvicorn
 
     from jevmem.wiring import EmbeddedService, key_store
     from query_api.auth import Authenticator
     from query_api.http import MemoryService, create_app
+    from query_api.ui import DevUi, dev_key, enable_dev_ui, is_loopback
 
-    settings = _settings(data_dir)
+    if dev_ui and not is_loopback(host):
+        raise typer.BadParameter(f"--dev-ui hands the page a key, so it needs a loopback --host (127.0.0.1, ::1 "
+                                 f"or localhost), not {host!r}", param_hint="--dev-ui")
+    settings = _settings(data_dir, tenant)
     service: MemoryService
     if distributed or settings.mode == "distributed":
         from jevmem.distributed import DistributedService
@@ -195,11 +202,20 @@ def serve(host: str = "127.0.0.1", port: int = 8080, data_dir: DataDir = None,
     from jevmem import logs, metrics
 
     logs.setup(settings.log_level, settings.log_format)
-    auth = Authenticator(key_store(settings), settings.auth_cache_seconds)
-    app = create_app(service, auth)
-    metrics.attach(app)
-    uvicorn.run(app, host=host, port=port, log_config=None)
-
+    keys = key_store(settings)
+    sign_in: DevUi | None = None
+    if dev_ui:
+        sign_in, keys = dev_key(settings.tenant, keys)
+    api = create_app(service, Authenticator(keys, settings.auth_cache_seconds))
+    metrics.attach(api)
+    shown = f"[{host}]" if ":" in host else host
+    if sign_in is not None:
+        enable_dev_ui(api, sign_in)
+        console.print(f"dev UI: http://{shown}:{port}/ui/ signs in as tenant {sign_in.tenant_id!r} "
+                      "(query+admin key, in memory for this process only)")
+    else:
+        console.print(f"memory page: http://{shown}:{port}/ui/ (sign in with an API key)")
+    uvicorn.run(api, host=host, port=port, log_config=None)
 
 def _recall(settings: Settings, question: str, conversations: list[str] | None, top_k: int, as_json: bool) -> None:
     """``query`` over several conversations (:func:`query_api.recall.recall`) of the embedded store."""

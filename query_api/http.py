@@ -20,6 +20,7 @@ tenant always comes from the key; bodies may omit ``tenant_id``.
   200 with what was removed (embedded), 202 once the request is on the log (distributed), 404
   when there was nothing to forget.
 - ``GET /v1/dead-letters`` (``admin``): the key's tenant's dead letters only.
+- ``GET /ui/`` (no key): the memory page (:mod:`query_api.ui`); its API calls need a key.
 
 Any request body is capped at ``limits.MAX_BODY_BYTES`` (413). A store or broker outage answers
 503 with ``Retry-After``; a System One or System Two service failure answers 502 (with
@@ -49,6 +50,7 @@ from query_api.auth import Authenticator, Forbidden, Principal, Unauthenticated,
 from query_api.controller import Retrieval
 from query_api.items import ItemError, safe, validate_items
 from query_api.recall import Recall, RecallRequest, recall
+from query_api.ui import mount_ui
 from topology import limits, observe
 from topology.errors import BrokerUnavailable, StoreUnavailable, SystemOneError, SystemTwoError
 from topology.schemas import ConsolidationDecision, DeadLetter, EdgeEvent, Ident, MemoryNode, Observation, Scope, describe
@@ -367,4 +369,5 @@ def create_app(service: MemoryService, auth: Authenticator) -> FastAPI:
     from query_api import mcp_server  # imports this module
 
     mcp_server.mount(app, service, auth)
+    mount_ui(app)  # the memory page at /ui/ (query_api/ui)
     return app
