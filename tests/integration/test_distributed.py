@@ -201,6 +201,8 @@ async def test_http_api_in_distributed_mode(elastic_stack: Stack) -> None:
     /v1/query reads Elasticsearch directly; keys live in Elasticsearch. Vectors in Elasticsearch's
     exact index: the fallback stays under test."""
     stack = elastic_stack
+    import re
+
     import httpx
     import orjson
 
@@ -247,8 +249,13 @@ async def test_http_api_in_distributed_mode(elastic_stack: Stack) -> None:
                 return any(r.headers["x-trace-id"] in str(ln.get("trace_id")) for ln in stored)
 
             await wait_for(logged, "a JSON 'stored' line with the request's trace id", stack, timeout=30)
-            scraped = (await c.get(f"http://127.0.0.1:{metrics_port}/metrics")).text
-            assert "jevmem_observations_accepted_total" in scraped and 'jevmem_consumer_lag{partition="0"' in scraped
+            async def scraped() -> bool:  # the lag gauge is refreshed every 5 s
+                text = (await c.get(f"http://127.0.0.1:{metrics_port}/metrics")).text
+                accepted = re.search(r"^jevmem_observations_accepted_total (\S+)$", text, re.MULTILINE)
+                lag = re.search(r'^jevmem_consumer_lag\{[^}]*partition="\d+"[^}]*\} \S+$', text, re.MULTILINE)
+                return bool(accepted and float(accepted.group(1)) >= len(obs) + len(hostile) and lag)
+
+            await wait_for(scraped, "the worker's metrics (accepted, consumer lag)", stack, timeout=30)
             q = await c.post("/v1/query", json={"conversation_id": "c1",
                                                 "question": "What is the name of Ana's puppy?", "top_k": 3})
             assert q.status_code == 200
