@@ -229,9 +229,11 @@ def replay(source: Annotated[str, typer.Option("--from", help="'edges' (no Syste
 
 @bench_app.command("locomo")
 def bench_locomo(directory: Path,
-                 as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object.")] = False) -> None:
+                 as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object.")] = False,
+                 ablate: Annotated[bool, typer.Option(
+                     "--ablate", help="Also report jevmem_no_graph (expansion rounds off), same run.")] = False) -> None:
     """Evidence recall@5/10/20 of jevmem vs bm25/vector/hybrid_rrf on LoCoMo conversation files."""
-    from jevmem.bench import CATS, KS, METHODS, run_locomo
+    from jevmem.bench import CATS, KS, methods, run_locomo
     from topology.embedding import load_embedder
 
     settings = _settings()
@@ -243,7 +245,8 @@ def bench_locomo(directory: Path,
                 tasks[label] = bar.add_task(label, total=total)
             bar.update(tasks[label], completed=done)
 
-        out = _run(run_locomo(directory, settings, load_embedder(settings.embedder, settings.model_cache), progress))
+        out = _run(run_locomo(directory, settings, load_embedder(settings.embedder, settings.model_cache), progress,
+                              ablate=ablate))
     if as_json:
         sys.stdout.write(orjson.dumps(out).decode() + "\n")
         return
@@ -252,7 +255,7 @@ def bench_locomo(directory: Path,
         table.add_column("method")
         for c in CATS:
             table.add_column(c)
-        for m in METHODS:
+        for m in methods(ablate):
             row = out["recall"][m][str(k)]
             table.add_row(m, *[("-" if row[c] is None else f"{row[c]:.3f}") for c in CATS])
         Console().print(table)
