@@ -18,6 +18,8 @@ CONSOLIDATE_EVERY = 20
 THETA_SUMMARY = 0.85
 #: ... and contradiction stays below this.
 THETA_CONTRADICTION = 0.85
+#: An older memory is shown as superseded when an update makes it obsolete this likely.
+THETA_OBSOLETE = 0.70
 #: A relation view takes part in a query when its route probability reaches this.
 THETA_ACT = 0.10
 #: Total graph-expansion budget per query, shared among active views.
@@ -78,6 +80,7 @@ class Params(BaseModel):
     consolidation_pairs: int = Field(default=20, description="pairs judged per consolidation run")
     theta_summary: float = THETA_SUMMARY
     theta_contradiction: float = THETA_CONTRADICTION
+    theta_obsolete: float = THETA_OBSOLETE
     admission_enabled: bool = False
     theta_act: float = THETA_ACT
     budget_total: int = BUDGET_TOTAL
