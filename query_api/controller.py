@@ -47,6 +47,8 @@ class Evidence(BaseModel):
     event_time: str | None
     temporal_refs: list[TemporalRef]
     provenance: dict[str, str]
+    #: Newer memories that made this one out of date (consolidation ``supersedes`` edges): content.
+    superseded_by: list[str] = []
 
 
 class RoundTrace(BaseModel):
@@ -195,6 +197,19 @@ class RetrievalController:
         if self.recorder is not None and len(cands) == len(st.pool):
             self.recorder(st.question, [c.node for c in cands], states)
 
+    async def _superseding(self, scope: Scope, ids: Sequence[str]) -> dict[str, list[str]]:
+        """For each of ``ids`` made obsolete by a newer memory: the newer memories' contents."""
+        edges = [e for e in await self.edges.neighbours(scope, ids, ["temporal"], 100 * len(ids) + 100)
+                 if e.label == "supersedes" and e.target in set(ids)]
+        if not edges:
+            return {}
+        by_id = {n.id: n.content for n in await self.nodes.get(scope, sorted({e.source for e in edges}))}
+        out: dict[str, list[str]] = {}
+        for e in edges:
+            if e.source in by_id:
+                out.setdefault(e.target, []).append(by_id[e.source])
+        return out
+
     async def retrieve(self, scope: Scope, question: str, top_k: int | None = None) -> Retrieval:
         p, lim = self.params, self.params.limits
         k = top_k or p.top_k
@@ -303,13 +318,15 @@ class RetrievalController:
                 break
         timings["total"] = (time.perf_counter() - t0) * 1000
         final = sorted(st.pool.values(), key=lambda c: (-c.score, c.node.seq))[:k]
+        newer = await self._superseding(scope, [c.node.id for c in final])
         return Retrieval(
             question=question,
             evidence=[Evidence(
                 node_id=c.node.id, event_id=c.node.event_id, content=c.node.content, speaker=c.node.speaker,
                 score=round(c.score, 6), relevance=round(c.relevance, 6), via=c.via, seq=c.node.seq,
                 observed_at=c.node.observed_at, event_time=c.node.event_time.isoformat() if c.node.event_time else None,
-                temporal_refs=c.node.temporal_refs, provenance=c.node.provenance) for c in final],
+                temporal_refs=c.node.temporal_refs, provenance=c.node.provenance,
+                superseded_by=newer.get(c.node.id, [])) for c in final],
             trace=Trace(route={k_: round(v, 6) for k_, v in route.items()}, active_views=list(views),
                         budgets={str(k_): v for k_, v in budgets.items()}, depth=d, anchors=len(anchor_ids),
                         rounds=rounds, stop_reason=stop, controller_calls=so.calls, visited=len(st.pool),

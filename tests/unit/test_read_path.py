@@ -89,3 +89,22 @@ async def test_static_baselines_rank_the_same_indexes(memory: Embedded) -> None:
     assert set(got) == {"bm25", "vector", "hybrid_rrf"}
     assert got["bm25"][0] == "e2" and "e2" in got["hybrid_rrf"][:2]
     assert all(len(v) == 3 for v in got.values())
+
+
+async def test_an_obsolete_memory_is_shown_with_what_superseded_it(embedder: Embedder) -> None:
+    from datetime import UTC, datetime
+
+    from topology.schemas import Observation
+
+    mem = build_embedded(Settings(params=Params(consolidate_every=2)), embedder=embedder, data_dir=":memory:")
+    texts = ["I live in Denver with my two cats.", "I moved to Boston last month, I love the harbour."]
+    try:
+        await mem.pipeline.ingest([Observation(
+            tenant_id="t1", conversation_id="c1", event_id=f"m{i}", content=t, speaker="Ana",
+            observed_at=datetime(2023, 5, 1 + i, tzinfo=UTC)) for i, t in enumerate(texts)])
+        res = await mem.controller.retrieve(SCOPE, "Where does Ana live?", 5)
+    finally:
+        await mem.close()
+    by_content = {e.content: e for e in res.evidence}
+    assert by_content[texts[0]].superseded_by == [texts[1]]
+    assert by_content[texts[1]].superseded_by == []
