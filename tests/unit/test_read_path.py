@@ -108,3 +108,29 @@ async def test_an_obsolete_memory_is_shown_with_what_superseded_it(embedder: Emb
     by_content = {e.content: e for e in res.evidence}
     assert by_content[texts[0]].superseded_by == [texts[1]]
     assert by_content[texts[1]].superseded_by == []
+
+
+async def test_system_two_summary_over_http_becomes_a_reachable_derived_node(embedder: Embedder) -> None:
+    from datetime import UTC, datetime
+
+    from tests.conftest import fake_llm, serve_http
+    from topology.schemas import Observation
+
+    llm, seen = fake_llm()
+    texts = ["I adopted a puppy named Biscuit last week, he is a golden retriever.",
+             "I adopted a puppy named Biscuit last week; he is a golden retriever!"]
+    with serve_http(llm) as url:
+        settings = Settings(system_two_url=f"{url}/v1", system_two_model="small", params=Params(consolidate_every=2))
+        mem = build_embedded(settings, embedder=embedder, data_dir=":memory:")
+        try:
+            await mem.pipeline.ingest([Observation(
+                tenant_id="t1", conversation_id="c1", event_id=f"p{i}", content=t, speaker="Ana",
+                observed_at=datetime(2023, 5, 1 + i, tzinfo=UTC)) for i, t in enumerate(texts)])
+            nodes = await mem.stores.nodes.scan(SCOPE)
+            res = await mem.controller.retrieve(SCOPE, "What kind of dog did Ana adopt?", 5)
+        finally:
+            await mem.close()
+    derived = [n for n in nodes if n.kind == "derived"]
+    assert len(derived) == 1 and derived[0].content == f"Summary: {texts[0]}"
+    assert len(seen) == 1 and "both memories" in seen[0]["messages"][0]["content"]
+    assert derived[0].id in {e.node_id for e in res.evidence}
