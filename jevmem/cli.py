@@ -126,7 +126,7 @@ def query(question: str, conversation: Annotated[str, typer.Option("--conversati
                                                 question, top_k=top_k)
             out: dict[str, Any] = res.model_dump(mode="json")
             if s2 is not None:
-                out["answer"] = await s2.answer(question, [e.content for e in res.evidence])
+                out["answer"] = await s2.answer(question, [e.for_prompt() for e in res.evidence])
                 await s2.aclose()
             return out
         finally:

@@ -50,6 +50,20 @@ class Evidence(BaseModel):
     #: Newer memories that made this one out of date (consolidation ``supersedes`` edges): content.
     superseded_by: list[str] = []
 
+    def for_prompt(self) -> str:
+        """The line System Two reads: when it was recorded, the grounded event dates it speaks of
+        ("yesterday" -> the date), the speaker, the text, and what superseded it, if anything.
+
+        ``[recorded 2023-05-08; event 2023-05-07 ("yesterday")] Ana: ... (superseded by: ...)``"""
+        when = [f"recorded {self.observed_at.date().isoformat()}"] if self.observed_at else []
+        for r in self.temporal_refs:
+            span = r.start.isoformat() if r.start == r.end else f"{r.start.isoformat()}..{r.end.isoformat()}"
+            when.append(f'event {span} ("{r.text}")')
+        head = f"[{'; '.join(when)}] " if when else ""
+        who = f"{self.speaker}: " if self.speaker else ""
+        tail = f" (superseded by: {' | '.join(self.superseded_by)})" if self.superseded_by else ""
+        return f"{head}{who}{self.content}{tail}"
+
 
 class RoundTrace(BaseModel):
     round: int

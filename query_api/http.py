@@ -266,7 +266,7 @@ def create_app(service: MemoryService, auth: Authenticator) -> FastAPI:
     @app.post("/v1/query", response_model=QueryResponse)
     async def query(req: QueryRequest, who: Principal = query_key) -> QueryResponse:
         res = await service.retrieve(scope_of(who, req.conversation_id, req.tenant_id), req.question, req.top_k)
-        answer = await service.answer(req.question, [e.content for e in res.evidence]) if req.answer else None
+        answer = await service.answer(req.question, [e.for_prompt() for e in res.evidence]) if req.answer else None
         return QueryResponse(**res.model_dump(), answer=answer)
 
     @app.get("/v1/conversations/{conversation_id}/nodes", response_model=list[MemoryNode])

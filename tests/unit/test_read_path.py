@@ -134,3 +134,13 @@ async def test_system_two_summary_over_http_becomes_a_reachable_derived_node(emb
     assert len(derived) == 1 and derived[0].content == f"Summary: {texts[0]}"
     assert len(seen) == 1 and "both memories" in seen[0]["messages"][0]["content"]
     assert derived[0].id in {e.node_id for e in res.evidence}
+
+
+async def test_evidence_for_system_two_carries_grounded_event_dates(memory: Embedded) -> None:
+    await memory.pipeline.ingest(chat_observations())
+    res = await memory.controller.retrieve(SCOPE, "When did Ana buy chew toys?", 3)
+    line = res.evidence[0].for_prompt()
+    assert line.startswith('[recorded 2023-05-10; event 2023-05-09 ("yesterday")] Ana: He chews everything')
+    plain = res.evidence[0].model_copy(update={"observed_at": None, "temporal_refs": [], "speaker": None,
+                                                "superseded_by": ["I moved"]})
+    assert plain.for_prompt() == f"{plain.content} (superseded by: I moved)"
