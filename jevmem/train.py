@@ -36,7 +36,8 @@ from topology.systemone.local import LocalSystemOne
 INTERACTIONS: tuple[tuple[str, str], ...] = (
     ("speaker_match", "route_multi_hop"), ("temporal_match", "route_temporal"), ("date_match", "route_temporal"),
     ("graph_anchor", "expanded"), ("adjacent_anchor", "is_question"), ("reply_to_match", "route_causal"),
-    ("entity", "lexical"), ("bm25", "cosine_in_pool"),
+    ("entity", "lexical"), ("bm25", "cosine_in_pool"), ("graph_anchor", "route_multi_hop"),
+    ("graph_relevance", "route_multi_hop"), ("expanded", "route_multi_hop"), ("speaker_match", "expanded"),
 )
 
 

@@ -1,9 +1,14 @@
-"""The retrieval controller: route -> anchors -> (assess -> expand -> score)* -> top-K evidence.
+"""The retrieval controller: route -> anchors -> (assess -> expand -> rescore)* -> top-K evidence.
 
 Decisions come from System One (route, assess, score); arithmetic lives in
-:mod:`query_api.formulas`. Hard limits (depth, visited nodes, examined edges, controller calls,
-time) are enforced here whatever the controller answers. Gold answers and benchmark labels never
-enter any state sent to System One.
+:mod:`query_api.formulas` and :mod:`query_api.features`. Each expansion round reads the edges of
+the frontier (the best unexpanded candidates), adds the neighbours with the highest
+p(edge) * score, records every examined edge, and rescores the whole pool in one request: the
+graph features (edges to strong pool members, the reply/next turn, propagated relevance) change
+the ranking of anchors as well as bringing new candidates. With ``limits.depth = 0`` no edge is
+read and the graph features stay 0 (the ``jevmem_no_graph`` ablation). Hard limits (depth, visited
+nodes, examined edges, controller calls, time) are enforced here whatever the controller answers.
+Gold answers and benchmark labels never enter any state sent to System One.
 """
 
 from __future__ import annotations
@@ -162,7 +167,7 @@ class RetrievalController:
             reply = max(st.anchor_strength.get(prev.node.id, 0.0), st.bm25.get(prev.node.id, 0.0))
         route = st.route
         pool = {i: st.anchor_strength.get(i, 0.0) for i in st.pool}
-        graph = qf.graph_features(n.id, st.graph, pool, st.cos_in_pool)
+        graph = qf.graph_features(n.id, st.graph, pool, st.cos_in_pool, {i: x.relevance for i, x in st.pool.items()})
         return ScoreState(
             question=st.question, memory=n.content, speaker=n.speaker or "", view=c.via,
             cosine=round(z, 6), lexical=round(lexical, 6), entity=round(entity, 6),

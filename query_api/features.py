@@ -59,13 +59,14 @@ def date_match(node: MemoryNode, years: set[int], months: set[int]) -> float:
 
 
 def graph_features(node_id: str, graph: GraphView, pool: Mapping[str, float],
-                   cos_in_pool: Mapping[str, float]) -> dict[str, float]:
+                   cos_in_pool: Mapping[str, float], relevance: Mapping[str, float]) -> dict[str, float]:
     """Features of a pool node from the examined edges to other pool nodes.
 
-    ``pool`` maps pool node ids to their anchor strength (0 for expanded nodes) and
-    ``cos_in_pool`` to their question cosine placed in the anchor range. All 0 without edges."""
+    ``pool`` maps pool node ids to their anchor strength (0 for expanded nodes), ``cos_in_pool``
+    to their question cosine placed in the anchor range and ``relevance`` to the relevance System
+    One gave them in the previous scoring (propagated along edges). All 0 without edges."""
     degree = 0
-    g_anchor = g_cos = adjacent = 0.0
+    g_anchor = g_cos = adjacent = g_rel = 0.0
     entity = semantic = 0
     for other, view, p, label in graph.adj.get(node_id, ()):
         if other not in pool or other == node_id:
@@ -74,6 +75,7 @@ def graph_features(node_id: str, graph: GraphView, pool: Mapping[str, float],
         strength = pool[other]
         g_anchor = max(g_anchor, p * strength)
         g_cos = max(g_cos, p * max(0.0, min(1.0, cos_in_pool.get(other, 0.0))))
+        g_rel = max(g_rel, p * relevance.get(other, 0.0))
         if label == "next":
             adjacent = max(adjacent, strength)
         if view == "entity" and strength > 0.5:
@@ -81,6 +83,7 @@ def graph_features(node_id: str, graph: GraphView, pool: Mapping[str, float],
         if view == "semantic" and strength > 0.5:
             semantic += 1
     return {"graph_degree": min(1.0, degree / 10), "graph_anchor": round(g_anchor, 6), "graph_cosine": round(g_cos, 6),
+            "graph_relevance": round(g_rel, 6),
             "adjacent_anchor": round(adjacent, 6), "entity_neighbours": min(1.0, entity / 5),
             "semantic_neighbours": min(1.0, semantic / 5)}
 

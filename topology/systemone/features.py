@@ -84,7 +84,7 @@ SCORE_FEATURES: tuple[str, ...] = (
     "cosine", "cosine_in_pool", "lexical", "entity", "speaker_match", "anchor", "bm25", "vector_rank",
     "lexical_rank", "temporal_match", "date_match", "causal_match", "reply_to_match", "is_question",
     "route_temporal", "route_causal", "route_multi_hop", "expanded", "view_probability", "edge_probability",
-    "max_evidence_cosine", "support", "graph_degree", "graph_anchor", "graph_cosine", "adjacent_anchor",
+    "max_evidence_cosine", "support", "graph_degree", "graph_anchor", "graph_cosine", "graph_relevance", "adjacent_anchor",
     "entity_neighbours", "semantic_neighbours", "length",
 )
 
@@ -123,6 +123,7 @@ class ScoreState(_State):
     graph_degree: float
     graph_anchor: float
     graph_cosine: float
+    graph_relevance: float
     adjacent_anchor: float
     entity_neighbours: float
     semantic_neighbours: float

@@ -177,16 +177,23 @@ def score(state: Mapping[str, Any], model: ScoreModel) -> Answer:
 class LocalSystemOne:
     """Offline default backend; answers a batch in-process, one call per ``ask``.
 
-    ``score_model``: the relevance model of the score task (default: the shipped weights)."""
+    ``score_model``: the relevance model of the score task (default: the shipped weights, loaded
+    on the first score item, so the write path never needs them)."""
 
     name = "local"
 
     def __init__(self, score_model: ScoreModel | None = None) -> None:
-        self.score_model = score_model or ScoreModel.shipped()
+        self._score_model = score_model
         self._models: dict[str, Callable[[Mapping[str, Any]], Answer]] = {
             "typing": typing, "relation": relation, "alias": alias, "consolidation": consolidation,
             "route": route, "assess": assess, "score": lambda s: score(s, self.score_model),
         }
+
+    @property
+    def score_model(self) -> ScoreModel:
+        if self._score_model is None:
+            self._score_model = ScoreModel.shipped()
+        return self._score_model
 
     async def ask(self, items: Sequence[Item]) -> list[Answer]:
         out = []
