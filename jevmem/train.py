@@ -38,6 +38,8 @@ INTERACTIONS: tuple[tuple[str, str], ...] = (
     ("graph_anchor", "expanded"), ("adjacent_anchor", "is_question"), ("reply_to_match", "route_causal"),
     ("entity", "lexical"), ("bm25", "cosine_in_pool"), ("graph_anchor", "route_multi_hop"),
     ("graph_relevance", "route_multi_hop"), ("expanded", "route_multi_hop"), ("speaker_match", "expanded"),
+    # a separate slope for expanded candidates, which have no BM25 or rank features of their own
+    ("expanded", "cosine_in_pool"), ("expanded", "lexical"), ("expanded", "entity"), ("expanded", "graph_relevance"),
 )
 
 
