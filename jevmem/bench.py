@@ -16,11 +16,16 @@ from jevmem import locomo
 from jevmem.settings import Settings
 from jevmem.wiring import build_embedded
 from query_api import baselines
+from query_api.controller import RetrievalController
 from topology.embedding import Embedder
+from topology.params import Params
 from topology.schemas import Scope
 
 KS = (5, 10, 20)
 METHODS = ("jevmem", "bm25", "vector", "hybrid_rrf")
+#: The ablation method: the same controller (same System One, same anchors and scoring) with
+#: graph expansion rounds off (hard depth limit 0), run on the same memory in the same run.
+NO_GRAPH = "jevmem_no_graph"
 CATS = ("overall", "multi_hop", "temporal", "open_domain", "single_hop", "adversarial")
 
 
@@ -38,8 +43,19 @@ def percentile(values: Sequence[float], q: float) -> float:
     return ordered[max(0, math.ceil(q / 100 * len(ordered)) - 1)]
 
 
+def methods(ablate: bool) -> tuple[str, ...]:
+    """The methods a run reports: the baselines, plus ``jevmem_no_graph`` when ablating."""
+    return METHODS + ((NO_GRAPH,) if ablate else ())
+
+
+def no_graph(params: Params) -> Params:
+    """``params`` with expansion rounds off: anchors are scored and ranked, no edge is read."""
+    return params.model_copy(update={"limits": params.limits.model_copy(update={"depth": 0})})
+
+
 @dataclass
 class _Acc:
+    methods: tuple[str, ...] = METHODS
     per: dict[tuple[str, int, str], list[float]] = field(default_factory=dict)
 
     def add(self, method: str, k: int, category: str, value: float) -> None:
@@ -48,7 +64,7 @@ class _Acc:
 
     def table(self) -> dict[str, dict[str, dict[str, float | None]]]:
         out: dict[str, dict[str, dict[str, float | None]]] = {}
-        for m in METHODS:
+        for m in self.methods:
             out[m] = {}
             for k in KS:
                 out[m][str(k)] = {c: (round(statistics.fmean(v), 4) if (v := self.per.get((m, k, c))) else None)
@@ -57,11 +73,15 @@ class _Acc:
 
 
 async def run_locomo(directory: Path, settings: Settings, embedder: Embedder,
-                     progress: Callable[[str, int, int], None] | None = None) -> dict[str, Any]:
+                     progress: Callable[[str, int, int], None] | None = None, ablate: bool = False) -> dict[str, Any]:
+    """Recall@k per method and category over the conversation files of ``directory``.
+
+    ``ablate`` adds :data:`NO_GRAPH` (the controller without expansion rounds) to ``recall``; its
+    controller calls and latencies are not counted in the run's figures."""
     files = sorted(directory.glob("*.json"))
     if not files:
         raise FileNotFoundError(f"no conversation files (*.json) in {directory}")
-    acc = _Acc()
+    acc = _Acc(methods(ablate))
     n_obs = n_q = 0
     build_s = 0.0
     write_calls = consolidation_calls = query_calls = 0
@@ -91,6 +111,8 @@ async def run_locomo(directory: Path, settings: Settings, embedder: Embedder,
                 scope = Scope(tenant_id="bench", conversation_id=conv)
                 static = baselines.StaticRetriever(mem.embedder, mem.stores.vectors, mem.stores.lexical,
                                                    mem.stores.nodes, settings.params)
+                flat = RetrievalController(mem.embedder, mem.controller.so, mem.stores.vectors, mem.stores.lexical,
+                                           mem.stores.nodes, mem.stores.edges, no_graph(settings.params))
                 for j, q in enumerate(qs):
                     t1 = time.perf_counter()
                     res = await mem.controller.retrieve(scope, q.question, top_k=max(KS))
@@ -98,6 +120,9 @@ async def run_locomo(directory: Path, settings: Settings, embedder: Embedder,
                     query_calls += res.trace.controller_calls
                     got = {"jevmem": [e.event_id for e in res.evidence]}
                     got.update(await static.all(scope, q.question, max(KS)))
+                    if ablate:
+                        got[NO_GRAPH] = [e.event_id for e in
+                                         (await flat.retrieve(scope, q.question, top_k=max(KS))).evidence]
                     for method, ids in got.items():
                         for k in KS:
                             acc.add(method, k, q.category, recall(ids, q.evidence, k))

@@ -137,7 +137,7 @@ def query(question: str,
                                                 question, top_k=top_k)
             out: dict[str, Any] = res.model_dump(mode="json")
             if s2 is not None:
-                out["answer"] = await s2.answer(question, [e.content for e in res.evidence])
+                out["answer"] = await s2.answer(question, [e.for_prompt() for e in res.evidence])
                 await s2.aclose()
             return out
         finally:
@@ -228,7 +228,7 @@ def _recall(settings: Settings, question: str, conversations: list[str] | None, 
         try:
             res = await recall(service, settings.tenant, question, top_k, conversations)
             out: dict[str, Any] = res.model_dump(mode="json")
-            answer = await service.answer(question, [e.content for e in res.evidence])
+            answer = await service.answer(question, [e.for_prompt() for e in res.evidence])
             if answer is not None:
                 out["answer"] = answer
             return out
@@ -374,9 +374,11 @@ def replay(source: Annotated[str, typer.Option("--from", help="'edges' (no Syste
 
 @bench_app.command("locomo")
 def bench_locomo(directory: Path,
-                 as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object.")] = False) -> None:
+                 as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object.")] = False,
+                 ablate: Annotated[bool, typer.Option(
+                     "--ablate", help="Also report jevmem_no_graph (expansion rounds off), same run.")] = False) -> None:
     """Evidence recall@5/10/20 of jevmem vs bm25/vector/hybrid_rrf on LoCoMo conversation files."""
-    from jevmem.bench import CATS, KS, METHODS, run_locomo
+    from jevmem.bench import CATS, KS, methods, run_locomo
     from topology.embedding import load_embedder
 
     settings = _settings()
@@ -388,7 +390,8 @@ def bench_locomo(directory: Path,
                 tasks[label] = bar.add_task(label, total=total)
             bar.update(tasks[label], completed=done)
 
-        out = _run(run_locomo(directory, settings, load_embedder(settings.embedder, settings.model_cache), progress))
+        out = _run(run_locomo(directory, settings, load_embedder(settings.embedder, settings.model_cache), progress,
+                              ablate=ablate))
     if as_json:
         sys.stdout.write(orjson.dumps(out).decode() + "\n")
         return
@@ -397,7 +400,7 @@ def bench_locomo(directory: Path,
         table.add_column("method")
         for c in CATS:
             table.add_column(c)
-        for m in METHODS:
+        for m in methods(ablate):
             row = out["recall"][m][str(k)]
             table.add_row(m, *[("-" if row[c] is None else f"{row[c]:.3f}") for c in CATS])
         Console().print(table)

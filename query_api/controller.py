@@ -1,9 +1,14 @@
-"""The retrieval controller: route -> anchors -> (assess -> expand -> score)* -> top-K evidence.
+"""The retrieval controller: route -> anchors -> (assess -> expand -> rescore)* -> top-K evidence.
 
 Decisions come from System One (route, assess, score); arithmetic lives in
-:mod:`query_api.formulas`. Hard limits (depth, visited nodes, examined edges, controller calls,
-time) are enforced here whatever the controller answers. Gold answers and benchmark labels never
-enter any state sent to System One.
+:mod:`query_api.formulas` and :mod:`query_api.features`. Each expansion round reads the edges of
+the frontier (the best unexpanded candidates), adds the neighbours with the highest
+p(edge) * score, records every examined edge, and rescores the whole pool in one request: the
+graph features (edges to strong pool members, the reply/next turn, propagated relevance) change
+the ranking of anchors as well as bringing new candidates. With ``limits.depth = 0`` no edge is
+read and the graph features stay 0 (the ``jevmem_no_graph`` ablation). Hard limits (depth, visited
+nodes, examined edges, controller calls, time) are enforced here whatever the controller answers.
+Gold answers and benchmark labels never enter any state sent to System One.
 """
 
 from __future__ import annotations
@@ -11,14 +16,14 @@ from __future__ import annotations
 import asyncio
 import re
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any
 
 import numpy as np
 from pydantic import BaseModel
 
+from query_api import features as qf
 from query_api import formulas
 from storage.ports import EdgeStore, Hit, LexicalIndex, NodeStore, VectorIndex
 from topology import text
@@ -27,6 +32,8 @@ from topology.ports import Embedder
 from topology.schemas import MemoryNode, Scope, TemporalRef
 from topology.stages.candidates import matrix
 from topology.systemone.catalog import ASSESS, ROUTE, SCORE
+from topology.systemone.features import AssessState, ScoreState
+from topology.systemone.local import CAUSE_ANSWER, NEGATION
 from topology.systemone.port import CountingSystemOne, Item, SystemOne
 
 _NAME = re.compile(r"\b[A-Z][a-zA-Z'-]+")
@@ -45,6 +52,22 @@ class Evidence(BaseModel):
     event_time: str | None
     temporal_refs: list[TemporalRef]
     provenance: dict[str, str]
+    #: Newer memories that made this one out of date (consolidation ``supersedes`` edges): content.
+    superseded_by: list[str] = []
+
+    def for_prompt(self) -> str:
+        """The line System Two reads: when it was recorded, the grounded event dates it speaks of
+        ("yesterday" -> the date), the speaker, the text, and what superseded it, if anything.
+
+        ``[recorded 2023-05-08; event 2023-05-07 ("yesterday")] Ana: ... (superseded by: ...)``"""
+        when = [f"recorded {self.observed_at.date().isoformat()}"] if self.observed_at else []
+        for r in self.temporal_refs:
+            span = r.start.isoformat() if r.start == r.end else f"{r.start.isoformat()}..{r.end.isoformat()}"
+            when.append(f'event {span} ("{r.text}")')
+        head = f"[{'; '.join(when)}] " if when else ""
+        who = f"{self.speaker}: " if self.speaker else ""
+        tail = f" (superseded by: {' | '.join(self.superseded_by)})" if self.superseded_by else ""
+        return f"{head}{who}{self.content}{tail}"
 
 
 class RoundTrace(BaseModel):
@@ -96,9 +119,18 @@ class _QueryState:
     route: dict[str, float]
     anchor_strength: dict[str, float] = field(default_factory=dict)
     bm25: dict[str, float] = field(default_factory=dict)
+    vec_rank: dict[str, float] = field(default_factory=dict)
+    lex_rank: dict[str, float] = field(default_factory=dict)
     cos_range: tuple[float, float] = (0.0, 1.0)
+    cos_in_pool: dict[str, float] = field(default_factory=dict)
     by_seq: dict[int, _Cand] = field(default_factory=dict)
     pool: dict[str, _Cand] = field(default_factory=dict)
+    graph: qf.GraphView = field(default_factory=qf.GraphView)
+    dates: tuple[set[int], set[int]] = field(default_factory=lambda: (set(), set()))
+
+
+#: Called with the states of the final scoring of a query's pool (for training and inspection).
+Recorder = Callable[[str, Sequence[MemoryNode], Sequence[ScoreState]], None]
 
 
 def query_names(question: str) -> set[str]:
@@ -112,13 +144,14 @@ class RetrievalController:
         self.embedder, self.so = embedder, so
         self.vectors, self.lexical, self.nodes, self.edges = vectors, lexical, nodes, edges
         self.params = params
+        self.recorder: Recorder | None = None
 
     async def anchors(self, scope: Scope, question: str, qvec: Sequence[float], pool: int) -> tuple[list[Hit], list[Hit]]:
         """(vector hits, lexical hits) of the scope for the question, best first."""
         vec, lex = await asyncio.gather(self.vectors.search(scope, qvec, pool), self.lexical.search(scope, question, pool))
         return vec, lex
 
-    def _features(self, st: _QueryState, c: _Cand, z: float, sims: Sequence[float]) -> dict[str, Any]:
+    def _features(self, st: _QueryState, c: _Cand, z: float, sims: Sequence[float]) -> ScoreState:
         """The score question's state for ``c``: ``z`` is its cosine to the question and ``sims``
         its cosines to the (up to 5) strongest other evidence nodes."""
         n = c.node
@@ -132,29 +165,37 @@ class RetrievalController:
         reply = 0.0
         if prev is not None and prev.node.content.rstrip().endswith("?") and prev.node.speaker != n.speaker:
             reply = max(st.anchor_strength.get(prev.node.id, 0.0), st.bm25.get(prev.node.id, 0.0))
-        return {
-            "question": st.question, "memory": n.content, "speaker": n.speaker or "",
-            "cosine": round(z, 6), "lexical": round(lexical, 6), "entity": round(entity, 6),
-            # where the cosine sits between the weakest and strongest anchor (0..1; can exceed)
-            "cosine_in_pool": round((z - st.cos_range[0]) / max(1e-6, st.cos_range[1] - st.cos_range[0]), 6),
-            "anchor": round(st.anchor_strength.get(n.id, 0.0), 6),
-            "bm25": round(st.bm25.get(n.id, 0.0), 6),
-            "temporal_match": round(st.route["temporal"] * (1.0 if n.temporal_refs else 0.0), 6),
-            "route_causal": round(st.route["causal"], 6),
-            "reply_to_match": round(reply, 6),
-            "view": c.via, "view_probability": round(c.p_g, 6), "edge_probability": round(c.pi_e, 6),
-            "max_evidence_cosine": round(max(sims, default=0.0), 6),
-            "support": round(sum(sims) / len(sims), 6) if sims else 0.0,
-            "neighbour_of_strong": 1.0 if c.via != "anchor" and c.pi_e >= 0.6 else 0.0,
-        }
+        route = st.route
+        pool = {i: st.anchor_strength.get(i, 0.0) for i in st.pool}
+        graph = qf.graph_features(n.id, st.graph, pool, st.cos_in_pool, {i: x.relevance for i, x in st.pool.items()})
+        return ScoreState(
+            question=st.question, memory=n.content, speaker=n.speaker or "", view=c.via,
+            cosine=round(z, 6), lexical=round(lexical, 6), entity=round(entity, 6),
+            speaker_match=1.0 if n.speaker and n.speaker.lower() in st.qnames else 0.0,
+            cosine_in_pool=round(st.cos_in_pool.get(n.id, 0.0), 6),
+            anchor=round(st.anchor_strength.get(n.id, 0.0), 6), bm25=round(st.bm25.get(n.id, 0.0), 6),
+            vector_rank=round(st.vec_rank.get(n.id, 0.0), 6), lexical_rank=round(st.lex_rank.get(n.id, 0.0), 6),
+            temporal_match=round(route["temporal"] * (1.0 if n.temporal_refs else 0.0), 6),
+            date_match=qf.date_match(n, *st.dates),
+            causal_match=round(route["causal"] * (1.0 if CAUSE_ANSWER.search(n.content) else 0.0), 6),
+            reply_to_match=round(reply, 6), is_question=1.0 if n.content.rstrip().endswith("?") else 0.0,
+            route_temporal=round(route["temporal"], 6), route_causal=round(route["causal"], 6),
+            route_multi_hop=round(route["multi_hop"], 6), expanded=0.0 if c.via == "anchor" else 1.0,
+            view_probability=round(c.p_g, 6), edge_probability=round(c.pi_e, 6),
+            max_evidence_cosine=round(max(sims, default=0.0), 6),
+            support=round(sum(sims) / len(sims), 6) if sims else 0.0,
+            length=min(1.0, len(n.tokens) / 30), **graph)
 
-    def _all_features(self, st: _QueryState, cands: Sequence[_Cand]) -> list[dict[str, Any]]:
+    def _all_features(self, st: _QueryState, cands: Sequence[_Cand]) -> list[ScoreState]:
         """Features of every candidate, cosines computed as two matrix products."""
         ranked = sorted(st.pool.values(), key=lambda c: -c.score)[:6]
         m = matrix([c.node.embedding for c in cands], self.embedder.dim)
         ev = matrix([e.node.embedding for e in ranked], self.embedder.dim)
         z = m @ np.asarray(st.qvec, dtype=np.float64)
         sim = m @ ev.T
+        lo, hi = st.cos_range
+        for i, c in enumerate(cands):
+            st.cos_in_pool.setdefault(c.node.id, (float(z[i]) - lo) / max(1e-6, hi - lo))
         out = []
         for i, c in enumerate(cands):
             others = [j for j, e in enumerate(ranked) if e.node.id != c.node.id][:5]
@@ -162,16 +203,31 @@ class RetrievalController:
         return out
 
     async def _score(self, so: SystemOne, st: _QueryState, cands: Sequence[_Cand], t_star: datetime | None) -> None:
-        items = [Item(SCORE, f) for f in self._all_features(st, cands)]
-        answers = await so.ask(items)
+        states = self._all_features(st, cands)
+        answers = await so.ask([Item(SCORE, f.model_dump()) for f in states])
         w, r = self.params.weights, st.route["recency"]
-        for c, item, ans in zip(cands, items, answers, strict=True):
+        for c, f, ans in zip(cands, states, answers, strict=True):
             s = formulas.combined_score(
-                z=float(item.state["cosine"]), a=ans.p("relevance"), p_g=c.p_g, l=ans.p("relation_useful"),
+                z=f.cosine, a=ans.p("relevance"), p_g=c.p_g, l=ans.p("relation_useful"),
                 n=ans.p("new_information"), pi_e=c.pi_e, c=ans.p("supports"), w=w)
             rho = formulas.recency_rho(t_star, c.node.observed_at)
             c.score = formulas.recency_adjust(s, r, rho, self.params.recency_weight)
             c.relevance = ans.p("relevance")
+        if self.recorder is not None and len(cands) == len(st.pool):
+            self.recorder(st.question, [c.node for c in cands], states)
+
+    async def _superseding(self, scope: Scope, ids: Sequence[str]) -> dict[str, list[str]]:
+        """For each of ``ids`` made obsolete by a newer memory: the newer memories' contents."""
+        edges = [e for e in await self.edges.neighbours(scope, ids, ["temporal"], 100 * len(ids) + 100)
+                 if e.label == "supersedes" and e.target in set(ids)]
+        if not edges:
+            return {}
+        by_id = {n.id: n.content for n in await self.nodes.get(scope, sorted({e.source for e in edges}))}
+        out: dict[str, list[str]] = {}
+        for e in edges:
+            if e.source in by_id:
+                out.setdefault(e.target, []).append(by_id[e.source])
+        return out
 
     async def retrieve(self, scope: Scope, question: str, top_k: int | None = None) -> Retrieval:
         p, lim = self.params, self.params.limits
@@ -186,13 +242,15 @@ class RetrievalController:
         views = formulas.active_views(route, p.theta_act)
         budgets = formulas.allocate_budget({v: route[v] for v in views}, p.budget_total, p.budget_min, p.budget_gamma)
         d = formulas.depth(route["multi_hop"], p.depth_max, lim.depth)
-        st = _QueryState(question, qvec, set(text.tokens(question)), query_names(question), route)
+        st = _QueryState(question, qvec, set(text.tokens(question)), query_names(question), route,
+                         dates=qf.question_dates(question))
 
         t1 = time.perf_counter()
         vec_hits, lex_hits = await self.anchors(scope, question, qvec, p.anchor_pool)
         fused = formulas.rrf([[h.id for h in vec_hits], [h.id for h in lex_hits]], p.rrf_kappa)
         top_bm25 = max((h.score for h in lex_hits), default=0.0)
         st.bm25 = {h.id: h.score / top_bm25 for h in lex_hits} if top_bm25 > 0 else {}
+        st.vec_rank, st.lex_rank = qf.rank_scores([h.id for h in vec_hits]), qf.rank_scores([h.id for h in lex_hits])
         anchor_ids = formulas.fused_order(fused)[: min(p.anchors, lim.visited_nodes)]
         best = 2.0 / (p.rrf_kappa + 1)
         st.anchor_strength = {i: fused[i] / best for i in anchor_ids}
@@ -214,17 +272,20 @@ class RetrievalController:
             if time.perf_counter() - t0 > lim.seconds:
                 stop = "time_limit"
                 break
-            if so.calls + 2 > lim.controller_calls:
+            # a round is one assess request and one score request over at most the node limit
+            need = 1 + so.requests_for([len(SCORE.questions)] * lim.visited_nodes)
+            if so.calls + need > lim.controller_calls:
                 stop = "controller_call_limit"
                 break
             ranked = sorted(st.pool.values(), key=lambda c: -c.score)
             strong = sum(1 for c in ranked if c.relevance >= 0.7)
             gain = rounds[-1].added / max(1, p.beam_width) if rounds else 1.0
-            a = (await so.ask([Item(ASSESS, {
-                "question": question, "round": rnd - 1, "best_relevance": round(max((c.relevance for c in ranked), default=0.0), 6),
-                "strong": strong, "last_gain": round(gain, 6), "multi_hop": round(route["multi_hop"], 6),
-                "evidence": [c.node.content for c in ranked[:5]],
-            })]))[0]
+            top = [c.node.content for c in ranked[:5]]
+            a = (await so.ask([Item(ASSESS, AssessState(
+                question=question, round=rnd - 1, best_relevance=round(max((c.relevance for c in ranked), default=0.0), 6),
+                strong=strong, last_gain=round(gain, 6), multi_hop=round(route["multi_hop"], 6),
+                negation_mix=round(qf.negation_mix(top, [bool(NEGATION.search(t)) for t in top]), 6),
+                evidence=top).model_dump())]))[0]
             assessed = {q.key: a.p(q.key) for q in ASSESS.nouls()}
             reason = formulas.stop_reason(assessed, p)
             if reason is not None:
@@ -236,30 +297,39 @@ class RetrievalController:
                 c.expanded = True
             added: list[_Cand] = []
             seen_edges = 0
+            strength = {c.node.id: max(0.0, c.score) for c in frontier}
             for view in views:
                 room = lim.visited_nodes - len(st.pool) - len(added)
-                if remaining.get(view, 0) <= 0 or room <= 0 or examined + seen_edges >= lim.examined_edges:
+                if remaining.get(view, 0) <= 0 or examined + seen_edges >= lim.examined_edges:
                     continue
-                edges = await self.edges.neighbours(scope, [c.node.id for c in frontier], [view],
+                edges = await self.edges.neighbours(scope, list(strength), [view],
                                                     min(lim.examined_edges - examined - seen_edges, 4 * remaining[view] + 40))
                 seen_edges += len(edges)
+                st.graph.add(edges)
+                if room <= 0:
+                    continue
+                # a neighbour is worth what its best edge from the frontier carries: p(edge) * score
                 want: dict[str, float] = {}
+                prob: dict[str, float] = {}
+                taken = {x.node.id for x in added}
                 for e in edges:
-                    other = e.target if e.source in {c.node.id for c in frontier} else e.source
-                    if other in st.pool or other in want or any(x.node.id == other for x in added):
+                    src, other = (e.source, e.target) if e.source in strength else (e.target, e.source)
+                    if other in st.pool or other in taken:
                         continue
-                    want[other] = e.probability
-                    if len(want) >= min(remaining[view], room):
-                        break
-                for n in await self.nodes.get(scope, list(want)):
-                    added.append(_Cand(n, view, route[view], want[n.id]))
-                remaining[view] -= len(want)
+                    v = e.probability * strength.get(src, 0.0)
+                    if v > want.get(other, -1.0):
+                        want[other], prob[other] = v, e.probability
+                chosen = sorted(want, key=lambda i: (-want[i], i))[: min(remaining[view], room)]
+                for n in await self.nodes.get(scope, chosen):
+                    added.append(_Cand(n, view, route[view], prob[n.id]))
+                remaining[view] -= len(chosen)
             examined += seen_edges
-            if added:
-                await self._score(so, st, added, t_star)
-                for c in added:
-                    st.pool[c.node.id] = c
-                    st.by_seq.setdefault(c.node.seq, c)
+            for c in added:
+                st.pool[c.node.id] = c
+                st.by_seq.setdefault(c.node.seq, c)
+            if seen_edges:
+                # new edges change every pool member's graph features: rescore the pool (one request)
+                await self._score(so, st, list(st.pool.values()), t_star)
             rounds.append(RoundTrace(round=rnd, assess=assessed, expanded=[c.node.id for c in frontier],
                                      examined_edges=seen_edges, added=len(added)))
             if not added:
@@ -267,13 +337,15 @@ class RetrievalController:
                 break
         timings["total"] = (time.perf_counter() - t0) * 1000
         final = sorted(st.pool.values(), key=lambda c: (-c.score, c.node.seq))[:k]
+        newer = await self._superseding(scope, [c.node.id for c in final])
         return Retrieval(
             question=question,
             evidence=[Evidence(
                 node_id=c.node.id, event_id=c.node.event_id, content=c.node.content, speaker=c.node.speaker,
                 score=round(c.score, 6), relevance=round(c.relevance, 6), via=c.via, seq=c.node.seq,
                 observed_at=c.node.observed_at, event_time=c.node.event_time.isoformat() if c.node.event_time else None,
-                temporal_refs=c.node.temporal_refs, provenance=c.node.provenance) for c in final],
+                temporal_refs=c.node.temporal_refs, provenance=c.node.provenance,
+                superseded_by=newer.get(c.node.id, [])) for c in final],
             trace=Trace(route={k_: round(v, 6) for k_, v in route.items()}, active_views=list(views),
                         budgets={str(k_): v for k_, v in budgets.items()}, depth=d, anchors=len(anchor_ids),
                         rounds=rounds, stop_reason=stop, controller_calls=so.calls, visited=len(st.pool),

@@ -306,7 +306,7 @@ def create_app(service: MemoryService, auth: Authenticator) -> FastAPI:
         with observe.timed("query"):
             res = await service.retrieve(scope_of(who, req.conversation_id, req.tenant_id), req.question, req.top_k)
         observe.measure("controller_requests_per_query", res.trace.controller_calls)
-        answer = await service.answer(req.question, [e.content for e in res.evidence]) if req.answer else None
+        answer = await service.answer(req.question, [e.for_prompt() for e in res.evidence]) if req.answer else None
         log.info("query", extra={"evidence": len(res.evidence), "controller_calls": res.trace.controller_calls,
                                  "stop": res.trace.stop_reason})
         return QueryResponse(**res.model_dump(), answer=answer, trace_id=observe.TRACE_ID.get())

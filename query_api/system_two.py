@@ -10,8 +10,9 @@ import httpx
 from topology.errors import SystemTwoError
 
 ANSWER_PROMPT = (
-    "Answer the question using only the numbered memories. Dates in brackets are when each "
-    "memory was recorded. If the memories do not contain the answer, say you do not know."
+    "Answer the question using only the numbered memories. In brackets: when each memory was "
+    "recorded and, as 'event', the date of what it tells (use the event date for 'when' questions). "
+    "A memory marked superseded is out of date. If the memories do not contain the answer, say you do not know."
 )
 SUMMARY_PROMPT = "Write one sentence that states what both memories say, without adding anything."
 

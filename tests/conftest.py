@@ -87,7 +87,8 @@ def serve_http(app: Any) -> Iterator[str]:
 
 def fake_llm() -> tuple[FastAPI, list[dict[str, Any]]]:
     """An OpenAI-compatible chat completions server (System Two stand-in) that records requests
-    and answers "Biscuit" when the prompt mentions it."""
+    and answers "Biscuit" when the prompt mentions it; a summarisation prompt gets "Summary: " and
+    the first memory."""
     seen: list[dict[str, Any]] = []
     app = FastAPI()
 
@@ -97,6 +98,8 @@ def fake_llm() -> tuple[FastAPI, list[dict[str, Any]]]:
         seen.append(body)
         user = body["messages"][-1]["content"]
         reply = "Biscuit" if "Biscuit" in user else "I do not know"
+        if "both memories" in body["messages"][0]["content"]:  # the summarisation prompt
+            reply = "Summary: " + " ".join(line.removeprefix("- ") for line in user.splitlines()[:1])
         return {"id": "x", "object": "chat.completion", "model": body["model"],
                 "choices": [{"index": 0, "finish_reason": "stop", "message": {"role": "assistant", "content": reply}}]}
 

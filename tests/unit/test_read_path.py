@@ -89,3 +89,58 @@ async def test_static_baselines_rank_the_same_indexes(memory: Embedded) -> None:
     assert set(got) == {"bm25", "vector", "hybrid_rrf"}
     assert got["bm25"][0] == "e2" and "e2" in got["hybrid_rrf"][:2]
     assert all(len(v) == 3 for v in got.values())
+
+
+async def test_an_obsolete_memory_is_shown_with_what_superseded_it(embedder: Embedder) -> None:
+    from datetime import UTC, datetime
+
+    from topology.schemas import Observation
+
+    mem = build_embedded(Settings(params=Params(consolidate_every=2)), embedder=embedder, data_dir=":memory:")
+    texts = ["I live in Denver with my two cats.", "I moved to Boston last month, I love the harbour."]
+    try:
+        await mem.pipeline.ingest([Observation(
+            tenant_id="t1", conversation_id="c1", event_id=f"m{i}", content=t, speaker="Ana",
+            observed_at=datetime(2023, 5, 1 + i, tzinfo=UTC)) for i, t in enumerate(texts)])
+        res = await mem.controller.retrieve(SCOPE, "Where does Ana live?", 5)
+    finally:
+        await mem.close()
+    by_content = {e.content: e for e in res.evidence}
+    assert by_content[texts[0]].superseded_by == [texts[1]]
+    assert by_content[texts[1]].superseded_by == []
+
+
+async def test_system_two_summary_over_http_becomes_a_reachable_derived_node(embedder: Embedder) -> None:
+    from datetime import UTC, datetime
+
+    from tests.conftest import fake_llm, serve_http
+    from topology.schemas import Observation
+
+    llm, seen = fake_llm()
+    texts = ["I adopted a puppy named Biscuit last week, he is a golden retriever.",
+             "I adopted a puppy named Biscuit last week; he is a golden retriever!"]
+    with serve_http(llm) as url:
+        settings = Settings(system_two_url=f"{url}/v1", system_two_model="small", params=Params(consolidate_every=2))
+        mem = build_embedded(settings, embedder=embedder, data_dir=":memory:")
+        try:
+            await mem.pipeline.ingest([Observation(
+                tenant_id="t1", conversation_id="c1", event_id=f"p{i}", content=t, speaker="Ana",
+                observed_at=datetime(2023, 5, 1 + i, tzinfo=UTC)) for i, t in enumerate(texts)])
+            nodes = await mem.stores.nodes.scan(SCOPE)
+            res = await mem.controller.retrieve(SCOPE, "What kind of dog did Ana adopt?", 5)
+        finally:
+            await mem.close()
+    derived = [n for n in nodes if n.kind == "derived"]
+    assert len(derived) == 1 and derived[0].content == f"Summary: {texts[0]}"
+    assert len(seen) == 1 and "both memories" in seen[0]["messages"][0]["content"]
+    assert derived[0].id in {e.node_id for e in res.evidence}
+
+
+async def test_evidence_for_system_two_carries_grounded_event_dates(memory: Embedded) -> None:
+    await memory.pipeline.ingest(chat_observations())
+    res = await memory.controller.retrieve(SCOPE, "When did Ana buy chew toys?", 3)
+    line = res.evidence[0].for_prompt()
+    assert line.startswith('[recorded 2023-05-10; event 2023-05-09 ("yesterday")] Ana: He chews everything')
+    plain = res.evidence[0].model_copy(update={"observed_at": None, "temporal_refs": [], "speaker": None,
+                                                "superseded_by": ["I moved"]})
+    assert plain.for_prompt() == f"{plain.content} (superseded by: I moved)"

@@ -205,7 +205,9 @@ def test_every_bad_item_is_a_4xx_dead_letter_and_valid_neighbours_are_kept(api: 
         assert len(long_letter["original"].encode()) <= limits.DEAD_LETTER_ORIGINAL_BYTES
         assert long_letter["original_bytes"] > limits.MAX_CONTENT
         nodes = c.get("/v1/conversations/c1/nodes").json()
-        assert sorted(n["event_id"] for n in nodes) == sorted(f"good-{n}" for n in range(len(BAD_ITEMS)))
+        # (the identical good items are near-duplicates: consolidation may add derived summaries)
+        assert sorted(n["event_id"] for n in nodes if n["kind"] == "observation") == sorted(
+            f"good-{n}" for n in range(len(BAD_ITEMS)))
 
 
 def _chunks(total: int) -> Iterator[bytes]:

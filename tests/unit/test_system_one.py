@@ -16,15 +16,29 @@ from tests.conftest import chat_observations, serve_http
 from topology.errors import SystemOneError
 from topology.ports import Embedder
 from topology.systemone.catalog import ALL_TASKS, CONSOLIDATION, RELATION, ROUTE, TYPING
+from topology.systemone.features import SCORE_FEATURES
 from topology.systemone.local import LocalSystemOne
 from topology.systemone.port import Answer, CountingSystemOne, Item, check_answers
 from topology.systemone.typesafe import TypeSafeSystemOne
 
+#: A complete, valid state for every catalog task (the typed feature models).
+STATES: dict[str, dict[str, Any]] = {
+    "typing": {"text": "I love hiking", "speaker": "Ana", "role": "user"},
+    "relation": {"newer": "a", "older": "b", "cosine": 0.5, "lexical": 0.1, "entity": 0.0, "gap": 1},
+    "alias": {"a": "Mel", "b": "Melanie"},
+    "consolidation": {"newer": "a", "older": "b", "cosine": 0.5, "entity": 0.0, "negation_mix": 0.0,
+                      "update_cue": 0.0, "same_speaker": 1.0, "slot_overlap": 0.2, "older_state": 0.0},
+    "route": {"question": "Why did Ana move?"},
+    "assess": {"question": "q", "round": 0, "best_relevance": 0.9, "strong": 2, "last_gain": 1.0,
+               "multi_hop": 0.3, "negation_mix": 0.0, "evidence": ["a"]},
+    "score": {"question": "q", "memory": "m", "speaker": "Ana", "view": "anchor",
+              **{f: 0.5 for f in SCORE_FEATURES}},
+}
+
 
 async def test_local_backend_answers_every_catalog_question_in_range() -> None:
     so = LocalSystemOne()
-    items = [Item(task, {"text": "I love hiking", "question": "Why did Ana move?", "newer": "a", "older": "b",
-                         "cosine": 0.5, "a": "Mel", "b": "Melanie"}) for task in ALL_TASKS]
+    items = [Item(task, STATES[task.name]) for task in ALL_TASKS]
     answers = check_answers(items, await so.ask(items))
     for item, ans in zip(items, answers, strict=True):
         assert set(ans.nouls) == {q.key for q in item.task.nouls()}
@@ -32,10 +46,21 @@ async def test_local_backend_answers_every_catalog_question_in_range() -> None:
             assert sum(dist.values()) == pytest.approx(1.0)
 
 
+@pytest.mark.parametrize("task", ALL_TASKS, ids=lambda t: t.name)
+async def test_a_feature_never_sent_is_an_error(task: Any) -> None:
+    state = dict(STATES[task.name])
+    state.pop(next(iter(state)))
+    with pytest.raises(SystemOneError):
+        await LocalSystemOne().ask([Item(task, state)])
+    with pytest.raises(SystemOneError):
+        await LocalSystemOne().ask([Item(task, {**STATES[task.name], "unknown_feature": 1.0})])
+
+
 async def test_local_backend_reads_the_cues() -> None:
     so = LocalSystemOne()
-    pref, proc = await so.ask([Item(TYPING, {"text": "My favourite food is ramen"}),
-                               Item(TYPING, {"text": "First, install the package, then run the tests."})])
+    pref, proc = await so.ask([Item(TYPING, {"text": "My favourite food is ramen", "speaker": "", "role": "user"}),
+                               Item(TYPING, {"text": "First, install the package, then run the tests.",
+                                             "speaker": "", "role": "user"})])
     assert pref.p("preference") > 0.5 > proc.p("preference")
     assert proc.p("procedural") > pref.p("procedural")
     when, why = await so.ask([Item(ROUTE, {"question": "When did Ana adopt Biscuit?"}),
@@ -106,9 +131,12 @@ async def test_typesafe_backend_packs_a_batch_into_one_request(jev: Any) -> None
 async def test_typesafe_backend_splits_large_batches(jev: Any) -> None:
     fake, url = jev
     so = TypeSafeSystemOne(AsyncTypeSafeClient(api_key="test-key", base_url=url, compression=False), max_questions=6)
-    answers = await so.ask([Item(RELATION, {"i": i}) for i in range(5)])  # 15 questions -> 3 chunks
+    counting = CountingSystemOne(so)
+    answers = await counting.ask([Item(RELATION, {"i": i}) for i in range(5)])  # 15 questions -> 3 chunks
     await so.aclose()
     assert len(answers) == 5 and len(fake.requests) == 3
+    # every HTTP request counts as a controller request
+    assert counting.calls == 3 and counting.requests_for([3] * 5) == 3 and so.requests_for([]) == 0
 
 
 async def test_typesafe_errors_are_translated(jev: Any) -> None:

@@ -50,9 +50,13 @@ async def test_edges_cover_the_views_and_respect_the_threshold(memory: Embedded)
         if e.view == "entity" and e.label.startswith("shares:"):
             shared = set(e.label.removeprefix("shares:").split(","))
             assert shared <= {x.id for x in by_id[e.source].entities} & {x.id for x in by_id[e.target].entities}
-        if e.view == "temporal":
+        if e.view == "temporal" and e.label == "before":
             a, b = by_id[e.source], by_id[e.target]
             assert (a.event_time, a.seq) <= (b.event_time, b.seq) or a.event_time < b.event_time  # type: ignore[operator]
+        if e.view == "temporal" and e.label == "next":  # consecutive turns, in turn order
+            assert by_id[e.target].seq == by_id[e.source].seq + 1
+    # every turn but the first is linked to the turn before it
+    assert sum(1 for e in edges if e.label == "next") == len(by_id) - 1
 
 
 async def test_every_write_sees_every_earlier_observation(memory: Embedded) -> None:

@@ -72,7 +72,8 @@ def features(node: MemoryNode, other: MemoryNode, cos: float | None = None) -> C
 
 def rank(node: MemoryNode, pool: Sequence[MemoryNode], k: int,
          cosines: dict[str, float] | None = None) -> list[Candidate]:
-    """Top-``k`` earlier nodes of ``pool`` by the weighted feature score (ties: later first).
+    """Top-``k`` earlier nodes of ``pool`` by the weighted feature score (ties: later first); the
+    immediately preceding node (seq - 1), when in ``pool``, is always among them (last place).
     ``cosines`` (pool node id -> cosine to ``node``) saves recomputing them when given."""
     earlier = [o for o in pool if o.id != node.id and o.seq < node.seq
                and o.tenant_id == node.tenant_id and o.conversation_id == node.conversation_id]
@@ -90,8 +91,13 @@ def rank(node: MemoryNode, pool: Sequence[MemoryNode], k: int,
         s = W_COSINE * f[0] + W_LEXICAL * f[1] + W_ENTITY * f[2] + W_TEMPORAL * f[3]
         scored.append((-round(s, 6), -other.seq, other, f))
     scored.sort(key=lambda t: (t[0], t[1]))
+    top = scored[:k]
+    # the immediately preceding turn always takes part (it becomes the "next" temporal edge)
+    prev = next((t for t in scored[k:] if t[2].seq == node.seq - 1), None)
+    if prev is not None and k > 0:
+        top = [*top[: k - 1], prev]
     return [Candidate(node_id=o.id, seq=o.seq, score=-neg, features=CandidateFeatures(
-        cosine=f[0], lexical=f[1], entity=f[2], temporal=f[3])) for neg, _, o, f in scored[:k]]
+        cosine=f[0], lexical=f[1], entity=f[2], temporal=f[3])) for neg, _, o, f in top]
 
 
 async def _non_vector_pool(n: MemoryNode, reader: MemoryReader) -> list[str]:

@@ -3,7 +3,10 @@
 Pairs are each recent node with its best earlier candidate. One System One request asks the four
 Nouls and the ``representation`` Choice per pair. Decisions and links are recorded; raw
 observations are never replaced. A summariser (System Two) may add a derived node only behind the
-gates: merge/promote >= theta_summary and contradiction < theta_contradiction.
+gates: merge/promote >= theta_summary and contradiction < theta_contradiction; it is linked to
+both sources by ``summarises`` edges. An update (obsolete >= theta_obsolete, no contradiction)
+adds a ``supersedes`` temporal edge from the newer memory to the older one, which the read path
+shows next to the older memory.
 """
 
 from __future__ import annotations
@@ -16,6 +19,8 @@ from topology.params import Params
 from topology.schemas import CandidateSet, ConsolidationDecision, EdgeEvent, MemoryNode
 from topology.stages.candidates import features
 from topology.systemone.catalog import CONSOLIDATION
+from topology.systemone.features import ConsolidationState
+from topology.systemone.local import NEGATION, STATE, UPDATE
 from topology.systemone.port import Item, SystemOne
 
 Representation = Literal["keep_separate", "merge", "promote", "uncertain"]
@@ -38,6 +43,25 @@ def select_pairs(recent: Sequence[CandidateSet], limit: int) -> list[tuple[Memor
     return pairs[:limit]
 
 
+def pair_state(newer: MemoryNode, older: MemoryNode) -> ConsolidationState:
+    """The consolidation features of a pair (pure): cosine, entity overlap, whether exactly one
+    text is negated, whether the newer one announces a change, same speaker, token overlap."""
+    f = features(newer, older)
+    return ConsolidationState(
+        newer=newer.content, older=older.content, cosine=f.cosine, entity=f.entity,
+        negation_mix=float(bool(NEGATION.search(newer.content)) != bool(NEGATION.search(older.content))),
+        update_cue=1.0 if UPDATE.search(newer.content) else 0.0,
+        same_speaker=1.0 if newer.speaker == older.speaker else 0.0, slot_overlap=f.lexical,
+        older_state=1.0 if STATE.search(older.content) else 0.0)
+
+
+def superseded(decision: ConsolidationDecision, params: Params) -> bool:
+    """Is the older memory of this decision out of date: an update, neither a contradiction nor a
+    restatement (a redundant pair merges instead)?"""
+    return (decision.obsolete >= params.theta_obsolete and decision.contradiction < params.theta_contradiction
+            and decision.redundant < 0.5)
+
+
 def gate(decision: ConsolidationDecision, params: Params) -> bool:
     """May System Two write a derived node for this decision?"""
     best = max(decision.representation.get("merge", 0.0), decision.representation.get("promote", 0.0))
@@ -51,11 +75,7 @@ async def consolidate(
     """Judge ``pairs`` (newer, older) in one request; return decisions, link edges, derived nodes."""
     if not pairs:
         return [], [], []
-    items = []
-    for newer, older in pairs:
-        f = features(newer, older)
-        items.append(Item(CONSOLIDATION, {"newer": newer.content, "older": older.content,
-                                          "cosine": f.cosine, "entity": f.entity}))
+    items = [Item(CONSOLIDATION, pair_state(newer, older).model_dump()) for newer, older in pairs]
     answers = await so.ask(items)
     decisions, edges, derived = [], [], []
     for (newer, older), ans in zip(pairs, answers, strict=True):
@@ -74,6 +94,13 @@ async def consolidate(
                 tenant_id=newer.tenant_id, conversation_id=newer.conversation_id, view="semantic",
                 source=older.id, target=newer.id, direction="undirected", probability=d.link_useful,
                 label="consolidation_link", created_by="system_one"))
+        if superseded(d, params):
+            # the read path shows an obsolete memory together with what superseded it
+            edges.append(EdgeEvent(
+                id=ids.edge_id("temporal", newer.id, older.id, "supersedes"),
+                tenant_id=newer.tenant_id, conversation_id=newer.conversation_id, view="temporal",
+                source=newer.id, target=older.id, direction="directed", probability=d.obsolete,
+                label="supersedes", created_by="system_one"))
         if summariser is not None and gate(d, params):
             rep = "merge" if dist.get("merge", 0.0) >= dist.get("promote", 0.0) else "promote"
             text = await summariser.summarise([older.content, newer.content])
@@ -82,5 +109,11 @@ async def consolidate(
                 "id": nid, "event_id": f"derived:{nid}", "kind": "derived", "content": text,
                 "derived_from": [older.id, newer.id], "embedding": None, "speaker": None}))
             d = d.model_copy(update={"derived_node_id": nid})
+            # the derived summary is reachable from both sources through the semantic view
+            edges += [EdgeEvent(
+                id=ids.edge_id("semantic", src.id, nid, "summarises"), tenant_id=newer.tenant_id,
+                conversation_id=newer.conversation_id, view="semantic", source=nid, target=src.id,
+                direction="directed", probability=round(max(dist.get("merge", 0.0), dist.get("promote", 0.0)), 6),
+                label="summarises", created_by="system_one") for src in (older, newer)]
         decisions.append(d)
     return decisions, edges, derived

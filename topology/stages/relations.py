@@ -30,8 +30,23 @@ def _edge(node: MemoryNode, view: str, source: str, target: str, p: float, label
     })
 
 
+#: A "next" edge (consecutive turns) is certain within a sitting and weaker across a long pause.
+NEXT_PAUSE_HOURS = 6.0
+
+
+def next_probability(prev: MemoryNode, node: MemoryNode) -> float:
+    """1.0 for consecutive turns of one sitting; 0.5 after a pause of ``NEXT_PAUSE_HOURS`` or more
+    (or when a time is unknown)."""
+    if prev.observed_at is None or node.observed_at is None:
+        return 0.5
+    hours = (node.observed_at - prev.observed_at).total_seconds() / 3600.0
+    return 1.0 if hours < NEXT_PAUSE_HOURS else 0.5
+
+
 def rule_edges(cset: CandidateSet, earlier: dict[str, MemoryNode]) -> list[EdgeEvent]:
-    """Temporal edges by (event time, seq) order and entity edges on exact shared entity ids."""
+    """Temporal edges by (event time, seq) order, a temporal ``next`` edge from the immediately
+    preceding turn (consecutive turns: a reply to its question), and entity edges on exact shared
+    entity ids."""
     node, out = cset.node, []
     mine = {e.id for e in node.entities}
     for cand in cset.candidates:
@@ -43,6 +58,8 @@ def rule_edges(cset: CandidateSet, earlier: dict[str, MemoryNode]) -> list[EdgeE
         else:
             first, second = other, node
         out.append(_edge(node, "temporal", first.id, second.id, cand.features.temporal, "before", "rule", True))
+        if other.seq == node.seq - 1:
+            out.append(_edge(node, "temporal", other.id, node.id, next_probability(other, node), "next", "rule", True))
         shared = mine & {e.id for e in other.entities}
         if shared:
             out.append(_edge(node, "entity", other.id, node.id, 1.0, "shares:" + ",".join(sorted(shared)),

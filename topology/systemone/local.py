@@ -1,9 +1,10 @@
 """The ``local`` System One backend: offline, deterministic, no network.
 
-It answers the catalog's questions with small logistic models over the features each stage puts
-in an item's ``state`` (cosines, overlaps, entity matches, grounded dates) and over lexical cues of
-the texts. The weights below are hand-set priors, documented next to each model; nothing here is
-fitted to benchmark answers or evidence labels.
+It answers the catalog's questions with small logistic models over the typed features each stage
+puts in an item's ``state`` (:mod:`topology.systemone.features`; a missing feature is an error) and
+over lexical cues of the texts. Candidate relevance (the ``score`` task) is a learned logistic
+model whose weights ship with the package (:mod:`topology.systemone.learned`, trained by
+``scripts/train_system_one.py``); the other models are hand-set priors documented next to each.
 """
 
 from __future__ import annotations
@@ -14,6 +15,17 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from topology.errors import SystemOneError
+from topology.systemone.features import (
+    AliasState,
+    AssessState,
+    ConsolidationState,
+    RelationState,
+    RouteState,
+    ScoreState,
+    TypingState,
+    parse,
+)
+from topology.systemone.learned import ScoreModel
 from topology.systemone.port import Answer, Item
 from topology.text import alias_plausibility
 
@@ -44,6 +56,7 @@ CAUSE_FWD = _cue(r"\b(because|since|due to|thanks to|as a result|that's why|so t
 NEGATION = _cue(r"\b(not|no|never|don't|doesn't|didn't|isn't|wasn't|won't|can't|stopped|quit)\b")
 CAUSE_ANSWER = _cue(r"\b(because|since|so that|so i|that's why|due to|thanks to|inspired|motivated|made me|"
                     r"wanted to|in order to|reason|after (?:he|she|they|i|my|we)|led me|decided)\b")
+STATE = _cue(r"\b(i live|i work|i am|i'm|my job|i have|i own|i use|i study|my (?:home|house|apartment|address))\b")
 UPDATE = _cue(r"\b(now|anymore|no longer|changed|switched|moved|new|instead|used to)\b")
 
 Q_TEMPORAL = _cue(r"\b(when|what (?:year|month|day|date|time)|how long|before|after|since|"
@@ -56,36 +69,28 @@ Q_RECENCY = _cue(r"\b(now|currently|current|latest|recent|recently|still|these d
 Q_CAPS = re.compile(r"\b[A-Z][a-z]+")
 
 
-def _f(state: Mapping[str, Any], key: str, default: float = 0.0) -> float:
-    v = state.get(key, default)
-    return float(v) if isinstance(v, int | float) else default
-
-
-def _s(state: Mapping[str, Any], key: str) -> str:
-    v = state.get(key, "")
-    return v if isinstance(v, str) else ""
-
-
 def _hit(pattern: re.Pattern[str], text: str) -> float:
     return 1.0 if pattern.search(text) else 0.0
 
 
 def typing(state: Mapping[str, Any]) -> Answer:
-    text = _s(state, "text")
+    st = parse(TypingState, state)
+    text = st.text
     past, time, first = _hit(PAST, text), _hit(TIME, text), _hit(FIRST_PERSON, text)
     return Answer(nouls={
         "episodic": sigmoid(-1.2 + 1.4 * past + 1.0 * time + 0.6 * first),
         "semantic": sigmoid(-0.8 + 1.2 * _hit(COPULA, text) - 0.6 * past + 0.3 * (1 - first)),
-        "procedural": sigmoid(-2.5 + 2.5 * _hit(PROCEDURE, text) + (1.0 if state.get("role") == "tool" else 0.0)),
+        "procedural": sigmoid(-2.5 + 2.5 * _hit(PROCEDURE, text) + (1.0 if st.role == "tool" else 0.0)),
         "preference": sigmoid(-2.2 + 3.0 * _hit(PREFERENCE, text)),
     })
 
 
 def relation(state: Mapping[str, Any]) -> Answer:
     """Pair (older -> newer) features: cosine, lexical (Dice), entity (Jaccard), turn gap."""
-    cos, lex, ent = _f(state, "cosine"), _f(state, "lexical"), _f(state, "entity")
-    adjacent = 1.0 if _f(state, "gap", 99) <= 1 else 0.0
-    new_text, old_text = _s(state, "newer"), _s(state, "older")
+    st = parse(RelationState, state)
+    cos, lex, ent = st.cosine, st.lexical, st.entity
+    adjacent = 1.0 if st.gap <= 1 else 0.0
+    new_text, old_text = st.newer, st.older
     topical = 12.0 * (cos - 0.42) + 2.5 * lex + 1.0 * ent
     return Answer(nouls={
         "semantic": sigmoid(topical),
@@ -95,22 +100,29 @@ def relation(state: Mapping[str, Any]) -> Answer:
 
 
 def alias(state: Mapping[str, Any]) -> Answer:
-    return Answer(nouls={"alias": alias_plausibility(_s(state, "a"), _s(state, "b"))})
+    st = parse(AliasState, state)
+    return Answer(nouls={"alias": alias_plausibility(st.a, st.b)})
 
 
 def consolidation(state: Mapping[str, Any]) -> Answer:
-    cos, ent = _f(state, "cosine"), _f(state, "entity")
-    newer, older = _s(state, "newer"), _s(state, "older")
-    neg_mismatch = abs(_hit(NEGATION, newer) - _hit(NEGATION, older))
-    redundant = sigmoid(25.0 * (cos - 0.92))
-    contradiction = sigmoid(-3.0 + 2.5 * neg_mismatch + 6.0 * (cos - 0.6))
-    obsolete = sigmoid(-3.0 + 2.0 * _hit(UPDATE, newer) + 6.0 * (cos - 0.7))
+    """Pair judgments from the typed pair features.
+
+    A near-duplicate (cosine >= ~0.95 and high token overlap) is redundant and merges; an update
+    (the newer text announces a change, same speaker, overlapping slot words) makes the older one
+    obsolete; a negation mismatch on overlapping words is a contradiction. ``promote`` (an
+    abstraction over the two) is likely when they are topical siblings of the same speaker."""
+    st = parse(ConsolidationState, state)
+    cos, ent, slot = st.cosine, st.entity, st.slot_overlap
+    redundant = sigmoid(30.0 * (cos - 0.95) + 6.0 * (slot - 0.6))
+    contradiction = sigmoid(-6.0 + 6.0 * st.negation_mix + 3.0 * slot + 6.0 * (cos - 0.85))
+    obsolete = sigmoid(-4.0 + 2.5 * st.update_cue + 1.5 * st.older_state + 1.0 * st.same_speaker + 3.0 * slot
+                       + 6.0 * (cos - 0.8))
     link_useful = sigmoid(8.0 * (cos - 0.5) + 1.0 * ent)
     raw = {
-        "keep_separate": 1.0 - max(redundant, link_useful * 0.5),
+        "keep_separate": max(0.02, 1.0 - max(redundant, obsolete)) * (1.0 - 0.5 * link_useful),
         "merge": redundant * (1.0 - contradiction),
-        "promote": link_useful * 0.4 * (1.0 - redundant),
-        "uncertain": 0.15,
+        "promote": 0.5 * obsolete * (1.0 - contradiction) * (1.0 - redundant) * st.same_speaker,
+        "uncertain": 0.02,
     }
     total = sum(raw.values())
     return Answer(
@@ -121,7 +133,7 @@ def consolidation(state: Mapping[str, Any]) -> Answer:
 
 
 def route(state: Mapping[str, Any]) -> Answer:
-    q = _s(state, "question")
+    q = parse(RouteState, state).question
     names = len(set(Q_CAPS.findall(q[1:])))
     return Answer(nouls={
         "semantic": 0.85,
@@ -134,63 +146,59 @@ def route(state: Mapping[str, Any]) -> Answer:
 
 
 def assess(state: Mapping[str, Any]) -> Answer:
-    """Evidence state: best relevance, count of strong items, gain of the last round, round, h."""
-    best, strong = _f(state, "best_relevance"), _f(state, "strong")
-    gain, rnd, hop = _f(state, "last_gain"), _f(state, "round"), _f(state, "multi_hop")
+    """Evidence state: best relevance, count of strong items, gain of the last round, round, h,
+    and the negation mix of the top evidence (contradiction)."""
+    st = parse(AssessState, state)
+    best, strong, gain, rnd, hop = st.best_relevance, st.strong, st.last_gain, st.round, st.multi_hop
     need = 1.0 + 2.0 * hop
     sufficient = sigmoid(10.0 * (best - 0.8)) * sigmoid(3.0 * (strong - need))
     return Answer(nouls={
         "sufficient": sufficient,
         "continue_useful": sigmoid(0.5 + 3.0 * gain + 1.5 * hop - 0.6 * rnd - 2.0 * sufficient),
         "missing": 1.0 - sufficient,
-        "contradiction": sigmoid(-4.0 + 2.0 * _f(state, "negation_mix")),
+        "contradiction": sigmoid(-4.0 + 6.0 * st.negation_mix),
     })
 
 
-#: Relevance logit: bias, cosine placed within the anchor pool, query-token coverage, entity match,
-#: fused-rank strength, BM25 (normalised by the best hit), temporal and causal answer cues, and
-#: being the reply to a question turn that itself matches the query.
-#: Hand-set, then checked on the dev conversations' overall recall only (never per question).
-W_REL = (-3.5, 2.5, 1.6, 1.0, 1.5, 2.5, 0.6, 0.8, 1.5)
-
-
-def score(state: Mapping[str, Any]) -> Answer:
-    """Candidate features for a query: cosine, lexical (0..1), entity match, temporal match,
-    anchor strength, the view and its route probability, novelty and support."""
-    cos, lex, ent = _f(state, "cosine"), _f(state, "lexical"), _f(state, "entity")
-    anchor, tmatch, bm25 = _f(state, "anchor"), _f(state, "temporal_match"), _f(state, "bm25")
-    cmatch = _f(state, "route_causal") * _hit(CAUSE_ANSWER, _s(state, "memory"))
-    rel_cos = _f(state, "cosine_in_pool", cos)
-    relevance = sigmoid(W_REL[0] + W_REL[1] * rel_cos + W_REL[2] * lex + W_REL[3] * ent + W_REL[4] * anchor
-                        + W_REL[5] * bm25 + W_REL[6] * tmatch + W_REL[7] * cmatch
-                        + W_REL[8] * _f(state, "reply_to_match"))
-    view = _s(state, "view")
-    view_prior = {"anchor": 0.9, "temporal": 0.55, "semantic": 0.6, "entity": 0.5, "causal": 0.6}.get(view, 0.5)
-    useful = sigmoid(math.log(view_prior / (1 - view_prior)) + 2.0 * (relevance - 0.5)
-                     + 1.0 * _f(state, "neighbour_of_strong"))
+def score(state: Mapping[str, Any], model: ScoreModel) -> Answer:
+    """Candidate judgments: relevance from the learned model over :data:`SCORE_FEATURES`; the
+    other Nouls are direct readings of their features (edge usefulness, novelty, support)."""
+    st = parse(ScoreState, state)
+    relevance = model.probability(st.vector())
+    useful = sigmoid(2.0 * (relevance - 0.5) + 1.0 * st.edge_probability * st.expanded)
     return Answer(nouls={
         "relevance": relevance,
         "relation_useful": useful,
-        "new_information": max(0.0, min(1.0, 1.0 - _f(state, "max_evidence_cosine"))),
-        "supports": max(0.0, min(1.0, _f(state, "support"))),
+        "new_information": max(0.0, min(1.0, 1.0 - st.max_evidence_cosine)),
+        "supports": max(0.0, min(1.0, st.support)),
     })
 
 
-_MODELS: dict[str, Callable[[Mapping[str, Any]], Answer]] = {
-    "typing": typing, "relation": relation, "alias": alias, "consolidation": consolidation,
-    "route": route, "assess": assess, "score": score,
-}
-
-
 class LocalSystemOne:
-    """Offline default backend; answers a batch in-process, one call per ``ask``."""
+    """Offline default backend; answers a batch in-process, one call per ``ask``.
+
+    ``score_model``: the relevance model of the score task (default: the shipped weights, loaded
+    on the first score item, so the write path never needs them)."""
 
     name = "local"
+
+    def __init__(self, score_model: ScoreModel | None = None) -> None:
+        self._score_model = score_model
+        self._models: dict[str, Callable[[Mapping[str, Any]], Answer]] = {
+            "typing": typing, "relation": relation, "alias": alias, "consolidation": consolidation,
+            "route": route, "assess": assess, "score": lambda s: score(s, self.score_model),
+        }
+
+    @property
+    def score_model(self) -> ScoreModel:
+        if self._score_model is None:
+            self._score_model = ScoreModel.shipped()
+        return self._score_model
 
     async def ask(self, items: Sequence[Item]) -> list[Answer]:
         out = []
         for item in items:
-            model = _MODELS.get(item.task.name)
+            model = self._models.get(item.task.name)
             if model is None:
                 raise SystemOneError(f"local backend has no model for task {item.task.name!r}")
             out.append(model(item.state))

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any, Protocol, runtime_checkable
 
 from topology.errors import SystemOneError
 
@@ -93,8 +93,26 @@ def check_answers(items: Sequence[Item], answers: Sequence[Answer]) -> list[Answ
     return list(answers)
 
 
+@runtime_checkable
+class Chunking(Protocol):
+    """A backend that may split one batch into several requests (e.g. HTTP size limits)."""
+
+    def requests_for(self, sizes: Sequence[int]) -> int:
+        """Requests a batch of items with ``sizes`` questions each takes (pure, deterministic)."""
+        ...
+
+
+def requests_for(backend: object, sizes: Sequence[int]) -> int:
+    """Requests ``backend`` makes for a batch of items with ``sizes`` questions each: its own
+    count when it chunks, else one for a non-empty batch."""
+    if not sizes:
+        return 0
+    return backend.requests_for(sizes) if isinstance(backend, Chunking) else 1
+
+
 class CountingSystemOne:
-    """Wraps a backend and counts requests (one per ``ask``), for the per-write/query bounds."""
+    """Wraps a backend and counts controller requests, for the per-write/query bounds: one per
+    ``ask``, or as many as the backend sends when it splits a batch (:class:`Chunking`)."""
 
     def __init__(self, inner: SystemOne) -> None:
         self.inner = inner
@@ -104,10 +122,13 @@ class CountingSystemOne:
     async def ask(self, items: Sequence[Item]) -> list[Answer]:
         if not items:
             return []
-        self.calls += 1
+        self.calls += requests_for(self.inner, [len(i.task.questions) for i in items])
         name = "+".join(sorted({i.task.name for i in items}))
         self.by_task[name] = self.by_task.get(name, 0) + 1
         return check_answers(items, await self.inner.ask(items))
+
+    def requests_for(self, sizes: Sequence[int]) -> int:
+        return requests_for(self.inner, sizes)
 
     async def aclose(self) -> None:
         await self.inner.aclose()

@@ -2,7 +2,8 @@
 
 The SDK sends one state per request, so a batch is packed into one request: the state lists the
 items (``{"items": [...]}``) and every question is namespaced by its item index (``"3.relevance"``).
-Batches with more than ``max_questions`` questions are split into chunks sent concurrently.
+Batches with more than ``max_questions`` questions are split into chunks sent concurrently; each
+chunk is one controller request (``requests_for`` tells the counting wrapper how many).
 ``base_url`` may point at any Jev-compatible server (POST /v1/systemone).
 """
 
@@ -42,16 +43,25 @@ class TypeSafeSystemOne:
         self._model = model
         self._max_questions = max_questions
 
-    async def ask(self, items: Sequence[Item]) -> list[Answer]:
+    def chunks(self, sizes: Sequence[int]) -> list[list[int]]:
+        """Item indices per HTTP request for items with ``sizes`` questions each (pure): items in
+        order, a new request whenever the next item would pass ``max_questions``."""
         chunks: list[list[int]] = [[]]
         count = 0
-        for i, item in enumerate(items):
-            n = len(item.task.questions)
+        for i, n in enumerate(sizes):
             if chunks[-1] and count + n > self._max_questions:
                 chunks.append([])
                 count = 0
             chunks[-1].append(i)
             count += n
+        return chunks if chunks[0] else []
+
+    def requests_for(self, sizes: Sequence[int]) -> int:
+        """How many HTTP requests a batch of items with ``sizes`` questions each takes."""
+        return len(self.chunks(sizes))
+
+    async def ask(self, items: Sequence[Item]) -> list[Answer]:
+        chunks = self.chunks([len(item.task.questions) for item in items])
         parts = await asyncio.gather(*(self._ask_chunk(items, idx) for idx in chunks))
         answers: dict[int, Answer] = {}
         for part in parts:

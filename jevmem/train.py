@@ -1,0 +1,198 @@
+"""Training the ``local`` System One's relevance model on LoCoMo-format dev conversations.
+
+The controller runs every question with a recorder attached; the final pool of each query (its
+typed :class:`~topology.systemone.features.ScoreState` rows) is labelled with the question's
+evidence ids (labels are used here only, never at run time). A logistic regression (L2,
+Newton steps, pure numpy, deterministic) is fitted on the rows; training iterates
+(collect with the current model, refit) because the pool depends on the model's scores.
+
+``evaluate`` re-runs retrieval with a model and reports recall@k per category; ``loco`` fits on
+all conversations but one and evaluates on the held-out one, so overfitting is visible.
+"""
+
+from __future__ import annotations
+
+import statistics
+import tempfile
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from jevmem import locomo
+from jevmem.bench import CATS, KS, recall
+from jevmem.settings import Settings
+from jevmem.wiring import Embedded, build_embedded
+from query_api.controller import RetrievalController
+from topology.embedding import Embedder
+from topology.schemas import MemoryNode, Scope
+from topology.systemone.features import SCORE_FEATURES, ScoreState
+from topology.systemone.learned import ScoreModel
+from topology.systemone.local import LocalSystemOne
+
+#: Products of two features the model may weigh (question type x candidate cue).
+INTERACTIONS: tuple[tuple[str, str], ...] = (
+    ("speaker_match", "route_multi_hop"), ("temporal_match", "route_temporal"), ("date_match", "route_temporal"),
+    ("graph_anchor", "expanded"), ("adjacent_anchor", "is_question"), ("reply_to_match", "route_causal"),
+    ("entity", "lexical"), ("bm25", "cosine_in_pool"), ("graph_anchor", "route_multi_hop"),
+    ("graph_relevance", "route_multi_hop"), ("expanded", "route_multi_hop"), ("speaker_match", "expanded"),
+    # a separate slope for expanded candidates, which have no BM25 or rank features of their own
+    ("expanded", "cosine_in_pool"), ("expanded", "lexical"), ("expanded", "entity"), ("expanded", "graph_relevance"),
+)
+
+
+@dataclass(frozen=True)
+class Rows:
+    """Labelled candidate rows: ``x`` (n, F) base features, ``y`` (n,) 0/1, ``group`` conversation."""
+
+    x: np.ndarray
+    y: np.ndarray
+    group: np.ndarray
+
+
+def fit(rows: Rows, l2: float = 1.0, interactions: Sequence[tuple[str, str]] = INTERACTIONS,
+        meta: dict[str, Any] | None = None, iters: int = 30) -> ScoreModel:
+    """L2-regularised logistic regression by Newton's method on standardised features.
+
+    Deterministic: no sampling, fixed iteration count (stops early once the step is < 1e-8)."""
+    shell = ScoreModel(SCORE_FEATURES, tuple(interactions), np.zeros(len(SCORE_FEATURES) + len(interactions)),
+                       np.ones(len(SCORE_FEATURES) + len(interactions)),
+                       np.zeros(len(SCORE_FEATURES) + len(interactions)), 0.0)
+    x = shell.expand(rows.x)
+    mean, scale = x.mean(axis=0), x.std(axis=0)
+    scale[scale < 1e-9] = 1.0
+    z = np.column_stack([np.ones(len(x)), (x - mean) / scale])
+    w = np.zeros(z.shape[1])
+    reg = np.full(z.shape[1], l2)
+    reg[0] = 0.0
+    for _ in range(iters):
+        p = 1.0 / (1.0 + np.exp(-(z @ w)))
+        grad = z.T @ (p - rows.y) + reg * w
+        hess = (z * (p * (1 - p))[:, None]).T @ z + np.diag(reg) + 1e-9 * np.eye(len(w))
+        step = np.linalg.solve(hess, grad)
+        w -= step
+        if np.abs(step).max() < 1e-8:
+            break
+    return ScoreModel(SCORE_FEATURES, tuple(interactions), mean, scale, w[1:], float(w[0]), meta or {})
+
+
+@dataclass
+class Conversation:
+    """A dev conversation: its file, built memory and questions."""
+
+    name: str
+    mem: Embedded
+    scope: Scope
+    questions: list[locomo.Question]
+
+
+async def build(files: Sequence[Path], settings: Settings, embedder: Embedder, root: Path) -> list[Conversation]:
+    """Build (or reopen, when ``root/<stem>`` exists) one memory per conversation file."""
+    out = []
+    for path in files:
+        data = locomo.load(path)
+        conv = f"locomo-{path.stem}"
+        d = root / path.stem
+        fresh = not d.exists()
+        d.mkdir(parents=True, exist_ok=True)
+        mem = build_embedded(settings, embedder=embedder, data_dir=d)
+        if fresh:
+            await mem.pipeline.ingest(locomo.observations(data, "train", conv))
+        out.append(Conversation(path.stem, mem, Scope(tenant_id="train", conversation_id=conv), locomo.questions(data)))
+    return out
+
+
+def _controller(c: Conversation, model: ScoreModel, settings: Settings) -> RetrievalController:
+    m = c.mem
+    return RetrievalController(m.embedder, LocalSystemOne(model), m.stores.vectors, m.stores.lexical, m.stores.nodes,
+                               m.stores.edges, settings.params)
+
+
+async def collect(convs: Sequence[Conversation], model: ScoreModel, settings: Settings) -> Rows:
+    """Final-pool rows of every question, labelled by the question's evidence ids."""
+    xs: list[list[float]] = []
+    ys: list[float] = []
+    gs: list[str] = []
+    for c in convs:
+        ctrl = _controller(c, model, settings)
+        last: list[tuple[Sequence[MemoryNode], Sequence[ScoreState]]] = []
+
+        def keep(_q: str, nodes: Sequence[MemoryNode], states: Sequence[ScoreState],
+                 last: list[tuple[Sequence[MemoryNode], Sequence[ScoreState]]] = last) -> None:
+            last[:] = [(nodes, states)]
+
+        ctrl.recorder = keep
+        for q in c.questions:
+            last.clear()
+            await ctrl.retrieve(c.scope, q.question, top_k=max(KS))
+            for node, st in zip(*last[0], strict=True):
+                xs.append(st.vector())
+                ys.append(1.0 if node.event_id in q.evidence else 0.0)
+                gs.append(c.name)
+    return Rows(np.asarray(xs, dtype=np.float64), np.asarray(ys), np.asarray(gs))
+
+
+Recalls = dict[tuple[int, str], list[float]]
+
+
+def table(acc: Recalls) -> dict[str, dict[str, float]]:
+    """Mean recall per k and category, questions pooled."""
+    return {str(k): {cat: round(statistics.fmean(v), 4) for cat in CATS if (v := acc.get((k, cat)))} for k in KS}
+
+
+async def evaluate(convs: Sequence[Conversation], model: ScoreModel, settings: Settings,
+                   acc: Recalls | None = None) -> Recalls:
+    """Per-question recall@k by (k, category) ("overall" included) of the controller with
+    ``model``, appended to ``acc`` when given."""
+    acc = {} if acc is None else acc
+    for c in convs:
+        ctrl = _controller(c, model, settings)
+        for q in c.questions:
+            res = await ctrl.retrieve(c.scope, q.question, top_k=max(KS))
+            ids = [e.event_id for e in res.evidence]
+            for k in KS:
+                for cat in ("overall", q.category):
+                    acc.setdefault((k, cat), []).append(recall(ids, q.evidence, k))
+    return acc
+
+
+def subset(rows: Rows, keep: set[str]) -> Rows:
+    m = np.isin(rows.group, sorted(keep))
+    return Rows(rows.x[m], rows.y[m], rows.group[m])
+
+
+async def train(files: Sequence[Path], settings: Settings, embedder: Embedder, cache: Path | None = None,
+                rounds: int = 2, l2: float = 1.0, seed: int = 0) -> dict[str, Any]:
+    """Fit on every conversation (``rounds`` collect/refit iterations from the prior) and report
+    in-sample and leave-one-conversation-out recall. Returns ``{"model", "in_sample", "loco"}``.
+
+    ``seed`` is recorded and seeds numpy (the fit itself draws nothing)."""
+    np.random.seed(seed)
+    with tempfile.TemporaryDirectory() as tmp:
+        convs = await build(files, settings, embedder, cache or Path(tmp))
+        try:
+            names = [c.name for c in convs]
+            meta = {"trained_by": "scripts/train_system_one.py", "conversations": names, "rounds": rounds,
+                    "l2": l2, "seed": seed, "interactions": len(INTERACTIONS)}
+
+            async def fit_on(keep: set[str]) -> ScoreModel:
+                model = ScoreModel.prior()
+                rows: list[Rows] = []
+                for _ in range(rounds):
+                    rows.append(subset(await collect([c for c in convs if c.name in keep], model, settings), keep))
+                    merged = Rows(*(np.concatenate([getattr(r, f) for r in rows]) for f in ("x", "y", "group")))
+                    model = fit(merged, l2, meta={**meta, "conversations": sorted(keep)})
+                return model
+
+            model = await fit_on(set(names))
+            in_sample = table(await evaluate(convs, model, settings))
+            pooled: Recalls = {}
+            for held in names:
+                m = await fit_on(set(names) - {held})
+                await evaluate([c for c in convs if c.name == held], m, settings, pooled)
+            return {"model": model, "in_sample": in_sample, "loco": table(pooled)}
+        finally:
+            for c in convs:
+                await c.mem.close()

@@ -1,0 +1,46 @@
+"""Train the ``local`` System One's relevance model on LoCoMo-format dev conversations.
+
+    python scripts/train_system_one.py ../shared/data/locomo [--out topology/systemone/score_model.json]
+
+Builds one memory per conversation, fits the logistic relevance model (fixed seed, deterministic
+Newton fit; see :mod:`jevmem.train`), prints in-sample and leave-one-conversation-out recall@k per
+category as JSON, and writes the weights to ``--out``. Only the dev conversations' evidence labels
+are used, and only here; the controller never sees labels at run time.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import sys
+from pathlib import Path
+
+import orjson
+
+from jevmem.settings import Settings
+from jevmem.train import train
+from topology.embedding import load_embedder
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("directory", type=Path, help="folder of LoCoMo-format *.json conversations")
+    ap.add_argument("--out", type=Path, default=Path("topology/systemone/score_model.json"))
+    ap.add_argument("--cache", type=Path, default=None, help="keep built memories here (reused when present)")
+    ap.add_argument("--rounds", type=int, default=2, help="collect/refit iterations")
+    ap.add_argument("--l2", type=float, default=1.0)
+    ap.add_argument("--seed", type=int, default=0)
+    args = ap.parse_args()
+    settings = Settings()
+    files = sorted(args.directory.glob("*.json"))
+    if not files:
+        sys.exit(f"no *.json conversations in {args.directory}")
+    out = asyncio.run(train(files, settings, load_embedder(settings.embedder, settings.model_cache), args.cache,
+                            args.rounds, args.l2, args.seed))
+    args.out.write_bytes(out["model"].to_json() + b"\n")
+    sys.stdout.write(orjson.dumps({"in_sample": out["in_sample"], "loco": out["loco"]},
+                                  option=orjson.OPT_INDENT_2).decode() + "\n")
+
+
+if __name__ == "__main__":
+    main()
