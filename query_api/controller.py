@@ -16,7 +16,7 @@ from __future__ import annotations
 import asyncio
 import re
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 
@@ -151,9 +151,12 @@ class RetrievalController:
         vec, lex = await asyncio.gather(self.vectors.search(scope, qvec, pool), self.lexical.search(scope, question, pool))
         return vec, lex
 
-    def _features(self, st: _QueryState, c: _Cand, z: float, sims: Sequence[float]) -> ScoreState:
-        """The score question's state for ``c``: ``z`` is its cosine to the question and ``sims``
-        its cosines to the (up to 5) strongest other evidence nodes."""
+    def _features(self, st: _QueryState, c: _Cand, z: float, sims: Sequence[float],
+                  pool: Mapping[str, float], relevance: Mapping[str, float]) -> ScoreState:
+        """The score question's state for ``c``: ``z`` is its cosine to the question, ``sims``
+        its cosines to the (up to 5) strongest other evidence nodes; ``pool`` maps the pool's
+        ids to their anchor strength and ``relevance`` to their last relevance (built once per
+        scoring round, not per candidate)."""
         n = c.node
         ntoks = set(n.tokens)
         lexical = len(st.qtokens & ntoks) / len(st.qtokens) if st.qtokens else 0.0
@@ -166,8 +169,7 @@ class RetrievalController:
         if prev is not None and prev.node.content.rstrip().endswith("?") and prev.node.speaker != n.speaker:
             reply = max(st.anchor_strength.get(prev.node.id, 0.0), st.bm25.get(prev.node.id, 0.0))
         route = st.route
-        pool = {i: st.anchor_strength.get(i, 0.0) for i in st.pool}
-        graph = qf.graph_features(n.id, st.graph, pool, st.cos_in_pool, {i: x.relevance for i, x in st.pool.items()})
+        graph = qf.graph_features(n.id, st.graph, pool, st.cos_in_pool, relevance)
         return ScoreState(
             question=st.question, memory=n.content, speaker=n.speaker or "", view=c.via,
             cosine=round(z, 6), lexical=round(lexical, 6), entity=round(entity, 6),
@@ -196,10 +198,12 @@ class RetrievalController:
         lo, hi = st.cos_range
         for i, c in enumerate(cands):
             st.cos_in_pool.setdefault(c.node.id, (float(z[i]) - lo) / max(1e-6, hi - lo))
+        pool = {i: st.anchor_strength.get(i, 0.0) for i in st.pool}
+        relevance = {i: x.relevance for i, x in st.pool.items()}
         out = []
         for i, c in enumerate(cands):
             others = [j for j, e in enumerate(ranked) if e.node.id != c.node.id][:5]
-            out.append(self._features(st, c, float(z[i]), [float(sim[i, j]) for j in others]))
+            out.append(self._features(st, c, float(z[i]), [float(sim[i, j]) for j in others], pool, relevance))
         return out
 
     async def _score(self, so: SystemOne, st: _QueryState, cands: Sequence[_Cand], t_star: datetime | None) -> None:

@@ -14,6 +14,8 @@ import re
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
+import numpy as np
+
 from topology.errors import SystemOneError
 from topology.systemone.features import (
     AliasState,
@@ -163,8 +165,19 @@ def assess(state: Mapping[str, Any]) -> Answer:
 def score(state: Mapping[str, Any], model: ScoreModel) -> Answer:
     """Candidate judgments: relevance from the learned model over :data:`SCORE_FEATURES`; the
     other Nouls are direct readings of their features (edge usefulness, novelty, support)."""
-    st = parse(ScoreState, state)
-    relevance = model.probability(st.vector())
+    return score_many([state], model)[0]
+
+
+def score_many(states: Sequence[Mapping[str, Any]], model: ScoreModel) -> list[Answer]:
+    """:func:`score` for a batch: one matrix product for every candidate's relevance."""
+    parsed = [parse(ScoreState, s) for s in states]
+    if not parsed:
+        return []
+    logits = model.logits(np.asarray([st.vector() for st in parsed], dtype=np.float64))
+    return [_score_answer(st, sigmoid(float(z))) for st, z in zip(parsed, logits, strict=True)]
+
+
+def _score_answer(st: ScoreState, relevance: float) -> Answer:
     useful = sigmoid(2.0 * (relevance - 0.5) + 1.0 * st.edge_probability * st.expanded)
     return Answer(nouls={
         "relevance": relevance,
@@ -196,13 +209,19 @@ class LocalSystemOne:
         return self._score_model
 
     async def ask(self, items: Sequence[Item]) -> list[Answer]:
-        out = []
-        for item in items:
+        out: list[Answer | None] = [None] * len(items)
+        scored = [i for i, item in enumerate(items) if item.task.name == "score"]
+        if scored:  # the hot read-path question: one batched model evaluation
+            for i, answer in zip(scored, score_many([items[i].state for i in scored], self.score_model), strict=True):
+                out[i] = answer
+        for i, item in enumerate(items):
+            if out[i] is not None:
+                continue
             model = self._models.get(item.task.name)
             if model is None:
                 raise SystemOneError(f"local backend has no model for task {item.task.name!r}")
-            out.append(model(item.state))
-        return out
+            out[i] = model(item.state)
+        return [a for a in out if a is not None]
 
     async def aclose(self) -> None:
         return None
