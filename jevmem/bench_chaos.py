@@ -41,7 +41,6 @@ import os
 import random
 import signal
 import subprocess
-import sys
 import tempfile
 import time
 import uuid
@@ -53,6 +52,7 @@ from typing import Any
 from confluent_kafka import Consumer, TopicPartition
 
 from jevmem import locomo
+from jevmem.bench_kafka import spawn_worker, stop_workers
 from jevmem.distributed import distributed_stores, ensure_topics
 from jevmem.settings import Settings
 from jevmem.wiring import build_embedded
@@ -181,8 +181,7 @@ class Round:
     def start_worker(self) -> int:
         n = len(self.workers)
         env = {**self.env, "JEVMEM_WORKER_DATADIR": str(self.logdir / f"{self.tag}-w{n}")}
-        self.workers.append(subprocess.Popen([sys.executable, "-c", "from jevmem.cli import main; main()", "worker"],
-                                             env=env, stdout=self.log(n).open("wb"), stderr=subprocess.STDOUT))
+        self.workers.append(spawn_worker(env, self.log(n)))
         return n
 
     def kill(self, n: int) -> None:
@@ -206,14 +205,7 @@ class Round:
         return "\n".join(self.log(n).read_text(errors="replace")[-chars:] for n in range(len(self.workers)))
 
     def stop(self) -> None:
-        for p in self.workers:
-            if p.poll() is None:
-                p.terminate()
-        for p in self.workers:
-            try:
-                p.wait(30)
-            except subprocess.TimeoutExpired:
-                p.kill()
+        stop_workers(self.workers)
 
 
 async def produce(bootstrap: str, prefix: str, obs: list[Observation]) -> None:

@@ -21,6 +21,7 @@ import sys
 import tempfile
 import time
 import uuid
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -49,9 +50,22 @@ def end_offsets(bootstrap: str, topic: str) -> int:
         c.close()
 
 
-def _worker(env: dict[str, str], log: Path) -> subprocess.Popen[bytes]:
+def spawn_worker(env: dict[str, str], log: Path) -> subprocess.Popen[bytes]:
+    """A ``jevmem worker`` process with ``env``, its output in ``log``."""
     return subprocess.Popen([sys.executable, "-c", "from jevmem.cli import main; main()", "worker"],
                             env=env, stdout=log.open("wb"), stderr=subprocess.STDOUT)
+
+
+def stop_workers(procs: Sequence[subprocess.Popen[bytes]], timeout_s: float = 30.0) -> None:
+    """SIGTERM every live worker, then wait for each; one that outlives ``timeout_s`` is killed."""
+    for p in procs:
+        if p.poll() is None:
+            p.terminate()
+    for p in procs:
+        try:
+            p.wait(timeout_s)
+        except subprocess.TimeoutExpired:
+            p.kill()
 
 
 async def _wait(predicate: Any, timeout: float, what: str) -> None:
@@ -119,7 +133,7 @@ async def _distributed(obs: list[Observation], settings: Settings, workers: int,
            "JEVMEM_QDRANT_URL": s.qdrant_url or "",
            "JEVMEM_TOPIC_PREFIX": tag, "JEVMEM_APP_ID": tag, "JEVMEM_STORE_PREFIX": f"{tag}-",
            "JEVMEM_PARTITIONS": str(s.partitions), "JEVMEM_WRITE_BATCH": str(s.write_batch)}
-    procs = [_worker({**env, "JEVMEM_WORKER_DATADIR": str(logdir / f"w{i}")}, logdir / f"w{i}.log") for i in range(workers)]
+    procs = [spawn_worker({**env, "JEVMEM_WORKER_DATADIR": str(logdir / f"w{i}")}, logdir / f"w{i}.log") for i in range(workers)]
     try:
         def ready() -> bool:
             return all(b"Ready" in (logdir / f"w{i}.log").read_bytes() for i in range(workers))
@@ -142,10 +156,7 @@ async def _distributed(obs: list[Observation], settings: Settings, workers: int,
                 last, stable_since = now, time.monotonic()
             await asyncio.sleep(0.5)
     finally:
-        for p in procs:
-            p.terminate()
-        for p in procs:
-            p.wait(30)
+        stop_workers(procs)
 
     sent = {}
     for r in read_topic(s.kafka_bootstrap, spec["observations"].name):

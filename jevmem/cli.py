@@ -6,7 +6,7 @@ import asyncio
 import sys
 from collections.abc import Coroutine
 from pathlib import Path
-from typing import Annotated, Any, TypeVar
+from typing import TYPE_CHECKING, Annotated, Any, TypeVar
 
 import orjson
 import typer
@@ -17,6 +17,9 @@ from rich.table import Table
 from jevmem import locomo
 from jevmem.cli_keys import keys_app
 from jevmem.settings import Settings
+
+if TYPE_CHECKING:
+    from query_api.http import MemoryService
 
 app = typer.Typer(help="Streaming System-One memory for AI agents.", no_args_is_help=True)
 bench_app = typer.Typer(help="Benchmarks.", no_args_is_help=True)
@@ -39,6 +42,19 @@ def _settings(data_dir: Path | None = None, tenant: str | None = None) -> Settin
     if tenant is not None:
         updates["tenant"] = tenant
     return s.model_copy(update=updates)
+
+
+def _service(settings: Settings, distributed: bool) -> tuple[Settings, MemoryService]:
+    """The deployment a command serves: the distributed stack (``--distributed`` or
+    ``JEVMEM_MODE=distributed``; the settings then say so, for the key store) or the embedded one."""
+    if distributed or settings.mode == "distributed":
+        from jevmem.distributed import DistributedService
+
+        settings = settings.model_copy(update={"mode": "distributed"})
+        return settings, DistributedService(settings)
+    from jevmem.wiring import EmbeddedService
+
+    return settings, EmbeddedService(settings)
 
 
 def _run(coro: Coroutine[Any, Any, T]) -> T:
@@ -182,23 +198,16 @@ def serve(host: str = "127.0.0.1", port: int = 8080, data_dir: DataDir = None,
     distributed stack. Every call but /healthz and /ui needs an API key: ``jevmem keys create --tenant T``."""
     import uvicorn
 
-    from jevmem.wiring import EmbeddedService, key_store
+    from jevmem.wiring import key_store
     from query_api.auth import Authenticator
-    from query_api.http import MemoryService, create_app
+    from query_api.http import create_app
     from query_api.ui import DevUi, dev_key, enable_dev_ui, is_loopback
 
     if dev_ui and not is_loopback(host):
         raise typer.BadParameter(f"--dev-ui hands the page a key, so it needs a loopback --host (127.0.0.1, ::1 "
                                  f"or localhost), not {host!r}", param_hint="--dev-ui")
     settings = _settings(data_dir, tenant)
-    service: MemoryService
-    if distributed or settings.mode == "distributed":
-        from jevmem.distributed import DistributedService
-
-        settings = settings.model_copy(update={"mode": "distributed"})
-        service = DistributedService(settings)
-    else:
-        service = EmbeddedService(settings)
+    settings, service = _service(settings, distributed)
     from jevmem import logs, metrics
 
     logs.setup(settings.log_level, settings.log_format)
@@ -253,9 +262,8 @@ def mcp(key: Annotated[str | None, typer.Option(
         distributed: Annotated[bool, typer.Option(help="Ingest to Kafka; query Elasticsearch/Qdrant.")] = False) -> None:
     """Serve the memory tools (remember, recall, forget, graph, conversations) to an agent over MCP stdio,
     for the tenant of the API key. Over HTTP, `jevmem serve` has them at /mcp."""
-    from jevmem.wiring import EmbeddedService, key_store
+    from jevmem.wiring import key_store
     from query_api.auth import Authenticator, Unauthenticated
-    from query_api.http import MemoryService
     from query_api.mcp_server import serve_stdio
     from topology.errors import StoreUnavailable
 
@@ -263,14 +271,7 @@ def mcp(key: Annotated[str | None, typer.Option(
         console.print("[red]an API key is needed: --key or JEVMEM_API_KEY (jevmem keys create --tenant T)[/]")
         raise typer.Exit(2)
     settings = _settings(data_dir)
-    service: MemoryService
-    if distributed or settings.mode == "distributed":
-        from jevmem.distributed import DistributedService
-
-        settings = settings.model_copy(update={"mode": "distributed"})
-        service = DistributedService(settings)
-    else:
-        service = EmbeddedService(settings)
+    settings, service = _service(settings, distributed)
     try:
         _run(serve_stdio(service, Authenticator(key_store(settings), settings.auth_cache_seconds), key))
     except Unauthenticated as exc:
@@ -341,11 +342,7 @@ def forget(conversation: Annotated[str, typer.Option("--conversation", "-c", hel
     scope = Scope(tenant_id=settings.tenant, conversation_id=conversation)
 
     async def go() -> dict[str, Any]:
-        from jevmem.distributed import DistributedService
-        from jevmem.wiring import EmbeddedService
-
-        remote = distributed or settings.mode == "distributed"
-        service = DistributedService(settings) if remote else EmbeddedService(settings)
+        _, service = _service(settings, distributed)
         await service.start()
         try:
             out: dict[str, Any] = await service.forget(scope, event)

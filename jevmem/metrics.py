@@ -46,7 +46,7 @@ HTTP_SECONDS = Histogram("jevmem_http_request_seconds", "HTTP request latency by
 CONSUMER_LAG = Gauge("jevmem_consumer_lag", "Records behind the log end, per assigned partition.",
                      ["topic", "partition"], registry=REGISTRY)
 
-_COUNTERS = {"accepted": ACCEPTED, "dead_letter": DEAD_LETTERS, "store_error": STORE_ERRORS}
+_COUNTERS = {"dead_letter": DEAD_LETTERS, "store_error": STORE_ERRORS}  # labelled; "accepted" is not
 _MEASURES = {"controller_requests_per_write": CONTROLLER_PER_WRITE,
              "controller_requests_per_query": CONTROLLER_PER_QUERY}
 
@@ -58,10 +58,10 @@ class PrometheusObserver:
         (QUERY_SECONDS if name == "query" else STAGE_SECONDS.labels(name)).observe(seconds)
 
     def count(self, name: str, value: float, label: str) -> None:
-        metric = _COUNTERS.get(name)
-        if metric is None:
-            return
-        (metric.labels(label or "unknown") if metric._labelnames else metric).inc(value)
+        if name == "accepted":
+            ACCEPTED.inc(value)
+        elif name in _COUNTERS:
+            _COUNTERS[name].labels(label or "unknown").inc(value)
 
     def measure(self, name: str, value: float) -> None:
         metric = _MEASURES.get(name)

@@ -127,6 +127,8 @@ class _QueryState:
     pool: dict[str, _Cand] = field(default_factory=dict)
     graph: qf.GraphView = field(default_factory=qf.GraphView)
     dates: tuple[set[int], set[int]] = field(default_factory=lambda: (set(), set()))
+    #: per node, the features that depend only on the node and the question (computed once a query)
+    static: dict[str, tuple[float, float, bool, bool]] = field(default_factory=dict)
 
 
 #: Called with the states of the final scoring of a query's pool (for training and inspection).
@@ -158,11 +160,9 @@ class RetrievalController:
         ids to their anchor strength and ``relevance`` to their last relevance (built once per
         scoring round, not per candidate)."""
         n = c.node
-        ntoks = set(n.tokens)
-        lexical = len(st.qtokens & ntoks) / len(st.qtokens) if st.qtokens else 0.0
-        names = {e.name.lower() for e in n.entities} | ({n.speaker.lower()} if n.speaker else set())
-        names |= {w for w in text.tokens_raw(n.content) if w in st.qnames}
-        entity = len(st.qnames & names) / len(st.qnames) if st.qnames else 0.0
+        if n.id not in st.static:
+            st.static[n.id] = self._static(st, n)
+        lexical, entity, causal, is_question = st.static[n.id]
         prev = st.by_seq.get(n.seq - 1)
         # a reply to a question turn that matches the query often holds the answer
         reply = 0.0
@@ -179,14 +179,23 @@ class RetrievalController:
             vector_rank=round(st.vec_rank.get(n.id, 0.0), 6), lexical_rank=round(st.lex_rank.get(n.id, 0.0), 6),
             temporal_match=round(route["temporal"] * (1.0 if n.temporal_refs else 0.0), 6),
             date_match=qf.date_match(n, *st.dates),
-            causal_match=round(route["causal"] * (1.0 if CAUSE_ANSWER.search(n.content) else 0.0), 6),
-            reply_to_match=round(reply, 6), is_question=1.0 if n.content.rstrip().endswith("?") else 0.0,
+            causal_match=round(route["causal"] * (1.0 if causal else 0.0), 6),
+            reply_to_match=round(reply, 6), is_question=1.0 if is_question else 0.0,
             route_temporal=round(route["temporal"], 6), route_causal=round(route["causal"], 6),
             route_multi_hop=round(route["multi_hop"], 6), expanded=0.0 if c.via == "anchor" else 1.0,
             view_probability=round(c.p_g, 6), edge_probability=round(c.pi_e, 6),
             max_evidence_cosine=round(max(sims, default=0.0), 6),
             support=round(sum(sims) / len(sims), 6) if sims else 0.0,
             length=min(1.0, len(n.tokens) / 30), **graph)
+
+    @staticmethod
+    def _static(st: _QueryState, n: MemoryNode) -> tuple[float, float, bool, bool]:
+        """(lexical overlap, entity overlap, states a cause, is a question) of ``n`` for the query."""
+        lexical = len(st.qtokens & set(n.tokens)) / len(st.qtokens) if st.qtokens else 0.0
+        names = {e.name.lower() for e in n.entities} | ({n.speaker.lower()} if n.speaker else set())
+        names |= {w for w in text.tokens_raw(n.content) if w in st.qnames}
+        entity = len(st.qnames & names) / len(st.qnames) if st.qnames else 0.0
+        return lexical, entity, bool(CAUSE_ANSWER.search(n.content)), n.content.rstrip().endswith("?")
 
     def _all_features(self, st: _QueryState, cands: Sequence[_Cand]) -> list[ScoreState]:
         """Features of every candidate, cosines computed as two matrix products."""

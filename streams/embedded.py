@@ -89,6 +89,18 @@ class IngestReport:
     results: list[WriteResult] = field(default_factory=list)
     forgets: int = 0
 
+    def merge(self, other: IngestReport) -> None:
+        """Add ``other`` (a later part of the same input) to this report."""
+        self.accepted += other.accepted
+        self.new_nodes += other.new_nodes
+        self.edges += other.edges
+        self.decisions += other.decisions
+        self.write_calls += other.write_calls
+        self.consolidation_calls += other.consolidation_calls
+        self.forgets += other.forgets
+        self.results += other.results
+        self.dead_letters += other.dead_letters
+
 
 def dead_letter(original: bytes | str, reason: str, source: str) -> DeadLetter:
     """A bounded dead letter; the tenant is read from the payload when it names one."""
@@ -159,19 +171,24 @@ def _since(calls: Callable[[], int]) -> Callable[[], int]:
 
 
 async def write_batch(stores: Stores, wp: WritePath, obs: list[Observation],
-                      calls: Callable[[], int] = lambda: 0, chunk: int | None = None,
+                      calls: Callable[[], int] | None = None, chunk: int | None = None,
                       on_chunk: Callable[[Written], None] | None = None) -> Written:
     """The whole write path for one deduplicated batch, as both drivers run it: seqs -> nodes ->
     materialise -> candidates -> relations -> edges -> consolidation. Every write is an idempotent
     upsert acknowledged before this returns, so running a batch again (after a crash, or any
     prefix of it) writes the same nodes, seqs and edges. ``calls`` reads the System One request
-    counter (to report the write path's share).
+    counter (to report the write path's share; default: the write path's own counter when its
+    System One counts requests). Reports the accepted observations and the write path's System
+    One requests per observation to :mod:`topology.observe`.
 
     The batch is numbered up front, then written in chunks of ``chunk`` events (all at once when
     None), pipelined: chunk i+1 is embedded (worker threads, no store reads) while chunk i is
     typed, materialised and linked, so the model and the linking work overlap. The graph is the
     same as for any other batching: discovery only sees earlier seqs, materialised first.
     ``on_chunk`` gets each chunk's part of the result as it completes."""
+    if calls is None:
+        so = wp.so
+        calls = (lambda: so.calls) if isinstance(so, CountingSystemOne) else (lambda: 0)
     with observe.timed("numbering"):
         numbered, new = await number(stores.nodes, obs)
     size = max(1, chunk or len(numbered) or 1)
@@ -192,6 +209,8 @@ async def write_batch(stores: Stores, wp: WritePath, obs: list[Observation],
     finally:
         if ahead is not None:
             ahead.cancel()
+    observe.count("accepted", len(obs))
+    observe.measure("controller_requests_per_write", out.write_calls / len(obs))
     return out
 
 
@@ -258,14 +277,7 @@ class EmbeddedPipeline:
                 await self.forget(part.scope, part.event_id)
                 report.forgets += 1
                 continue
-            rep = await self.ingest(part)
-            report.accepted += rep.accepted
-            report.new_nodes += rep.new_nodes
-            report.edges += rep.edges
-            report.decisions += rep.decisions
-            report.write_calls += rep.write_calls
-            report.consolidation_calls += rep.consolidation_calls
-            report.results += rep.results
+            report.merge(await self.ingest(part))
         report.dead_letters = bad
         return report
 
@@ -300,8 +312,6 @@ class EmbeddedPipeline:
         report.new_nodes, report.edges, report.decisions = w.new, len(w.edges), len(w.decisions)
         report.write_calls = w.write_calls
         report.consolidation_calls = self.so.calls - calls0 - w.write_calls
-        observe.count("accepted", len(obs))
-        observe.measure("controller_requests_per_write", w.write_calls / len(obs))
         return report
 
     async def forget(self, scope: Scope, event_id: str | None) -> ForgetReport:

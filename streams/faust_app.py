@@ -236,8 +236,6 @@ def create_app(config: AppConfig, services: Services) -> faust.App:
             (edges, [(_key(e.tenant_id, e.conversation_id), encode(e)) for e in w.edges + w.links]),
             (consolidation, [(_key(d.tenant_id, d.conversation_id), encode(d)) for d in w.decisions]),
         ])
-        observe.count("accepted", len(obs))
-        observe.measure("controller_requests_per_write", w.write_calls / max(1, len(obs)))
         log.info("stored", extra={"observations": len(obs), "new": w.new, "edges": len(w.edges),
                                   "decisions": len(w.decisions), "ms": round(1000 * (time.perf_counter() - t0), 1),
                                   "events": [o.event_id for o in obs[:50]]})

@@ -10,22 +10,15 @@ node. (``jevmem bench chaos`` runs every fault, for more rounds.)"""
 
 from __future__ import annotations
 
-import os
 import re
-from pathlib import Path
 
 import pytest
 
 pytestmark = pytest.mark.integration
 
-KAFKA = os.environ.get("JEVMEM_TEST_KAFKA")
-ES_URL = os.environ.get("JEVMEM_TEST_ES_URL")
-QDRANT_URL = os.environ.get("JEVMEM_TEST_QDRANT_URL")
-LOCOMO = Path(__file__).resolve().parents[3] / "shared" / "data" / "locomo"
-if not (KAFKA and ES_URL and QDRANT_URL):
-    pytest.skip("JEVMEM_TEST_KAFKA / JEVMEM_TEST_ES_URL / JEVMEM_TEST_QDRANT_URL not set", allow_module_level=True)
-if not LOCOMO.is_dir():
-    pytest.skip(f"LoCoMo dev conversations not found at {LOCOMO}", allow_module_level=True)
+from tests.integration.servers import ES_URL, KAFKA, LOCOMO, QDRANT_URL, require_stack  # noqa: E402
+
+require_stack()
 
 from jevmem.bench_chaos import run_chaos  # noqa: E402
 from jevmem.settings import Settings  # noqa: E402

@@ -16,7 +16,6 @@ import os
 import random
 import signal
 import subprocess
-import sys
 import time
 import uuid
 from collections.abc import Iterator
@@ -27,16 +26,12 @@ import pytest
 
 pytestmark = pytest.mark.integration
 
-KAFKA = os.environ.get("JEVMEM_TEST_KAFKA")
-ES_URL = os.environ.get("JEVMEM_TEST_ES_URL")
-QDRANT_URL = os.environ.get("JEVMEM_TEST_QDRANT_URL")
-LOCOMO = Path(__file__).resolve().parents[3] / "shared" / "data" / "locomo"
-if not (KAFKA and ES_URL and QDRANT_URL):
-    pytest.skip("JEVMEM_TEST_KAFKA / JEVMEM_TEST_ES_URL / JEVMEM_TEST_QDRANT_URL not set", allow_module_level=True)
-if not LOCOMO.is_dir():
-    pytest.skip(f"LoCoMo dev conversations not found at {LOCOMO}", allow_module_level=True)
+from tests.integration.servers import ES_URL, KAFKA, LOCOMO, QDRANT_URL, require_stack  # noqa: E402
+
+require_stack()
 
 from jevmem import locomo  # noqa: E402
+from jevmem.bench_kafka import spawn_worker, stop_workers  # noqa: E402
 from jevmem.distributed import distributed_stores, ensure_topics, read_topic, replay  # noqa: E402
 from jevmem.settings import Settings  # noqa: E402
 from jevmem.wiring import build_embedded  # noqa: E402
@@ -81,9 +76,7 @@ class Stack:
 
     def start_worker(self, n: int) -> subprocess.Popen[bytes]:
         env = {**self.env, "JEVMEM_WORKER_DATADIR": str(self.tmp / f"worker{n}")}
-        log = (self.tmp / f"worker{n}.log").open("wb")
-        proc = subprocess.Popen([sys.executable, "-c", "from jevmem.cli import main; main()", "worker"],
-                                env=env, stdout=log, stderr=subprocess.STDOUT)
+        proc = spawn_worker(env, self.tmp / f"worker{n}.log")
         self.workers.append(proc)
         return proc
 
@@ -91,14 +84,7 @@ class Stack:
         return "\n".join(p.read_text(errors="replace")[-3000:] for p in sorted(self.tmp.glob("worker*.log")))
 
     def stop(self) -> None:
-        for p in self.workers:
-            if p.poll() is None:
-                p.terminate()
-        for p in self.workers:
-            try:
-                p.wait(20)
-            except subprocess.TimeoutExpired:
-                p.kill()
+        stop_workers(self.workers, timeout_s=20)
 
 
 @pytest.fixture
