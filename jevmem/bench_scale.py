@@ -5,6 +5,13 @@ observations over ``conversations`` conversations of ``tenants`` tenants, arrivi
 as a multi-tenant stream would (each batch mixes many conversations). The embedded pipeline
 ingests them in stream order, every stage on, into a fresh store; the benchmark reports the
 ingest rate per tenth of the run, then query latency over the full store, peak RSS and disk use.
+
+``active`` is how many conversations are in flight at once (a finished one is replaced by the
+next). A service sees conversations start and end, so with a small ``active`` every tenth of the
+run holds the same mix of early and late turns and what changes from tenth to tenth is only the
+size of memory: the question this benchmark asks. With ``active == conversations`` every
+conversation grows through the whole run, so early tenths are also cheaper because each
+conversation is short then (small candidate pools), which conflates the two effects.
 """
 
 from __future__ import annotations
@@ -44,15 +51,29 @@ _TEMPLATES = [
 _WHEN = ["yesterday", "last week", "two days ago", "last Friday", "this morning", "in March", "a month ago"]
 
 
-def workload(n: int, conversations: int = 1000, tenants: int = 10, seed: int = 7) -> Iterator[Observation]:
-    """``n`` observations in stream order; the same arguments give the same stream."""
+def workload(n: int, conversations: int = 1000, tenants: int = 10, seed: int = 7,
+             active: int | None = None) -> Iterator[Observation]:
+    """``n`` observations in stream order; the same arguments give the same stream. Each
+    conversation gets ``n // conversations`` turns (the first ``n % conversations`` one more);
+    each step takes the next turn of a random one of the ``active`` conversations in flight
+    (default: all of them), and a finished conversation is replaced by the next unstarted one."""
     rng = random.Random(seed)
+    lengths = [n // conversations + (1 if c < n % conversations else 0) for c in range(conversations)]
     counters = [0] * conversations
+    live = [c for c in range(min(active or conversations, conversations)) if lengths[c]]
+    waiting = iter([c for c in range(len(live), conversations) if lengths[c]] if live else [])
     start = datetime(2024, 1, 1, tzinfo=UTC)
     for i in range(n):
-        c = rng.randrange(conversations)
+        slot = rng.randrange(len(live))
+        c = live[slot]
         turn = counters[c]
         counters[c] += 1
+        if counters[c] == lengths[c]:
+            nxt = next(waiting, None)
+            if nxt is None:
+                live.pop(slot)
+            else:
+                live[slot] = nxt
         a, b = _NAMES[c % len(_NAMES)], _NAMES[(c * 7 + 3) % len(_NAMES)]
         text = rng.choice(_TEMPLATES).format(place=rng.choice(_PLACES), thing=rng.choice(_THINGS),
                                             when=rng.choice(_WHEN), name2=rng.choice(_NAMES))
@@ -67,9 +88,9 @@ def _disk_mb(path: Path) -> float:
 
 
 async def run_scale(settings: Settings, embedder: Embedder, n: int = 100_000, conversations: int = 1000,
-                    tenants: int = 10, queries: int = 200,
+                    tenants: int = 10, queries: int = 200, active: int | None = None,
                     progress: Callable[[int, int], None] | None = None) -> dict[str, Any]:
-    obs = list(workload(n, conversations, tenants))
+    obs = list(workload(n, conversations, tenants, active=active))
     tenth = max(1, n // 10)
     rates: list[float] = []
     with tempfile.TemporaryDirectory(prefix="jevmem-scale-") as tmp:
@@ -98,6 +119,7 @@ async def run_scale(settings: Settings, embedder: Embedder, n: int = 100_000, co
             await mem.close()
     return {
         "observations": n, "conversations": conversations, "tenants": tenants, "embedder": embedder.name,
+        "active": min(active or conversations, conversations),
         "observations_per_second": round(n / total_s, 2),
         "rate_by_tenth": rates,
         "last_over_first": round(rates[-1] / rates[0], 3) if rates[0] else None,

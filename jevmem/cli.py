@@ -407,6 +407,7 @@ def bench_locomo(directory: Path,
 @bench_app.command("scale")
 def bench_scale(observations: Annotated[int, typer.Option(help="Synthetic observations to ingest.")] = 100_000,
                 conversations: int = 1000, tenants: int = 10,
+                active: Annotated[int, typer.Option(help="Conversations in flight at once (0: all of them).")] = 20,
                 as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object.")] = False) -> None:
     """Ingest rate per tenth of a synthetic multi-tenant stream, then query latency, peak RSS, disk."""
     from jevmem.bench_scale import run_scale
@@ -416,7 +417,8 @@ def bench_scale(observations: Annotated[int, typer.Option(help="Synthetic observ
     with _progress() as bar:
         task = bar.add_task("ingest", total=observations)
         out = _run(run_scale(settings, load_embedder(settings.embedder, settings.model_cache), observations,
-                             conversations, tenants, progress=lambda done, _: bar.update(task, completed=done)))
+                             conversations, tenants, active=active or None,
+                             progress=lambda done, _: bar.update(task, completed=done)))
     if as_json:
         sys.stdout.write(orjson.dumps(out).decode() + "\n")
     else:

@@ -28,7 +28,7 @@ from topology.systemone.port import CountingSystemOne, SystemOne
 
 def system_one(settings: Settings) -> SystemOne:
     if settings.system_one == "local":
-        return LocalSystemOne()
+        return LocalSystemOne(embedder=settings.embedder)
     from typesafe_sdk import AsyncTypeSafeClient
 
     from topology.systemone.typesafe import TypeSafeSystemOne

@@ -1,10 +1,12 @@
 """Train the ``local`` System One's relevance model on LoCoMo-format dev conversations.
 
-    python scripts/train_system_one.py ../shared/data/locomo [--out topology/systemone/score_model.json]
+    python scripts/train_system_one.py ../shared/data/locomo [--out FILE]
+    JEVMEM_EMBEDDER=paraphrase-minilm-l3-v2-int8@0.2.1 python scripts/train_system_one.py ../shared/data/locomo
 
 Builds one memory per conversation, fits the logistic relevance model (fixed seed, deterministic
 Newton fit; see :mod:`jevmem.train`), prints in-sample and leave-one-conversation-out recall@k per
-category as JSON, and writes the weights to ``--out``. Only the dev conversations' evidence labels
+category as JSON, and writes the weights to ``--out`` (default: the package file for the embedding
+model in use, ``topology/systemone/score_model.json`` for the default model). Only the dev conversations' evidence labels
 are used, and only here; the controller never sees labels at run time.
 """
 
@@ -20,12 +22,14 @@ import orjson
 from jevmem.settings import Settings
 from jevmem.train import train
 from topology.embedding import load_embedder
+from topology.systemone.learned import shipped_file
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("directory", type=Path, help="folder of LoCoMo-format *.json conversations")
-    ap.add_argument("--out", type=Path, default=Path("topology/systemone/score_model.json"))
+    ap.add_argument("--out", type=Path, default=None,
+                    help="default: the package file for the embedding model in use (JEVMEM_EMBEDDER)")
     ap.add_argument("--cache", type=Path, default=None, help="keep built memories here (reused when present)")
     ap.add_argument("--rounds", type=int, default=2, help="collect/refit iterations")
     ap.add_argument("--l2", type=float, default=1.0)
@@ -37,7 +41,9 @@ def main() -> None:
         sys.exit(f"no *.json conversations in {args.directory}")
     out = asyncio.run(train(files, settings, load_embedder(settings.embedder, settings.model_cache), args.cache,
                             args.rounds, args.l2, args.seed))
-    args.out.write_bytes(out["model"].to_json() + b"\n")
+    out_path = args.out or Path("topology/systemone") / shipped_file(settings.embedder)
+    out["model"].meta["trained_with"] = settings.embedder
+    out_path.write_bytes(out["model"].to_json() + b"\n")
     sys.stdout.write(orjson.dumps({"in_sample": out["in_sample"], "loco": out["loco"]},
                                   option=orjson.OPT_INDENT_2).decode() + "\n")
 

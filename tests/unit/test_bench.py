@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import orjson
+import pytest
 
 from jevmem.bench import METHODS, NO_GRAPH, methods, no_graph, recall, run_locomo
 from jevmem.settings import Settings
@@ -49,3 +50,29 @@ async def test_ablation_reports_no_graph_in_the_same_run(tmp_path: Path, embedde
         assert m["20"]["overall"] is not None
     # the ablation is not counted in the run's controller figures
     assert out["controller_calls"] == plain["controller_calls"]
+
+
+@pytest.mark.parametrize("active", [None, 4])
+def test_scale_workload_is_deterministic_complete_and_bounded_in_flight(active: int | None) -> None:
+    from jevmem.bench_scale import workload
+
+    stream = list(workload(2_000, conversations=40, tenants=4, active=active))
+    assert [o.model_dump() for o in stream] == [o.model_dump() for o in workload(2_000, 40, 4, active=active)]
+    assert len(stream) == 2_000
+    turns: dict[str, list[int]] = {}
+    for o in stream:
+        turns.setdefault(o.conversation_id, []).append(int(o.event_id[1:]))
+    assert len(turns) == 40 and all(t == list(range(50)) for t in turns.values())  # every turn once, in order
+    assert {o.tenant_id for o in stream} == {f"tenant-{k}" for k in range(4)}
+    in_flight, started, done = 0, set(), {c: 0 for c in turns}
+    for o in stream:
+        if o.conversation_id not in started:
+            started.add(o.conversation_id)
+            in_flight += 1
+        done[o.conversation_id] += 1
+        assert in_flight <= (active or 40)
+        if done[o.conversation_id] == 50:
+            in_flight -= 1
+    if active:  # a stationary mix: each tenth holds early and late turns alike
+        means = [sum(int(o.event_id[1:]) for o in stream[k * 200:(k + 1) * 200]) / 200 for k in range(10)]
+        assert all(15 < m < 35 for m in means)

@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+import hashlib
+import uuid
 from datetime import date
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from topology import ids, text
 from topology.errors import InvalidEvent
@@ -24,6 +28,17 @@ def test_edge_ids_distinguish_view_direction_and_label() -> None:
     assert e == ids.edge_id("causal", "a", "b", "causes")
     assert len({e, ids.edge_id("causal", "b", "a", "causes"), ids.edge_id("semantic", "a", "b", "causes"),
                 ids.edge_id("causal", "a", "b", "related")}) == 4
+
+
+@given(st.lists(st.text(max_size=40), min_size=1, max_size=5))
+@settings(max_examples=300, deadline=None)
+def test_stable_uuid_is_the_version_5_uuid_of_the_length_prefixed_digest(parts: list[str]) -> None:
+    """Ids are persisted: the fast formatter must equal the ``uuid`` module's, bit for bit."""
+    h = hashlib.sha256()
+    for part in parts:
+        raw = part.encode("utf-8")
+        h.update(len(raw).to_bytes(8, "big") + raw)
+    assert ids.stable_uuid(*parts) == str(uuid.UUID(bytes=h.digest()[:16], version=5))
 
 
 def test_observation_round_trips_through_orjson() -> None:

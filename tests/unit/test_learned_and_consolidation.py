@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 
 from jevmem.train import Rows, fit
+from topology.embedding import MODELS
 from topology.errors import SystemOneError
 from topology.params import Params
 from topology.ports import Embedder
@@ -15,7 +16,7 @@ from topology.schemas import MemoryNode
 from topology.stages import consolidation
 from topology.stages.typing import embedding_text
 from topology.systemone.features import SCORE_FEATURES, ConsolidationState
-from topology.systemone.learned import ScoreModel
+from topology.systemone.learned import SHIPPED_EMBEDDER, ScoreModel
 from topology.systemone.local import LocalSystemOne
 from topology.systemone.local import consolidation as judge_pair
 
@@ -24,6 +25,19 @@ def test_shipped_model_loads_and_scores_in_range() -> None:
     m = ScoreModel.shipped()
     assert m.features == SCORE_FEATURES and m.meta
     assert 0.0 < m.probability([0.5] * len(SCORE_FEATURES)) < 1.0
+
+
+@pytest.mark.parametrize("embedder", sorted(MODELS))
+def test_every_embedding_model_has_its_own_shipped_weights(embedder: str) -> None:
+    """Cosine features depend on the model, so each named model ships weights trained with it."""
+    m = ScoreModel.shipped(embedder)
+    assert m.meta["trained_with"] == embedder
+    assert LocalSystemOne(embedder=embedder).score_model.meta["trained_with"] == embedder
+
+
+def test_a_model_without_weights_gets_the_default_ones_marked_untuned() -> None:
+    m = ScoreModel.shipped("some-other-model@1")
+    assert m.meta["trained_with"] == SHIPPED_EMBEDDER and m.coef.tolist() == ScoreModel.shipped().coef.tolist()
 
 
 def test_models_on_other_features_or_broken_arrays_are_rejected() -> None:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Sequence
+from collections.abc import Set as AbstractSet
 
 import numpy as np
 
@@ -47,21 +48,38 @@ def dice(a: Sequence[str], b: Sequence[str]) -> float:
     return 2.0 * len(sa & sb) / (len(sa) + len(sb))
 
 
-def jaccard(a: set[str], b: set[str]) -> float:
+def jaccard(a: AbstractSet[str], b: AbstractSet[str]) -> float:
     if not a or not b:
         return 0.0
     return len(a & b) / len(a | b)
 
 
-def _feature_values(node: MemoryNode, other: MemoryNode, cos: float) -> tuple[float, float, float, float]:
-    """(cosine, lexical, entity, temporal), each rounded to 6 decimals."""
+#: A node's (token set, entity id set), by node id, shared by the pairs of one discovery call.
+SetCache = dict[str, tuple[frozenset[str], frozenset[str]]]
+
+
+def _sets(n: MemoryNode, cache: SetCache | None) -> tuple[frozenset[str], frozenset[str]]:
+    if cache is not None and (hit := cache.get(n.id)) is not None:
+        return hit
+    out = (frozenset(n.tokens), frozenset(e.id for e in n.entities))
+    if cache is not None:
+        cache[n.id] = out
+    return out
+
+
+def _feature_values(node: MemoryNode, other: MemoryNode, cos: float,
+                    cache: SetCache | None = None) -> tuple[float, float, float, float]:
+    """(cosine, lexical, entity, temporal), each rounded to 6 decimals. ``cache`` keeps each
+    node's token and entity sets across the pairs of one call (a pool node meets many new nodes)."""
     gap = abs(node.seq - other.seq)
     temporal = 1.0 / (1.0 + max(0, gap - 1) / TURN_HALF_LIFE)
     if node.event_time and other.event_time:
         days = abs((node.event_time - other.event_time).days)
         temporal = 0.5 * temporal + 0.5 / (1.0 + days / DAY_HALF_LIFE)
-    return (round(cos, 6), round(dice(node.tokens, other.tokens), 6),
-            round(jaccard({e.id for e in node.entities}, {e.id for e in other.entities}), 6), round(temporal, 6))
+    (tok_a, ent_a), (tok_b, ent_b) = _sets(node, cache), _sets(other, cache)
+    lexical = 2.0 * len(tok_a & tok_b) / (len(tok_a) + len(tok_b)) if tok_a and tok_b else 0.0
+    return (round(cos, 6), round(lexical, 6), round(jaccard(ent_a, ent_b), 6),
+            round(temporal, 6))
 
 
 def features(node: MemoryNode, other: MemoryNode, cos: float | None = None) -> CandidateFeatures:
@@ -71,10 +89,11 @@ def features(node: MemoryNode, other: MemoryNode, cos: float | None = None) -> C
 
 
 def rank(node: MemoryNode, pool: Sequence[MemoryNode], k: int,
-         cosines: dict[str, float] | None = None) -> list[Candidate]:
+         cosines: dict[str, float] | None = None, cache: SetCache | None = None) -> list[Candidate]:
     """Top-``k`` earlier nodes of ``pool`` by the weighted feature score (ties: later first); the
     immediately preceding node (seq - 1), when in ``pool``, is always among them (last place).
-    ``cosines`` (pool node id -> cosine to ``node``) saves recomputing them when given."""
+    ``cosines`` (pool node id -> cosine to ``node``) saves recomputing them when given; ``cache``
+    shares token and entity sets between calls (see :func:`_feature_values`)."""
     earlier = [o for o in pool if o.id != node.id and o.seq < node.seq
                and o.tenant_id == node.tenant_id and o.conversation_id == node.conversation_id]
     if not earlier:
@@ -87,7 +106,7 @@ def rank(node: MemoryNode, pool: Sequence[MemoryNode], k: int,
         cos = [0.0] * len(earlier)
     scored = []
     for other, c in zip(earlier, cos, strict=True):
-        f = _feature_values(node, other, c)
+        f = _feature_values(node, other, c, cache)
         s = W_COSINE * f[0] + W_LEXICAL * f[1] + W_ENTITY * f[2] + W_TEMPORAL * f[3]
         scored.append((-round(s, 6), -other.seq, other, f))
     scored.sort(key=lambda t: (t[0], t[1]))
@@ -140,6 +159,7 @@ async def discover_many(nodes: Sequence[MemoryNode], reader: MemoryReader, k: in
     fetched_by_group = await asyncio.gather(*(
         reader.get_nodes(g[0].scope, sorted({i for n in g for i in pools[n.id]})) for g in groups))
     found: dict[str, CandidateSet] = {}
+    sets: SetCache = {}
     for group, got in zip(groups, fetched_by_group, strict=True):
         fetched = {m.id: m for m in got}
         members = list(fetched.values())
@@ -151,5 +171,5 @@ async def discover_many(nodes: Sequence[MemoryNode], reader: MemoryReader, k: in
         for row, n in enumerate(group):
             pool = [fetched[i] for i in sorted(pools[n.id]) if i in fetched]
             cos = {m.id: (float(sims[row, col[m.id]]) if sims is not None else 0.0) for m in pool}
-            found[n.id] = CandidateSet(node=n, candidates=rank(n, pool, k, cos))
+            found[n.id] = CandidateSet(node=n, candidates=rank(n, pool, k, cos, sets))
     return [found[n.id] for n in nodes]

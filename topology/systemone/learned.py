@@ -23,6 +23,14 @@ from topology.errors import SystemOneError
 from topology.systemone.features import SCORE_FEATURES
 
 SHIPPED = "score_model.json"
+#: The embedding model the weights in :data:`SHIPPED` were trained with (its cosine features).
+SHIPPED_EMBEDDER = "e5-small-v2-int8@0.36.2"
+
+
+def shipped_file(embedder: str = SHIPPED_EMBEDDER) -> str:
+    """The package file holding the weights trained with ``embedder``'s vectors:
+    :data:`SHIPPED` for the default model, ``score_model.<embedder>.json`` for another."""
+    return SHIPPED if embedder == SHIPPED_EMBEDDER else f"score_model.{embedder.replace('@', '-')}.json"
 
 #: The hand-set relevance prior used before any training (bootstrap of the training script):
 #: fused-rank strength, BM25, cosine within the anchor pool, query-token coverage, entity match,
@@ -92,9 +100,15 @@ class ScoreModel:
             raise SystemOneError(f"unreadable score model: {exc}") from exc
 
     @classmethod
-    def shipped(cls) -> ScoreModel:
-        """The weights shipped in the package."""
-        return cls.from_json(resources.files("topology.systemone").joinpath(SHIPPED).read_bytes())
+    def shipped(cls, embedder: str = SHIPPED_EMBEDDER) -> ScoreModel:
+        """The weights shipped in the package for ``embedder`` (cosine features depend on the
+        model); for a model without its own weights, the default model's, marked in ``meta``
+        (``trained_with``) so a caller can tell they are untuned for it."""
+        pkg = resources.files("topology.systemone")
+        own = pkg.joinpath(shipped_file(embedder))
+        model = cls.from_json((own if own.is_file() else pkg.joinpath(SHIPPED)).read_bytes())
+        model.meta.setdefault("trained_with", embedder if own.is_file() else SHIPPED_EMBEDDER)
+        return model
 
     @classmethod
     def prior(cls) -> ScoreModel:

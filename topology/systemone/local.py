@@ -9,6 +9,7 @@ model whose weights ship with the package (:mod:`topology.systemone.learned`, tr
 
 from __future__ import annotations
 
+import functools
 import math
 import re
 from collections.abc import Callable, Mapping, Sequence
@@ -27,7 +28,7 @@ from topology.systemone.features import (
     TypingState,
     parse,
 )
-from topology.systemone.learned import ScoreModel
+from topology.systemone.learned import SHIPPED_EMBEDDER, ScoreModel
 from topology.systemone.port import Answer, Item
 from topology.text import alias_plausibility
 
@@ -75,6 +76,12 @@ def _hit(pattern: re.Pattern[str], text: str) -> float:
     return 1.0 if pattern.search(text) else 0.0
 
 
+@functools.lru_cache(maxsize=8192)
+def _cause_cue(text: str) -> float:
+    """:data:`CAUSE_FWD` in ``text``; cached, as each memory's text is judged against many pairs."""
+    return _hit(CAUSE_FWD, text)
+
+
 def typing(state: Mapping[str, Any]) -> Answer:
     st = parse(TypingState, state)
     text = st.text
@@ -96,8 +103,8 @@ def relation(state: Mapping[str, Any]) -> Answer:
     topical = 12.0 * (cos - 0.42) + 2.5 * lex + 1.0 * ent
     return Answer(nouls={
         "semantic": sigmoid(topical),
-        "caused_by": sigmoid(-3.2 + 2.2 * _hit(CAUSE_FWD, new_text) + 0.5 * topical / 4 + 1.0 * adjacent),
-        "causes": sigmoid(-3.6 + 1.8 * _hit(CAUSE_FWD, old_text) * adjacent + 0.5 * topical / 4),
+        "caused_by": sigmoid(-3.2 + 2.2 * _cause_cue(new_text) + 0.5 * topical / 4 + 1.0 * adjacent),
+        "causes": sigmoid(-3.6 + 1.8 * (_cause_cue(old_text) if adjacent else 0.0) * adjacent + 0.5 * topical / 4),
     })
 
 
@@ -190,13 +197,13 @@ def _score_answer(st: ScoreState, relevance: float) -> Answer:
 class LocalSystemOne:
     """Offline default backend; answers a batch in-process, one call per ``ask``.
 
-    ``score_model``: the relevance model of the score task (default: the shipped weights, loaded
-    on the first score item, so the write path never needs them)."""
+    ``score_model``: the relevance model of the score task (default: the weights shipped for
+    ``embedder``, loaded on the first score item, so the write path never needs them)."""
 
     name = "local"
 
-    def __init__(self, score_model: ScoreModel | None = None) -> None:
-        self._score_model = score_model
+    def __init__(self, score_model: ScoreModel | None = None, embedder: str = SHIPPED_EMBEDDER) -> None:
+        self._score_model, self._embedder = score_model, embedder
         self._models: dict[str, Callable[[Mapping[str, Any]], Answer]] = {
             "typing": typing, "relation": relation, "alias": alias, "consolidation": consolidation,
             "route": route, "assess": assess, "score": lambda s: score(s, self.score_model),
@@ -205,7 +212,7 @@ class LocalSystemOne:
     @property
     def score_model(self) -> ScoreModel:
         if self._score_model is None:
-            self._score_model = ScoreModel.shipped()
+            self._score_model = ScoreModel.shipped(self._embedder)
         return self._score_model
 
     async def ask(self, items: Sequence[Item]) -> list[Answer]:
