@@ -18,7 +18,14 @@ from elasticsearch import ApiError, AsyncElasticsearch, ConflictError, NotFoundE
 from jevmem.settings import Settings
 from jevmem.wiring import system_one, system_two
 from query_api.controller import Retrieval, RetrievalController
-from storage.elastic import ElasticEdgeStore, ElasticLexicalIndex, ElasticNodeStore, ElasticVectorIndex, es_client
+from storage.elastic import (
+    ElasticEdgeStore,
+    ElasticLexicalIndex,
+    ElasticNodeStore,
+    ElasticVectorIndex,
+    Visibility,
+    es_client,
+)
 from storage.ports import VectorIndex
 from storage.qdrant import QdrantVectorIndex, check_server
 from storage.scope_cache import ScopeCache
@@ -146,14 +153,16 @@ def distributed_stores(settings: Settings, prefix: str, dim: int) -> Stores:
     (flat) vector index. Dead letters live on their Kafka topic."""
     key = settings.elasticsearch_api_key.get_secret_value() if settings.elasticsearch_api_key else None
     es = es_client(settings.elasticsearch_url, key)
+    seen = Visibility(es)  # one refresh of the written indices per sync, not one per bulk
     vectors: VectorIndex
     if settings.qdrant_url:
         vectors = QdrantVectorIndex.server(settings.qdrant_url, dim, api_key=_qdrant_key(settings),
                                            collection=prefix.replace("-", "_") + "memories")
     else:
-        vectors = ElasticVectorIndex(es, prefix, dim)
-    return Stores(nodes=ElasticNodeStore(es, prefix), edges=ElasticEdgeStore(es, prefix), vectors=vectors,
-                  lexical=ElasticLexicalIndex(es, prefix), dead_letters=TopicDeadLetters(settings))
+        vectors = ElasticVectorIndex(es, prefix, dim, seen)
+    return Stores(nodes=ElasticNodeStore(es, prefix, seen), edges=ElasticEdgeStore(es, prefix, seen), vectors=vectors,
+                  lexical=ElasticLexicalIndex(es, prefix, seen), dead_letters=TopicDeadLetters(settings),
+                  visibility=seen.sync)
 
 
 class TopicDeadLetters:
@@ -301,7 +310,8 @@ def run_worker(settings: Settings) -> None:
     config = AppConfig(broker=f"kafka://{settings.kafka_bootstrap}", app_id=settings.app_id,
                        prefix=settings.topic_prefix, partitions=settings.partitions, batch=settings.write_batch,
                        datadir=str(settings.worker_datadir))
-    app = create_app(config, Services(write_path(settings, stores, embedder), stores))
+    output = ObservationProducer(settings.kafka_bootstrap, settings.topic_prefix)
+    app = create_app(config, Services(write_path(settings, stores, embedder), stores, output.publish))
 
     @app.timer(5.0)  # type: ignore[untyped-decorator]
     async def report_lag() -> None:

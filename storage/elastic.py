@@ -119,12 +119,47 @@ def es_client(url: str, api_key: str | None = None) -> AsyncElasticsearch:
     return AsyncElasticsearch(url, api_key=api_key, serializers={
         "application/json": OrjsonSerializer(), "application/x-ndjson": _OrjsonNdjson()})
 
-class _Elastic:
-    """Client, prefix, lazy index creation and the shared read/write helpers."""
+class Visibility:
+    """When the write path's documents become visible to search: a refresh per bulk request
+    (``Visibility`` absent: every write is searchable when acknowledged), or deferred to
+    :meth:`sync`, which refreshes every index written since the last sync in one request.
 
-    def __init__(self, client: AsyncElasticsearch, prefix: str = "jevmem-") -> None:
+    The write path syncs before it reads what it wrote (consolidation reads the edges of the
+    batch) and before a batch is acknowledged (``Stores.sync`` at the end of
+    ``streams.embedded.write_batch``), so what a later batch, another worker or a query reads is
+    the same as with a refresh per bulk; a refresh costs Elasticsearch a new segment per index,
+    and a batch wrote 5-8 bulks, each refreshing, where one refresh of the touched indices
+    suffices. Writes left unsynced by a crash are durable (translog) and become visible with the
+    next refresh; the batch's redelivery rewrites the same documents (deterministic ids), so
+    whichever appears first, the result is the same."""
+
+    def __init__(self, client: AsyncElasticsearch) -> None:
+        self._client = client
+        self._pending: set[str] = set()
+
+    def touched(self, indices: set[str]) -> None:
+        self._pending |= indices
+
+    async def sync(self) -> None:
+        """Refresh the indices written since the last sync (nothing when none were)."""
+        if not self._pending:
+            return
+        names = sorted(self._pending)
+        try:
+            await self._client.indices.refresh(index=",".join(names))
+        except (ApiError, TransportError) as exc:
+            raise StoreUnavailable(f"elasticsearch refresh {names}: {exc}") from exc
+        self._pending.difference_update(names)
+
+
+class _Elastic:
+    """Client, prefix, lazy index creation and the shared read/write helpers. With a
+    :class:`Visibility`, the write path's bulks (``deferred=True``) leave refreshing to it."""
+
+    def __init__(self, client: AsyncElasticsearch, prefix: str = "jevmem-", visibility: Visibility | None = None) -> None:
         self._client = client
         self._prefix = prefix
+        self._visibility = visibility
         self._ready: set[str] = set()
         self._lock = asyncio.Lock()
 
@@ -183,17 +218,23 @@ class _Elastic:
             return index
         return None
 
-    async def _bulk(self, index: str | None, ops: list[dict[str, Any]], conflicts_ok: bool = False) -> dict[str, Any]:
+    async def _bulk(self, index: str | None, ops: list[dict[str, Any]], conflicts_ok: bool = False,
+                    deferred: bool = False) -> dict[str, Any]:
         """Run bulk ``ops`` (``index`` None: each op names its ``_index``); returns the response
-        once all are acknowledged and visible to search. ``conflicts_ok``: a ``create`` of an
-        existing document is not a failure."""
+        once all are acknowledged and visible to search, or, ``deferred`` with a
+        :class:`Visibility`, acknowledged and visible after its next ``sync``. ``conflicts_ok``:
+        a ``create`` of an existing document is not a failure."""
         if not ops:
             return {"items": []}
+        refresh = not (deferred and self._visibility is not None)
         try:
-            res = await (self._client.bulk(index=index, operations=ops, refresh=True) if index
-                         else self._client.bulk(operations=ops, refresh=True))
+            res = await (self._client.bulk(index=index, operations=ops, refresh=refresh) if index
+                         else self._client.bulk(operations=ops, refresh=refresh))
         except (ApiError, TransportError) as exc:
             raise StoreUnavailable(f"elasticsearch bulk {index}: {exc}") from exc
+        if not refresh and self._visibility is not None:
+            self._visibility.touched({index} if index else {str(i["_index"]) for item in res["items"]
+                                                            for i in item.values() if "_index" in i})
         if res.get("errors"):
             bad = [i for item in res["items"] for i in item.values()
                    if "error" in i and not (conflicts_ok and i.get("status") == 409)]
@@ -254,7 +295,7 @@ class _Memories(_Elastic):
         for n in nodes:
             ops.append({"update": {"_index": names[n.tenant_id], "_id": n.id}})
             ops.append({"doc_as_upsert": True, "doc": doc(n)})
-        await self._bulk(None, ops)
+        await self._bulk(None, ops, deferred=True)
 
     async def _index(self, scope: Scope) -> str | None:
         """The scope's tenant index, or None when the tenant has none yet (reads answer empty)."""
@@ -486,7 +527,7 @@ class ElasticEdgeStore(_Elastic):
             ops.append({"tenant_id": e.tenant_id, "conversation_id": e.conversation_id, "id": e.id, "view": e.view,
                         "source": e.source, "target": e.target, "probability": e.probability,
                         "body": orjson.dumps(e.model_dump(mode="json")).decode()})
-        await self._bulk(index, ops)
+        await self._bulk(index, ops, deferred=True)
 
     async def neighbours(self, scope: Scope, node_ids: Sequence[str], views: Sequence[View], limit: int) -> list[EdgeEvent]:
         """Edges of ``views`` touching any of ``node_ids`` (either end): probability desc, then id."""
@@ -515,7 +556,7 @@ class ElasticEdgeStore(_Elastic):
             ops.append({"index": {"_id": d.id}})
             ops.append({"tenant_id": d.tenant_id, "conversation_id": d.conversation_id, "id": d.id,
                         "body": orjson.dumps(d.model_dump(mode="json")).decode()})
-        await self._bulk(index, ops)
+        await self._bulk(index, ops, deferred=True)
 
     async def decisions(self, scope: Scope) -> list[ConsolidationDecision]:
         """All decisions of the scope by id."""
@@ -551,8 +592,9 @@ class ElasticEdgeStore(_Elastic):
 class ElasticVectorIndex(_Elastic):
     """Exact cosine search on a flat ``dense_vector`` (VectorIndex port)."""
 
-    def __init__(self, client: AsyncElasticsearch, prefix: str = "jevmem-", dim: int = 384) -> None:
-        super().__init__(client, prefix)
+    def __init__(self, client: AsyncElasticsearch, prefix: str = "jevmem-", dim: int = 384,
+                 visibility: Visibility | None = None) -> None:
+        super().__init__(client, prefix, visibility)
         self._mappings: dict[str, Any] = {"dynamic": "strict", "properties": {
             "tenant_id": _KW, "conversation_id": _KW, "seq": {"type": "integer"}, "kind": _KW,
             "vector": {"type": "dense_vector", "dims": dim, "similarity": "cosine", "index": True,
@@ -567,7 +609,7 @@ class ElasticVectorIndex(_Elastic):
                 continue
             ops += [{"index": {"_id": n.id}}, {"tenant_id": n.tenant_id, "conversation_id": n.conversation_id,
                                                 "seq": n.seq, "kind": n.kind, "vector": n.embedding}]
-        await self._bulk(index, ops)
+        await self._bulk(index, ops, deferred=True)
 
     async def search(self, scope: Scope, vector: Sequence[float], limit: int, before_seq: int | None = None) -> list[Hit]:
         index = await self._ensure("vectors", self._mappings)

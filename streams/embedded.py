@@ -51,6 +51,14 @@ class Stores:
     listeners: list[Callable[[Sequence[MemoryNode]], Awaitable[None]]] = field(default_factory=list)
     #: called with a scope after a forget deleted some of it (in-memory views drop the scope)
     on_forget: list[Callable[[Scope], Awaitable[None]]] = field(default_factory=list)
+    #: makes every acknowledged write visible to search (``storage.elastic.Visibility.sync``);
+    #: None: writes are visible when acknowledged (SQLite, a refresh per Elasticsearch bulk)
+    visibility: Callable[[], Awaitable[None]] | None = None
+
+    async def sync(self) -> None:
+        """Every write acknowledged so far is visible to reads and searches after this returns."""
+        if self.visibility is not None:
+            await self.visibility()
 
     async def materialise(self, nodes: Sequence[MemoryNode]) -> None:
         """Write nodes to every store that candidate discovery and queries read; the node store
@@ -209,6 +217,8 @@ async def write_batch(stores: Stores, wp: WritePath, obs: list[Observation],
     finally:
         if ahead is not None:
             ahead.cancel()
+    with observe.timed("store_writes"):
+        await stores.sync()  # the batch is visible to whoever reads next (a query, the next batch's seqs)
     observe.count("accepted", len(obs))
     observe.measure("controller_requests_per_write", out.write_calls / len(obs))
     return out
@@ -236,6 +246,7 @@ async def write_embedded(stores: Stores, wp: WritePath, embedded: list[MemoryNod
     out = Written(nodes, csets, judgments, edges, [], [], [], new, calls())
 
     async def neighbours(scope: Scope, ids: Sequence[str]) -> list[EdgeEvent]:
+        await stores.sync()  # consolidation reads the edges this batch just wrote
         return await stores.edges.neighbours(scope, ids, ["semantic"], 10_000)
 
     for scope, run, last in consolidation_runs(nodes, wp.params.consolidate_every):
@@ -243,10 +254,12 @@ async def write_embedded(stores: Stores, wp: WritePath, embedded: list[MemoryNod
             found, links, derived = await wp.consolidate(scope, run, last, neighbours)
         if derived:
             built = await wp.build_nodes_from(derived)
-            await stores.materialise(built)
+            with observe.timed("store_writes"):
+                await stores.materialise(built)
             out.derived += built
-        await stores.edges.upsert_decisions(found)
-        await stores.edges.upsert(links)
+        with observe.timed("store_writes"):
+            await stores.edges.upsert_decisions(found)
+            await stores.edges.upsert(links)
         out.decisions += found
         out.links += links
     return out

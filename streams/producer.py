@@ -97,6 +97,38 @@ class ObservationProducer:
             raise BrokerUnavailable(f"{len(failed)} of {len(records)} records failed: {failed[0]}")
         return [r for r in results if isinstance(r, Delivery)]
 
+    async def publish(self, batches: Sequence[tuple[str, Sequence[tuple[str, bytes]]]]) -> int:
+        """Produce every record of every ``(topic, [(key, value), ...])`` and return once the
+        broker acknowledged all of them (the count); raises :class:`BrokerUnavailable` when any
+        failed or was not acknowledged within 30 s. For bulk output (a worker logs thousands of
+        records per batch): no per-record future or event-loop callback, one shared delivery
+        report, the wait in a thread. Records carry the trace id header like :meth:`send`."""
+        failed: list[str] = []
+
+        def report(err: KafkaError | None, msg: Message) -> None:  # runs in the flushing thread
+            if err is not None:
+                failed.append(f"{msg.topic()}: {err.str()}")
+
+        trace_id = observe.TRACE_ID.get()
+        headers: list[tuple[str, str | bytes | None]] | None = [("trace_id", trace_id.encode())] if trace_id else None
+        n = 0
+        for topic, records in batches:
+            for key, value in records:
+                while True:
+                    try:
+                        self._producer.produce(topic, key=key.encode(), value=value, on_delivery=report,
+                                               headers=headers)
+                        break
+                    except BufferError:  # local queue full: serve delivery reports, then retry
+                        await asyncio.to_thread(self._producer.poll, 0.1)
+                n += 1
+        pending = await asyncio.to_thread(self._producer.flush, 30.0)
+        if pending:
+            raise BrokerUnavailable(f"{pending} of {n} records not acknowledged within 30 s")
+        if failed:
+            raise BrokerUnavailable(f"{len(failed)} of {n} records failed: {failed[0]}")
+        return n
+
     async def send(self, observations: Sequence[Observation]) -> list[Delivery]:
         """Publish observations; returns their partitions/offsets once all are acknowledged."""
         return await self._produce(self.topic, [(o.scope.key, encode(o)) for o in observations])

@@ -101,6 +101,7 @@ async def rebuild_from_log(stores: Stores, memories: Sequence[bytes], edges: Seq
     report.edges = len(found)
     ds, _ = await _replay_topic(stores, decisions, ConsolidationDecision, "decisions", stores.edges.upsert_decisions)
     report.decisions = len(ds)
+    await stores.sync()
     return report
 
 
@@ -137,6 +138,7 @@ class Graph:
 
 
 async def graph_of(stores: Stores, scope: Scope) -> Graph:
+    await stores.sync()
     nodes = tuple(sorted((n.id, n.seq) for n in await stores.nodes.scan(scope)))
     edges = tuple(sorted((e.id, e.view, e.source, e.target, e.label, round(e.probability, 4))
                          for e in await stores.edges.scan(scope)))
