@@ -98,7 +98,7 @@ class NodeInfoCache:
         """The nodes' embedding rows as one C-ordered float64 matrix (``matrix`` of their embeddings)."""
         if not nodes:
             return np.zeros((0, self.dim), dtype=np.float64)
-        return np.stack([self.get(n).row for n in nodes])
+        return np.array([self.get(n).row for n in nodes], dtype=np.float64)
 
     def __len__(self) -> int:
         return len(self._entries)

@@ -321,11 +321,12 @@ ADJACENCY_SCOPES = 64
 @dataclass
 class _Adjacency:
     """A scope's edges by endpoint, read at one database ``version`` (see :meth:`SqliteEdgeStore._version`):
-    node id -> view -> ``(-probability, edge id)`` for every edge it is the source or target of.
+    node id -> view -> edge id -> ``(-probability, edge id)`` (its sort key) for every edge it is
+    the source or target of.
     ``index`` is None until the scope is read twice at the same version."""
 
     version: tuple[int, int]
-    index: dict[str, dict[str, list[tuple[float, str]]]] | None = None
+    index: dict[str, dict[str, dict[str, tuple[float, str]]]] | None = None
     #: edge id -> label (built with ``index``)
     labels: dict[str, str] | None = None
 
@@ -362,13 +363,13 @@ class SqliteEdgeStore(_Base):
                 self._adjacency.popitem(last=False)
             return None
         if adj.index is None or adj.labels is None:
-            index: dict[str, dict[str, list[tuple[float, str]]]] = {}
+            index: dict[str, dict[str, dict[str, tuple[float, str]]]] = {}
             labels: dict[str, str] = {}
             for eid, view, source, target, p, label in self._conn.execute(
                     "SELECT id, view, source, target, probability, json_extract(CAST(body AS TEXT), '$.label') "
                     "FROM edges WHERE tenant=? AND conv=?", (scope.tenant_id, scope.conversation_id)):
                 for end in (source, target) if target != source else (source,):
-                    index.setdefault(end, {}).setdefault(view, []).append((-p, eid))
+                    index.setdefault(end, {}).setdefault(view, {})[eid] = (-p, eid)
                 labels[eid] = label
             adj.index, adj.labels = index, labels
         return adj
@@ -383,15 +384,18 @@ class SqliteEdgeStore(_Base):
               orjson.dumps(e.model_dump(mode="json"))) for e in edges])
 
     @staticmethod
-    def _found(adj: _Adjacency, node_ids: Sequence[str], views: Sequence[View]) -> set[tuple[float, str]]:
-        """``(-probability, id)`` of the edges of ``views`` touching ``node_ids``, from the index."""
-        found: set[tuple[float, str]] = set()
+    def _found(adj: _Adjacency, node_ids: Sequence[str], views: Sequence[View]) -> list[tuple[float, str]]:
+        """``(-probability, id)`` of the edges of ``views`` touching ``node_ids`` (each once), from the index."""
+        found: dict[str, tuple[float, str]] = {}
+        index = adj.index if adj.index is not None else {}
         for nid in dict.fromkeys(node_ids):
-            by_view = adj.index.get(nid) if adj.index is not None else None
+            by_view = index.get(nid)
             if by_view is not None:
                 for view in views:
-                    found.update(by_view.get(view, ()))
-        return found
+                    got = by_view.get(view)
+                    if got:
+                        found.update(got)
+        return list(found.values())
 
     def _ranked(self, scope: Scope, node_ids: Sequence[str], views: Sequence[View], limit: int) -> list[str]:
         """Ids of the edges of ``views`` touching ``node_ids``: probability descending, then id."""
