@@ -252,13 +252,12 @@ class RetrievalController:
 
         judged = await scoring.judge(so, st.question, rows, texts)
         w, r = self.params.weights, st.route["recency"]
-        for c, row, j in zip(cands, rows, judged, strict=True):
+        for c, row, (relevance, useful, novelty, supports) in zip(cands, rows, judged, strict=True):
             s = formulas.combined_score(
-                z=row[0], a=j.relevance, p_g=c.p_g, l=j.relation_useful,
-                n=j.new_information, pi_e=c.pi_e, c=j.supports, w=w)
+                z=row[0], a=relevance, p_g=c.p_g, l=useful, n=novelty, pi_e=c.pi_e, c=supports, w=w)
             rho = formulas.recency_rho(t_star, c.node.observed_at)
             c.score = formulas.recency_adjust(s, r, rho, self.params.recency_weight)
-            c.relevance = j.relevance
+            c.relevance = relevance
         if self.recorder is not None and len(cands) == len(st.pool):
             self.recorder(st.question, [c.node for c in cands],
                           [scoring.state(st.question, t, row) for t, row in zip(texts(), rows, strict=True)])

@@ -21,7 +21,6 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import NamedTuple
 
 import numpy as np
 
@@ -36,13 +35,9 @@ _MAX_COS = SCORE_FEATURES.index("max_evidence_cosine")
 _SUPPORT = SCORE_FEATURES.index("support")
 
 
-class Judgement(NamedTuple):
-    """System One's answers about one candidate (each in [0, 1])."""
-
-    relevance: float
-    relation_useful: float
-    new_information: float
-    supports: float
+#: System One's answers about one candidate, each in [0, 1]:
+#: (relevance, relation_useful, new_information, supports).
+Judgement = tuple[float, float, float, float]
 
 
 @dataclass(frozen=True)
@@ -65,11 +60,11 @@ def local_judgements(so: LocalSystemOne, rows: Sequence[Sequence[float]]) -> lis
     if not rows:
         return []
     logits = so.score_model.logits(np.asarray(rows, dtype=np.float64)).tolist()
-    out = []
+    out: list[Judgement] = []
     for row, z in zip(rows, logits, strict=True):
         relevance = sigmoid(float(z))
-        out.append(Judgement(relevance, sigmoid(2.0 * (relevance - 0.5) + 1.0 * row[_EDGE] * row[_EXPANDED]),
-                             max(0.0, min(1.0, 1.0 - row[_MAX_COS])), max(0.0, min(1.0, row[_SUPPORT]))))
+        out.append((relevance, sigmoid(2.0 * (relevance - 0.5) + 1.0 * row[_EDGE] * row[_EXPANDED]),
+                    max(0.0, min(1.0, 1.0 - row[_MAX_COS])), max(0.0, min(1.0, row[_SUPPORT]))))
     return out
 
 
@@ -84,5 +79,4 @@ async def judge(so: CountingSystemOne, question: str, rows: Sequence[Sequence[fl
         return local_judgements(so.inner, rows)
     answers = await so.ask([Item(SCORE, state(question, t, r).model_dump())
                             for t, r in zip(texts(), rows, strict=True)])
-    return [Judgement(a.p("relevance"), a.p("relation_useful"), a.p("new_information"), a.p("supports"))
-            for a in answers]
+    return [(a.p("relevance"), a.p("relation_useful"), a.p("new_information"), a.p("supports")) for a in answers]
