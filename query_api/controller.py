@@ -16,7 +16,7 @@ from __future__ import annotations
 import asyncio
 import re
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 
@@ -24,16 +24,15 @@ import numpy as np
 from pydantic import BaseModel
 
 from query_api import features as qf
-from query_api import formulas
-from storage.ports import EdgeStore, Hit, LexicalIndex, NodeStore, VectorIndex
+from query_api import formulas, scoring
+from query_api.nodeinfo import NodeInfoCache
+from storage.ports import EdgeStore, Hit, LabelledNeighbours, LexicalIndex, NodeStore, VectorIndex
 from topology import text
 from topology.params import Params
 from topology.ports import Embedder
 from topology.schemas import MemoryNode, Scope, TemporalRef
-from topology.stages.candidates import matrix
 from topology.systemone.catalog import ASSESS, ROUTE, SCORE
 from topology.systemone.features import AssessState, ScoreState
-from topology.systemone.local import CAUSE_ANSWER, NEGATION
 from topology.systemone.port import CountingSystemOne, Item, SystemOne
 
 _NAME = re.compile(r"\b[A-Z][a-zA-Z'-]+")
@@ -108,12 +107,23 @@ class _Cand:
     score: float = 0.0
     relevance: float = 0.0
     expanded: bool = False
+    #: the candidate's own score features: expanded, view_probability, edge_probability
+    own: tuple[float, float, float] = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.own = (0.0 if self.via == "anchor" else 1.0, round(self.p_g, 6), round(self.pi_e, 6))
+
+
+#: (cosine_in_pool .. causal_match in SCORE_FEATURES order, is_question, length) of a node for a query
+_Static = tuple[tuple[float, ...], float, float]
 
 
 @dataclass
 class _QueryState:
     question: str
     qvec: list[float]
+    #: the question vector as float64 (what the cosine products multiply by)
+    q: np.ndarray
     qtokens: set[str]
     qnames: set[str]
     route: dict[str, float]
@@ -128,11 +138,21 @@ class _QueryState:
     graph: qf.GraphView = field(default_factory=qf.GraphView)
     dates: tuple[set[int], set[int]] = field(default_factory=lambda: (set(), set()))
     #: per node, the features that depend only on the node and the question (computed once a query)
-    static: dict[str, tuple[float, float, bool, bool]] = field(default_factory=dict)
+    static: dict[str, _Static] = field(default_factory=dict)
+    #: per node, its reply_to_match once final (see ``RetrievalController._reply``)
+    reply: dict[str, float] = field(default_factory=dict)
 
 
 #: Called with the states of the final scoring of a query's pool (for training and inspection).
 Recorder = Callable[[str, Sequence[MemoryNode], Sequence[ScoreState]], None]
+
+
+def _settle(fut: asyncio.Future[list[list[float]]]) -> None:
+    """Cancel ``fut`` if still pending, else mark its outcome retrieved (no unretrieved-error log)."""
+    if not fut.done():
+        fut.cancel()
+    elif not fut.cancelled():
+        fut.exception()
 
 
 def query_names(question: str) -> set[str]:
@@ -147,92 +167,109 @@ class RetrievalController:
         self.vectors, self.lexical, self.nodes, self.edges = vectors, lexical, nodes, edges
         self.params = params
         self.recorder: Recorder | None = None
+        #: query-independent facts about the nodes queries read (see :mod:`query_api.nodeinfo`)
+        self.info = NodeInfoCache(embedder.dim)
 
     async def anchors(self, scope: Scope, question: str, qvec: Sequence[float], pool: int) -> tuple[list[Hit], list[Hit]]:
         """(vector hits, lexical hits) of the scope for the question, best first."""
         vec, lex = await asyncio.gather(self.vectors.search(scope, qvec, pool), self.lexical.search(scope, question, pool))
         return vec, lex
 
-    def _features(self, st: _QueryState, c: _Cand, z: float, sims: Sequence[float],
-                  pool: Mapping[str, float], relevance: Mapping[str, float]) -> ScoreState:
-        """The score question's state for ``c``: ``z`` is its cosine to the question, ``sims``
-        its cosines to the (up to 5) strongest other evidence nodes; ``pool`` maps the pool's
-        ids to their anchor strength and ``relevance`` to their last relevance (built once per
-        scoring round, not per candidate)."""
-        n = c.node
-        if n.id not in st.static:
-            st.static[n.id] = self._static(st, n)
-        lexical, entity, causal, is_question = st.static[n.id]
+    def _static(self, st: _QueryState, n: MemoryNode) -> _Static:
+        """The features of ``n`` that depend only on the node and the query (computed once a
+        query, after its ``cos_in_pool`` is set)."""
+        info = self.info.get(n)
+        route, nid = st.route, n.id
+        return (
+            (round(st.cos_in_pool.get(nid, 0.0), 6),
+             round(len(st.qtokens & info.tokens) / len(st.qtokens) if st.qtokens else 0.0, 6),
+             round(len(st.qnames & info.names) / len(st.qnames) if st.qnames else 0.0, 6),
+             1.0 if info.speaker is not None and info.speaker in st.qnames else 0.0,
+             round(st.anchor_strength.get(nid, 0.0), 6), round(st.bm25.get(nid, 0.0), 6),
+             round(st.vec_rank.get(nid, 0.0), 6), round(st.lex_rank.get(nid, 0.0), 6),
+             round(route["temporal"] * (1.0 if info.has_temporal else 0.0), 6),
+             qf.date_match_dates(info.dates, *st.dates),
+             round(route["causal"] * (1.0 if info.causal else 0.0), 6)),
+            1.0 if info.is_question else 0.0, info.length,
+        )
+
+    def _reply(self, st: _QueryState, n: MemoryNode) -> float:
+        """reply_to_match: a reply to a question turn that matches the query often holds the
+        answer. Final once the previous turn is in the pool (``by_seq`` entries never change)."""
+        got = st.reply.get(n.id)
+        if got is not None:
+            return got
         prev = st.by_seq.get(n.seq - 1)
-        # a reply to a question turn that matches the query often holds the answer
+        if prev is None:
+            return 0.0
         reply = 0.0
-        if prev is not None and prev.node.content.rstrip().endswith("?") and prev.node.speaker != n.speaker:
+        if self.info.get(prev.node).is_question and prev.node.speaker != n.speaker:
             reply = max(st.anchor_strength.get(prev.node.id, 0.0), st.bm25.get(prev.node.id, 0.0))
-        route = st.route
-        graph = qf.graph_features(n.id, st.graph, pool, st.cos_in_pool, relevance)
-        return ScoreState(
-            question=st.question, memory=n.content, speaker=n.speaker or "", view=c.via,
-            cosine=round(z, 6), lexical=round(lexical, 6), entity=round(entity, 6),
-            speaker_match=1.0 if n.speaker and n.speaker.lower() in st.qnames else 0.0,
-            cosine_in_pool=round(st.cos_in_pool.get(n.id, 0.0), 6),
-            anchor=round(st.anchor_strength.get(n.id, 0.0), 6), bm25=round(st.bm25.get(n.id, 0.0), 6),
-            vector_rank=round(st.vec_rank.get(n.id, 0.0), 6), lexical_rank=round(st.lex_rank.get(n.id, 0.0), 6),
-            temporal_match=round(route["temporal"] * (1.0 if n.temporal_refs else 0.0), 6),
-            date_match=qf.date_match(n, *st.dates),
-            causal_match=round(route["causal"] * (1.0 if causal else 0.0), 6),
-            reply_to_match=round(reply, 6), is_question=1.0 if is_question else 0.0,
-            route_temporal=round(route["temporal"], 6), route_causal=round(route["causal"], 6),
-            route_multi_hop=round(route["multi_hop"], 6), expanded=0.0 if c.via == "anchor" else 1.0,
-            view_probability=round(c.p_g, 6), edge_probability=round(c.pi_e, 6),
-            max_evidence_cosine=round(max(sims, default=0.0), 6),
-            support=round(sum(sims) / len(sims), 6) if sims else 0.0,
-            length=min(1.0, len(n.tokens) / 30), **graph)
+        st.reply[n.id] = reply = round(reply, 6)
+        return reply
 
-    @staticmethod
-    def _static(st: _QueryState, n: MemoryNode) -> tuple[float, float, bool, bool]:
-        """(lexical overlap, entity overlap, states a cause, is a question) of ``n`` for the query."""
-        lexical = len(st.qtokens & set(n.tokens)) / len(st.qtokens) if st.qtokens else 0.0
-        names = {e.name.lower() for e in n.entities} | ({n.speaker.lower()} if n.speaker else set())
-        names |= {w for w in text.tokens_raw(n.content) if w in st.qnames}
-        entity = len(st.qnames & names) / len(st.qnames) if st.qnames else 0.0
-        return lexical, entity, bool(CAUSE_ANSWER.search(n.content)), n.content.rstrip().endswith("?")
-
-    def _all_features(self, st: _QueryState, cands: Sequence[_Cand]) -> list[ScoreState]:
-        """Features of every candidate, cosines computed as two matrix products."""
+    def _rows(self, st: _QueryState, cands: Sequence[_Cand]) -> list[list[float]]:
+        """Every candidate's score features (a row in :data:`SCORE_FEATURES` order); cosines
+        come from two matrix products: to the question, and to the (up to 5) strongest other
+        evidence nodes (``max_evidence_cosine``, ``support``)."""
         ranked = sorted(st.pool.values(), key=lambda c: -c.score)[:6]
-        m = matrix([c.node.embedding for c in cands], self.embedder.dim)
-        ev = matrix([e.node.embedding for e in ranked], self.embedder.dim)
-        z = m @ np.asarray(st.qvec, dtype=np.float64)
-        sim = m @ ev.T
+        rid = {e.node.id: j for j, e in enumerate(ranked)}
+        m = self.info.rows([c.node for c in cands])
+        z = (m @ st.q).tolist()
+        sim = (m @ self.info.rows([e.node for e in ranked]).T).tolist()
         lo, hi = st.cos_range
         for i, c in enumerate(cands):
-            st.cos_in_pool.setdefault(c.node.id, (float(z[i]) - lo) / max(1e-6, hi - lo))
-        pool = {i: st.anchor_strength.get(i, 0.0) for i in st.pool}
-        relevance = {i: x.relevance for i, x in st.pool.items()}
+            st.cos_in_pool.setdefault(c.node.id, (z[i] - lo) / max(1e-6, hi - lo))
+        pool = qf.pool_view({i: st.anchor_strength.get(i, 0.0) for i in st.pool}, st.cos_in_pool,
+                            {i: x.relevance for i, x in st.pool.items()})
+        route, adj = st.route, st.graph.adj
+        fixed = (round(route["temporal"], 6), round(route["causal"], 6), round(route["multi_hop"], 6))
         out = []
         for i, c in enumerate(cands):
-            others = [j for j, e in enumerate(ranked) if e.node.id != c.node.id][:5]
-            out.append(self._features(st, c, float(z[i]), [float(sim[i, j]) for j in others], pool, relevance))
+            n = c.node
+            nid = n.id
+            stat = st.static.get(nid)
+            if stat is None:
+                stat = st.static[nid] = self._static(st, n)
+            head, question, length = stat
+            sims = sim[i]
+            j = rid.get(nid)
+            if j is not None:
+                sims = sims[:j] + sims[j + 1:]
+            sims = sims[:5]
+            out.append([
+                round(z[i], 6), *head, self._reply(st, n), question, *fixed, *c.own,
+                round(max(sims, default=0.0), 6), round(sum(sims) / len(sims), 6) if sims else 0.0,
+                *(qf.graph_row(nid, st.graph, pool) if nid in adj else qf.NO_GRAPH), length])
         return out
 
-    async def _score(self, so: SystemOne, st: _QueryState, cands: Sequence[_Cand], t_star: datetime | None) -> None:
-        states = self._all_features(st, cands)
-        answers = await so.ask([Item(SCORE, f.model_dump()) for f in states])
+    async def _score(self, so: CountingSystemOne, st: _QueryState, cands: Sequence[_Cand],
+                     t_star: datetime | None) -> None:
+        rows = self._rows(st, cands)
+
+        def texts() -> list[scoring.Texts]:
+            return [scoring.Texts(c.node.content, c.node.speaker or "", c.via) for c in cands]
+
+        judged = await scoring.judge(so, st.question, rows, texts)
         w, r = self.params.weights, st.route["recency"]
-        for c, f, ans in zip(cands, states, answers, strict=True):
+        for c, row, (relevance, useful, novelty, supports) in zip(cands, rows, judged, strict=True):
             s = formulas.combined_score(
-                z=f.cosine, a=ans.p("relevance"), p_g=c.p_g, l=ans.p("relation_useful"),
-                n=ans.p("new_information"), pi_e=c.pi_e, c=ans.p("supports"), w=w)
+                z=row[0], a=relevance, p_g=c.p_g, l=useful, n=novelty, pi_e=c.pi_e, c=supports, w=w)
             rho = formulas.recency_rho(t_star, c.node.observed_at)
             c.score = formulas.recency_adjust(s, r, rho, self.params.recency_weight)
-            c.relevance = ans.p("relevance")
+            c.relevance = relevance
         if self.recorder is not None and len(cands) == len(st.pool):
-            self.recorder(st.question, [c.node for c in cands], states)
+            self.recorder(st.question, [c.node for c in cands],
+                          [scoring.state(st.question, t, row) for t, row in zip(texts(), rows, strict=True)])
 
     async def _superseding(self, scope: Scope, ids: Sequence[str]) -> dict[str, list[str]]:
         """For each of ``ids`` made obsolete by a newer memory: the newer memories' contents."""
-        edges = [e for e in await self.edges.neighbours(scope, ids, ["temporal"], 100 * len(ids) + 100)
-                 if e.label == "supersedes" and e.target in set(ids)]
+        wanted, limit = set(ids), 100 * len(ids) + 100
+        if isinstance(self.edges, LabelledNeighbours):
+            found = await self.edges.labelled(scope, ids, ["temporal"], limit, "supersedes")
+        else:
+            found = [e for e in await self.edges.neighbours(scope, ids, ["temporal"], limit) if e.label == "supersedes"]
+        edges = [e for e in found if e.target in wanted]
         if not edges:
             return {}
         by_id = {n.id: n.content for n in await self.nodes.get(scope, sorted({e.source for e in edges}))}
@@ -248,18 +285,25 @@ class RetrievalController:
         t0 = time.perf_counter()
         so = CountingSystemOne(self.so)
         timings: dict[str, float] = {}
-        qvec = (await asyncio.to_thread(self.embedder.embed_query, [question]))[0]
+        # the question's embedding runs in a worker thread while the route and the BM25 search
+        # (which need no vector) run here
+        embedding = asyncio.ensure_future(asyncio.to_thread(self.embedder.embed_query, [question]))
+        try:
+            route_ans = (await so.ask([Item(ROUTE, {"question": question})]))[0]
+            lex_hits = await self.lexical.search(scope, question, p.anchor_pool)
+            qvec = (await embedding)[0]
+        finally:
+            _settle(embedding)
         timings["embed"] = (time.perf_counter() - t0) * 1000
-        route_ans = (await so.ask([Item(ROUTE, {"question": question})]))[0]
         route = {q.key: route_ans.p(q.key) for q in ROUTE.nouls()}
         views = formulas.active_views(route, p.theta_act)
         budgets = formulas.allocate_budget({v: route[v] for v in views}, p.budget_total, p.budget_min, p.budget_gamma)
         d = formulas.depth(route["multi_hop"], p.depth_max, lim.depth)
-        st = _QueryState(question, qvec, set(text.tokens(question)), query_names(question), route,
-                         dates=qf.question_dates(question))
+        st = _QueryState(question, qvec, np.asarray(qvec, dtype=np.float64), set(text.tokens(question)),
+                         query_names(question), route, dates=qf.question_dates(question))
 
         t1 = time.perf_counter()
-        vec_hits, lex_hits = await self.anchors(scope, question, qvec, p.anchor_pool)
+        vec_hits = await self.vectors.search(scope, qvec, p.anchor_pool)
         fused = formulas.rrf([[h.id for h in vec_hits], [h.id for h in lex_hits]], p.rrf_kappa)
         top_bm25 = max((h.score for h in lex_hits), default=0.0)
         st.bm25 = {h.id: h.score / top_bm25 for h in lex_hits} if top_bm25 > 0 else {}
@@ -268,7 +312,7 @@ class RetrievalController:
         best = 2.0 / (p.rrf_kappa + 1)
         st.anchor_strength = {i: fused[i] / best for i in anchor_ids}
         nodes = await self.nodes.get(scope, anchor_ids)
-        cosines = matrix([n.embedding for n in nodes], self.embedder.dim) @ np.asarray(qvec, dtype=np.float64)
+        cosines = self.info.rows(nodes) @ st.q
         if len(cosines):
             st.cos_range = (float(cosines.min()), float(cosines.max()))
         t_star = max((n.observed_at for n in nodes if n.observed_at), default=None)
@@ -293,11 +337,13 @@ class RetrievalController:
             ranked = sorted(st.pool.values(), key=lambda c: -c.score)
             strong = sum(1 for c in ranked if c.relevance >= 0.7)
             gain = rounds[-1].added / max(1, p.beam_width) if rounds else 1.0
-            top = [c.node.content for c in ranked[:5]]
+            top_info = [self.info.get(c.node) for c in ranked[:5]]
+            top = [i.node.content for i in top_info]
             a = (await so.ask([Item(ASSESS, AssessState(
                 question=question, round=rnd - 1, best_relevance=round(max((c.relevance for c in ranked), default=0.0), 6),
                 strong=strong, last_gain=round(gain, 6), multi_hop=round(route["multi_hop"], 6),
-                negation_mix=round(qf.negation_mix(top, [bool(NEGATION.search(t)) for t in top]), 6),
+                negation_mix=round(qf.negation_mix_sets([i.content_tokens for i in top_info],
+                                                        [i.negated for i in top_info]), 6),
                 evidence=top).model_dump())]))[0]
             assessed = {q.key: a.p(q.key) for q in ASSESS.nouls()}
             reason = formulas.stop_reason(assessed, p)

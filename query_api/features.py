@@ -8,8 +8,10 @@ from __future__ import annotations
 
 import calendar
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, field
+from datetime import date
 
 from topology import text
 from topology.schemas import EdgeEvent, MemoryNode
@@ -27,12 +29,21 @@ class GraphView:
 
     def add(self, edges: Sequence[EdgeEvent]) -> None:
         """Record edges (each once, whatever its direction)."""
+        seen, adj = self.seen, self.adj
         for e in edges:
-            if e.id in self.seen:
+            eid = e.id
+            if eid in seen:
                 continue
-            self.seen.add(e.id)
-            self.adj.setdefault(e.source, []).append((e.target, e.view, e.probability, e.label))
-            self.adj.setdefault(e.target, []).append((e.source, e.view, e.probability, e.label))
+            seen.add(eid)
+            source, target, view, p, label = e.source, e.target, e.view, e.probability, e.label
+            got = adj.get(source)
+            if got is None:
+                got = adj[source] = []
+            got.append((target, view, p, label))
+            got = adj.get(target)
+            if got is None:
+                got = adj[target] = []
+            got.append((source, view, p, label))
 
 
 def question_dates(question: str) -> tuple[set[int], set[int]]:
@@ -47,15 +58,26 @@ def question_dates(question: str) -> tuple[set[int], set[int]]:
 def date_match(node: MemoryNode, years: set[int], months: set[int]) -> float:
     """1 when a grounded event date of the node (its temporal references, else its event time)
     falls in a year/month the question names; 0 when the question names none."""
-    if not years and not months:
-        return 0.0
     dates = [r.start for r in node.temporal_refs] + [r.end for r in node.temporal_refs]
     if node.event_time is not None:
         dates.append(node.event_time)
+    return date_match_dates(dates, years, months)
+
+
+def date_match_dates(dates: Iterable[date], years: set[int], months: set[int]) -> float:
+    """:func:`date_match` over a node's grounded dates (reference starts, ends, event time)."""
+    if not years and not months:
+        return 0.0
     for d in dates:
         if (not years or d.year in years) and (not months or d.month in months):
             return 1.0
     return 0.0
+
+
+#: The graph features of a node without examined edges to the pool (:data:`GRAPH_FEATURES` order).
+NO_GRAPH: tuple[float, ...] = (0.0,) * 7
+GRAPH_FEATURES = ("graph_degree", "graph_anchor", "graph_cosine", "graph_relevance", "adjacent_anchor",
+                  "entity_neighbours", "semantic_neighbours")
 
 
 def graph_features(node_id: str, graph: GraphView, pool: Mapping[str, float],
@@ -65,27 +87,40 @@ def graph_features(node_id: str, graph: GraphView, pool: Mapping[str, float],
     ``pool`` maps pool node ids to their anchor strength (0 for expanded nodes), ``cos_in_pool``
     to their question cosine placed in the anchor range and ``relevance`` to the relevance System
     One gave them in the previous scoring (propagated along edges). All 0 without edges."""
+    return dict(zip(GRAPH_FEATURES, graph_row(node_id, graph, pool_view(pool, cos_in_pool, relevance)), strict=True))
+
+
+def pool_view(pool: Mapping[str, float], cos_in_pool: Mapping[str, float],
+              relevance: Mapping[str, float]) -> dict[str, tuple[float, float, float]]:
+    """Per pool node, what :func:`graph_row` reads of it: (anchor strength, question cosine in
+    the anchor range clipped to [0, 1], last relevance); built once per scoring round."""
+    return {i: (strength, max(0.0, min(1.0, cos_in_pool.get(i, 0.0))), relevance.get(i, 0.0))
+            for i, strength in pool.items()}
+
+
+def graph_row(node_id: str, graph: GraphView, pool: Mapping[str, tuple[float, float, float]]) -> tuple[float, ...]:
+    """:func:`graph_features` as a tuple in :data:`GRAPH_FEATURES` order, over :func:`pool_view`."""
     degree = 0
     g_anchor = g_cos = adjacent = g_rel = 0.0
     entity = semantic = 0
     for other, view, p, label in graph.adj.get(node_id, ()):
-        if other not in pool or other == node_id:
+        got = pool.get(other)
+        if got is None or other == node_id:
             continue
+        strength, cos, rel = got
         degree += 1
-        strength = pool[other]
         g_anchor = max(g_anchor, p * strength)
-        g_cos = max(g_cos, p * max(0.0, min(1.0, cos_in_pool.get(other, 0.0))))
-        g_rel = max(g_rel, p * relevance.get(other, 0.0))
+        g_cos = max(g_cos, p * cos)
+        g_rel = max(g_rel, p * rel)
         if label == "next":
             adjacent = max(adjacent, strength)
-        if view == "entity" and strength > 0.5:
-            entity += 1
-        if view == "semantic" and strength > 0.5:
-            semantic += 1
-    return {"graph_degree": min(1.0, degree / 10), "graph_anchor": round(g_anchor, 6), "graph_cosine": round(g_cos, 6),
-            "graph_relevance": round(g_rel, 6),
-            "adjacent_anchor": round(adjacent, 6), "entity_neighbours": min(1.0, entity / 5),
-            "semantic_neighbours": min(1.0, semantic / 5)}
+        if strength > 0.5:
+            if view == "entity":
+                entity += 1
+            elif view == "semantic":
+                semantic += 1
+    return (min(1.0, degree / 10), round(g_anchor, 6), round(g_cos, 6), round(g_rel, 6), round(adjacent, 6),
+            min(1.0, entity / 5), min(1.0, semantic / 5))
 
 
 def rank_scores(ids: Sequence[str]) -> dict[str, float]:
@@ -95,10 +130,14 @@ def rank_scores(ids: Sequence[str]) -> dict[str, float]:
 
 def negation_mix(texts: Sequence[str], negated: Sequence[bool]) -> float:
     """Fraction of pairs of ``texts`` that share a content word while exactly one is negated."""
-    toks = [set(text.tokens(t)) for t in texts]
+    return negation_mix_sets([set(text.tokens(t)) for t in texts], negated)
+
+
+def negation_mix_sets(toks: Sequence[AbstractSet[str]], negated: Sequence[bool]) -> float:
+    """:func:`negation_mix` over the texts' content-token sets (:func:`topology.text.tokens`)."""
     pairs = mixed = 0
-    for i in range(len(texts)):
-        for j in range(i + 1, len(texts)):
+    for i in range(len(toks)):
+        for j in range(i + 1, len(toks)):
             if toks[i] & toks[j]:
                 pairs += 1
                 mixed += negated[i] != negated[j]

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Protocol, runtime_checkable
 
 from topology.schemas import ConsolidationDecision, DeadLetter, EdgeEvent, MemoryNode, Scope, View
 
@@ -120,6 +120,17 @@ class NodeStore(Protocol):
         ...
 
     async def close(self) -> None: ...
+
+
+@runtime_checkable
+class LabelledNeighbours(Protocol):
+    """An edge store that can answer "the neighbours with one label" without materialising the
+    others (optional: the read path falls back to filtering :meth:`EdgeStore.neighbours`)."""
+
+    async def labelled(self, scope: Scope, node_ids: Sequence[str], views: Sequence[View], limit: int,
+                       label: str) -> list[EdgeEvent]:
+        """Exactly ``[e for e in await neighbours(scope, node_ids, views, limit) if e.label == label]``."""
+        ...
 
 
 class EdgeStore(Protocol):

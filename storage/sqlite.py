@@ -13,6 +13,7 @@ import hashlib
 import sqlite3
 from collections import OrderedDict
 from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -321,17 +322,65 @@ class SqliteNodeStore(_Base):
 
 #: Decoded edges kept in memory: graph expansion reads the same neighbourhoods again and again.
 EDGE_CACHE = 32768
+#: Conversations whose edge index (:class:`_Adjacency`) is kept in memory (least recent dropped).
+ADJACENCY_SCOPES = 64
+
+
+@dataclass
+class _Adjacency:
+    """A scope's edges by endpoint, read at one database ``version`` (see :meth:`SqliteEdgeStore._version`):
+    node id -> view -> edge id -> ``(-probability, edge id)`` (its sort key) for every edge it is
+    the source or target of.
+    ``index`` is None until the scope is read twice at the same version."""
+
+    version: tuple[int, int]
+    index: dict[str, dict[str, dict[str, tuple[float, str]]]] | None = None
+    #: edge id -> label (built with ``index``)
+    labels: dict[str, str] | None = None
 
 
 class SqliteEdgeStore(_Base):
     """Edges of the four views and consolidation decisions.
 
-    ``neighbours`` ranks edges in SQL and decodes only those not in its LRU; an upsert drops the
-    edges it rewrites from the cache (this store is its database's only writer of edges)."""
+    ``neighbours`` ranks edges and decodes only those not in its LRU; an upsert drops the edges
+    it rewrites from the cache (this store is its database's only writer of edges).
+
+    Ranking: in SQL, or, once a scope has been read twice with the database unchanged, from an
+    in-memory index of the scope's edges by endpoint (same order: probability descending, then
+    id). The index is stamped with the database version (this connection's total changes and
+    SQLite's ``data_version``, which moves on every commit by another connection), so any write
+    by anyone (an upsert, a delete, a forget) makes the next read fall back to SQL and rebuild."""
 
     def __init__(self, conn: sqlite3.Connection) -> None:
         super().__init__(conn)
         self._cache: OrderedDict[str, EdgeEvent] = OrderedDict()
+        self._adjacency: OrderedDict[Scope, _Adjacency] = OrderedDict()
+
+    def _version(self) -> tuple[int, int]:
+        """Changes iff the database changed: this connection's writes, or another's commits."""
+        return self._conn.total_changes, int(self._conn.execute("PRAGMA data_version").fetchone()[0])
+
+    def _index(self, scope: Scope) -> _Adjacency | None:
+        """The scope's current endpoint index, or None while SQL should answer (see class)."""
+        version = self._version()
+        adj = self._adjacency.get(scope)
+        if adj is None or adj.version != version:
+            self._adjacency[scope] = _Adjacency(version)
+            self._adjacency.move_to_end(scope)
+            while len(self._adjacency) > ADJACENCY_SCOPES:
+                self._adjacency.popitem(last=False)
+            return None
+        if adj.index is None or adj.labels is None:
+            index: dict[str, dict[str, dict[str, tuple[float, str]]]] = {}
+            labels: dict[str, str] = {}
+            for eid, view, source, target, p, label in self._conn.execute(
+                    "SELECT id, view, source, target, probability, json_extract(CAST(body AS TEXT), '$.label') "
+                    "FROM edges WHERE tenant=? AND conv=?", (scope.tenant_id, scope.conversation_id)):
+                for end in (source, target) if target != source else (source,):
+                    index.setdefault(end, {}).setdefault(view, {})[eid] = (-p, eid)
+                labels[eid] = label
+            adj.index, adj.labels = index, labels
+        return adj
 
     async def upsert(self, edges: Sequence[EdgeEvent]) -> None:
         for e in edges:
@@ -342,16 +391,36 @@ class SqliteEdgeStore(_Base):
             [(e.tenant_id, e.conversation_id, e.id, e.view, e.source, e.target, e.probability,
               orjson.dumps(e.model_dump(mode="json"))) for e in edges])
 
-    async def neighbours(self, scope: Scope, node_ids: Sequence[str], views: Sequence[View], limit: int) -> list[EdgeEvent]:
-        if not node_ids or not views:
-            return []
+    @staticmethod
+    def _found(adj: _Adjacency, node_ids: Sequence[str], views: Sequence[View]) -> list[tuple[float, str]]:
+        """``(-probability, id)`` of the edges of ``views`` touching ``node_ids`` (each once), from the index."""
+        found: dict[str, tuple[float, str]] = {}
+        index = adj.index if adj.index is not None else {}
+        for nid in dict.fromkeys(node_ids):
+            by_view = index.get(nid)
+            if by_view is not None:
+                for view in views:
+                    got = by_view.get(view)
+                    if got:
+                        found.update(got)
+        return list(found.values())
+
+    def _ranked(self, scope: Scope, node_ids: Sequence[str], views: Sequence[View], limit: int) -> list[str]:
+        """Ids of the edges of ``views`` touching ``node_ids``: probability descending, then id."""
+        adj = self._index(scope)
+        if adj is not None:
+            ranked = [eid for _, eid in sorted(self._found(adj, node_ids, views))]  # the SQL order
+            return ranked[:limit] if limit >= 0 else ranked
         n, v = ",".join("?" * len(node_ids)), ",".join("?" * len(views))
         args = (scope.tenant_id, scope.conversation_id, *views)
-        ranked = [r[0] for r in self._conn.execute(
+        return [r[0] for r in self._conn.execute(
             f"SELECT id, probability FROM edges WHERE tenant=? AND conv=? AND view IN ({v}) AND source IN ({n}) "
             f"UNION SELECT id, probability FROM edges WHERE tenant=? AND conv=? AND view IN ({v}) "
             f"AND target IN ({n}) ORDER BY probability DESC, id LIMIT ?",
             (*args, *node_ids, *args, *node_ids, limit)).fetchall()]
+
+    def _decoded(self, scope: Scope, ranked: Sequence[str]) -> list[EdgeEvent]:
+        """The edges ``ranked``, in order, decoded through the LRU."""
         cache = self._cache
         missing = [i for i in ranked if i not in cache]
         for start in range(0, len(missing), 500):
@@ -369,6 +438,26 @@ class SqliteEdgeStore(_Base):
         while len(cache) > EDGE_CACHE:
             cache.popitem(last=False)
         return out
+
+    async def neighbours(self, scope: Scope, node_ids: Sequence[str], views: Sequence[View], limit: int) -> list[EdgeEvent]:
+        if not node_ids or not views:
+            return []
+        return self._decoded(scope, self._ranked(scope, node_ids, views, limit))
+
+    async def labelled(self, scope: Scope, node_ids: Sequence[str], views: Sequence[View], limit: int,
+                       label: str) -> list[EdgeEvent]:
+        """The edges of :meth:`neighbours` (same arguments) labelled ``label``, in its order; from
+        the index, only those are ranked and decoded (when all candidates fit in ``limit``)."""
+        if not node_ids or not views:
+            return []
+        adj = self._index(scope)
+        if adj is None or adj.labels is None:
+            return [e for e in await self.neighbours(scope, node_ids, views, limit) if e.label == label]
+        found, labels = self._found(adj, node_ids, views), adj.labels
+        if 0 <= limit < len(found):  # the limit cuts: rank everything first, as neighbours does
+            ranked = [eid for _, eid in sorted(found)][:limit]
+            return self._decoded(scope, [eid for eid in ranked if labels.get(eid) == label])
+        return self._decoded(scope, [eid for _, eid in sorted(k for k in found if labels.get(k[1]) == label)])
 
     async def scan(self, scope: Scope) -> list[EdgeEvent]:
         rows = self._conn.execute("SELECT body FROM edges WHERE tenant=? AND conv=? ORDER BY id",

@@ -118,17 +118,29 @@ class CountingSystemOne:
         self.inner = inner
         self.calls = 0
         self.by_task: dict[str, int] = {}
+        # whether the backend chunks, checked once (a Protocol isinstance check is slow)
+        self._chunking = isinstance(inner, Chunking)
 
     async def ask(self, items: Sequence[Item]) -> list[Answer]:
         if not items:
             return []
-        self.calls += requests_for(self.inner, [len(i.task.questions) for i in items])
-        name = "+".join(sorted({i.task.name for i in items}))
-        self.by_task[name] = self.by_task.get(name, 0) + 1
+        self.record([i.task for i in items])
         return check_answers(items, await self.inner.ask(items))
 
+    def record(self, tasks: Sequence[Task]) -> None:
+        """Count one batch of items of ``tasks`` (one task per item) as :meth:`ask` does: for a
+        caller that had the wrapped backend answer that batch in-process without ``ask``."""
+        if not tasks:
+            return
+        sizes = [len(t.questions) for t in tasks]
+        self.calls += self.inner.requests_for(sizes) if self._chunking else 1  # type: ignore[attr-defined]
+        name = "+".join(sorted({t.name for t in tasks}))
+        self.by_task[name] = self.by_task.get(name, 0) + 1
+
     def requests_for(self, sizes: Sequence[int]) -> int:
-        return requests_for(self.inner, sizes)
+        if not sizes:
+            return 0
+        return self.inner.requests_for(sizes) if self._chunking else 1  # type: ignore[attr-defined]
 
     async def aclose(self) -> None:
         await self.inner.aclose()

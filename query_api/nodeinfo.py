@@ -1,0 +1,104 @@
+"""Query-independent facts about a memory node that the read path derives again and again.
+
+Every query scores up to ``limits.visited_nodes`` candidates, most of them the same nodes as the
+previous query's: their embedding as a float64 row, their token sets, the lowercase names they
+mention, whether they state a cause, ask a question or carry a negation. :class:`NodeInfoCache`
+derives these once per node *object* and reuses them.
+
+Contracts:
+
+* An entry is keyed by node id and valid only for the very node object it was derived from
+  (``MemoryNode`` is frozen): a rewritten node (a new object from the store) misses and is
+  derived again, so a write or a forget never leaves a stale entry in use. The cache holds the
+  node it was derived from, so an object id is never reused while its entry lives.
+* Derived values equal what the controller computed inline before (same floats, same sets):
+  the embedding row is ``topology.stages.candidates.matrix``'s row (zeros when missing).
+* Memory is bounded: at most ``max_entries`` entries; the oldest are dropped first.
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import date
+
+import numpy as np
+
+from topology import text
+from topology.schemas import MemoryNode
+from topology.systemone.local import CAUSE_ANSWER, NEGATION
+
+#: Derived entries kept (about 3 KB each with the 384-d float64 row).
+MAX_ENTRIES = 16_384
+
+
+@dataclass(frozen=True)
+class NodeInfo:
+    """What the read path needs of one node, whatever the question.
+
+    ``names``: lowercase entity names, the speaker, and every raw word of the content (a question
+    name matches a node when it is any of these); ``content_tokens``: the set of
+    :func:`topology.text.tokens` of the content (negation mix); ``dates``: the grounded dates
+    (temporal reference starts, then ends, then the event time)."""
+
+    node: MemoryNode
+    row: np.ndarray
+    tokens: frozenset[str]
+    names: frozenset[str]
+    speaker: str | None
+    causal: bool
+    is_question: bool
+    negated: bool
+    has_temporal: bool
+    dates: tuple[date, ...]
+    length: float
+    content_tokens: frozenset[str]
+
+
+def derive(n: MemoryNode, dim: int) -> NodeInfo:
+    """The :class:`NodeInfo` of ``n`` (embedding rows of width ``dim``)."""
+    row = np.zeros(dim, dtype=np.float64)
+    if n.embedding:
+        row[:] = n.embedding
+    names = {e.name.lower() for e in n.entities} | ({n.speaker.lower()} if n.speaker else set())
+    names |= set(text.tokens_raw(n.content))
+    dates = [r.start for r in n.temporal_refs] + [r.end for r in n.temporal_refs]
+    if n.event_time is not None:
+        dates.append(n.event_time)
+    return NodeInfo(
+        node=n, row=row, tokens=frozenset(n.tokens), names=frozenset(names),
+        speaker=n.speaker.lower() if n.speaker else None, causal=bool(CAUSE_ANSWER.search(n.content)),
+        is_question=n.content.rstrip().endswith("?"), negated=bool(NEGATION.search(n.content)),
+        has_temporal=bool(n.temporal_refs), dates=tuple(dates), length=min(1.0, len(n.tokens) / 30),
+        content_tokens=frozenset(text.tokens(n.content)))
+
+
+class NodeInfoCache:
+    """Node id -> :class:`NodeInfo`, valid for the node object it was derived from (see module)."""
+
+    def __init__(self, dim: int, max_entries: int = MAX_ENTRIES) -> None:
+        self.dim = dim
+        self._max = max_entries
+        self._entries: OrderedDict[str, NodeInfo] = OrderedDict()
+
+    def get(self, n: MemoryNode) -> NodeInfo:
+        """The info of ``n``, derived now unless this very object was seen before."""
+        info = self._entries.get(n.id)
+        if info is not None and info.node is n:
+            return info
+        info = derive(n, self.dim)
+        self._entries[n.id] = info
+        self._entries.move_to_end(n.id)
+        while len(self._entries) > self._max:
+            self._entries.popitem(last=False)
+        return info
+
+    def rows(self, nodes: Sequence[MemoryNode]) -> np.ndarray:
+        """The nodes' embedding rows as one C-ordered float64 matrix (``matrix`` of their embeddings)."""
+        if not nodes:
+            return np.zeros((0, self.dim), dtype=np.float64)
+        return np.array([self.get(n).row for n in nodes], dtype=np.float64)
+
+    def __len__(self) -> int:
+        return len(self._entries)
