@@ -11,8 +11,8 @@ Contracts:
   ``score`` item per candidate whose state is ``ScoreState(...).model_dump()``.
 * The in-process ``local`` backend (exactly :class:`LocalSystemOne`, not a subclass, which could
   answer differently) is evaluated directly on the rows: the same learned model on the same
-  float64 matrix, then the same formulas as ``local.score_many`` (relevance = sigmoid(logit);
-  relation_useful, new_information, supports from their features), so answers are bit-identical
+  float64 matrix, then the same formulas (``local.score_nouls``, which ``local.score_many`` uses
+  too), so answers are bit-identical
   to ``ask``'s, without validating and serialising every state twice. The request is counted
   as ``ask`` counts it (:meth:`CountingSystemOne.record`). A unit test compares both paths.
 """
@@ -26,7 +26,7 @@ import numpy as np
 
 from topology.systemone.catalog import SCORE
 from topology.systemone.features import SCORE_FEATURES, ScoreState
-from topology.systemone.local import LocalSystemOne, sigmoid
+from topology.systemone.local import LocalSystemOne, score_nouls, sigmoid
 from topology.systemone.port import CountingSystemOne, Item
 
 _EDGE = SCORE_FEATURES.index("edge_probability")
@@ -62,9 +62,7 @@ def local_judgements(so: LocalSystemOne, rows: Sequence[Sequence[float]]) -> lis
     logits = so.score_model.logits(np.asarray(rows, dtype=np.float64)).tolist()
     out: list[Judgement] = []
     for row, z in zip(rows, logits, strict=True):
-        relevance = sigmoid(float(z))
-        out.append((relevance, sigmoid(2.0 * (relevance - 0.5) + 1.0 * row[_EDGE] * row[_EXPANDED]),
-                    max(0.0, min(1.0, 1.0 - row[_MAX_COS])), max(0.0, min(1.0, row[_SUPPORT]))))
+        out.append(score_nouls(sigmoid(float(z)), row[_EDGE], row[_EXPANDED], row[_MAX_COS], row[_SUPPORT]))
     return out
 
 

@@ -30,6 +30,9 @@ def test_vectors_do_not_depend_on_the_batch(embedder: Embedder) -> None:
     assert np.allclose(np.linalg.norm(v, axis=1), 1.0, atol=1e-5)
     # asymmetric model: a question is embedded as a query, not as a passage
     assert embedder.embed_query(["Where does Ana live?"]) != embedder.embed(["Where does Ana live?"])
+    # one question runs on the multi-threaded query session: the same vector as in a batch
+    questions = ["Where does Ana live?", "Why did Ben pause his marathon training?", "What is the puppy's name?"]
+    assert [embedder.embed_query([q])[0] for q in questions] == embedder.embed_query(questions)
 
 
 def test_related_texts_are_closer(embedder: Embedder) -> None:

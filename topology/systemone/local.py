@@ -184,14 +184,18 @@ def score_many(states: Sequence[Mapping[str, Any]], model: ScoreModel) -> list[A
     return [_score_answer(st, sigmoid(float(z))) for st, z in zip(parsed, logits, strict=True)]
 
 
+def score_nouls(relevance: float, edge_probability: float, expanded: float, max_evidence_cosine: float,
+                support: float) -> tuple[float, float, float, float]:
+    """(relevance, relation_useful, new_information, supports) of one candidate: the one place
+    these formulas live (``query_api.scoring`` evaluates rows with it directly)."""
+    return (relevance, sigmoid(2.0 * (relevance - 0.5) + 1.0 * edge_probability * expanded),
+            max(0.0, min(1.0, 1.0 - max_evidence_cosine)), max(0.0, min(1.0, support)))
+
+
 def _score_answer(st: ScoreState, relevance: float) -> Answer:
-    useful = sigmoid(2.0 * (relevance - 0.5) + 1.0 * st.edge_probability * st.expanded)
-    return Answer(nouls={
-        "relevance": relevance,
-        "relation_useful": useful,
-        "new_information": max(0.0, min(1.0, 1.0 - st.max_evidence_cosine)),
-        "supports": max(0.0, min(1.0, st.support)),
-    })
+    rel, useful, new, supports = score_nouls(relevance, st.edge_probability, st.expanded, st.max_evidence_cosine,
+                                             st.support)
+    return Answer(nouls={"relevance": rel, "relation_useful": useful, "new_information": new, "supports": supports})
 
 
 class LocalSystemOne:
