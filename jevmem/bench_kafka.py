@@ -7,9 +7,11 @@ Needs a running Kafka broker and Elasticsearch node (``scripts/kafka/kafka.sh st
 keep vectors: ``qdrant`` (the server), ``elastic`` (Elasticsearch's exact index) or ``both`` (one
 distributed run each, in that order, fresh topics and stores each, against the same embedded run).
 
-Lag of an observation = the record timestamp of its candidate set (node materialised, embedded,
-typed and linked to its candidates) minus the record timestamp of the observation. Throughput =
-observations / (last edge record - first observation).
+The conversations arrive interleaved (round-robin, each in its own order; :func:`interleave`), in
+one burst or paced at ``--rate`` observations/s. Lag of an observation = the record timestamp of
+its candidate set (node materialised, embedded, typed and linked to its candidates) minus the
+record timestamp of the observation. Throughput = observations / (last edge record - first
+observation).
 """
 
 from __future__ import annotations
@@ -77,6 +79,16 @@ async def _wait(predicate: Any, timeout: float, what: str) -> None:
     raise TimeoutError(f"timed out waiting for {what}")
 
 
+def interleave(conversations: Sequence[Sequence[Observation]]) -> list[Observation]:
+    """One stream of several conversations, round-robin (each conversation's order kept), as a
+    multi-tenant service receives them: the load is spread over the partitions and workers from
+    the start, instead of one conversation (one partition, one worker) at a time."""
+    out: list[Observation] = []
+    for i in range(max((len(c) for c in conversations), default=0)):
+        out += [c[i] for c in conversations if i < len(c)]
+    return out
+
+
 VECTORS = ("qdrant", "elastic", "both")
 
 
@@ -97,9 +109,8 @@ async def run_kafka(directory: Path, settings: Settings, workers: int = 2, rate:
     load); 0 sends everything at once (throughput; lag is then mostly queueing). The result has
     one entry per vector store under ``kafka`` (see :func:`vector_stores`)."""
     stores = vector_stores(vectors, settings)
-    obs: list[Observation] = []
-    for f in sorted(directory.glob("*.json")):
-        obs += locomo.observations(locomo.load(f), "bench", f"locomo-{f.stem}")
+    obs = interleave([locomo.observations(locomo.load(f), "bench", f"locomo-{f.stem}")
+                      for f in sorted(directory.glob("*.json"))])
     if not obs:
         raise FileNotFoundError(f"no conversation files (*.json) in {directory}")
     embedder = load_embedder(settings.embedder, settings.model_cache)

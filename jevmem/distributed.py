@@ -309,6 +309,7 @@ def run_worker(settings: Settings) -> None:
     stores = distributed_stores(settings, prefix, embedder.dim)
     config = AppConfig(broker=f"kafka://{settings.kafka_bootstrap}", app_id=settings.app_id,
                        prefix=settings.topic_prefix, partitions=settings.partitions, batch=settings.write_batch,
+                       within_s=settings.write_wait_s,
                        datadir=str(settings.worker_datadir))
     output = ObservationProducer(settings.kafka_bootstrap, settings.topic_prefix)
     app = create_app(config, Services(write_path(settings, stores, embedder), stores, output.publish))

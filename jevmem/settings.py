@@ -24,6 +24,7 @@ class Settings(BaseSettings):
     system_two_model: str = "gpt-4o-mini"
     system_two_api_key: SecretStr | None = None
     write_batch: int = 64
+    write_wait_s: float = 0.1  # a worker waits at most this long to fill a micro-batch (latency floor)
     embedder: str = "e5-small-v2-int8@0.36.2"  # a name of topology.embedding.MODELS; recorded with each store
     model_cache: Path | None = None  # default: ~/.cache/jevmem/models
     # distributed mode

@@ -324,6 +324,12 @@ class SqliteNodeStore(_Base):
 EDGE_CACHE = 32768
 #: Conversations whose edge index (:class:`_Adjacency`) is kept in memory (least recent dropped).
 ADJACENCY_SCOPES = 64
+#: Reads of a scope at one database version before its edge index is built. Building it scans
+#: every edge of the conversation (rows scattered over the file once many conversations were
+#: written interleaved: about 35 ms for a 100-turn conversation in a 30,000-turn store), while
+#: SQL answers one frontier from the endpoint indexes; a query makes about 3 reads, so the index
+#: pays off for a conversation queried repeatedly, not for a one-off query.
+ADJACENCY_AFTER = 12
 
 
 @dataclass
@@ -331,9 +337,10 @@ class _Adjacency:
     """A scope's edges by endpoint, read at one database ``version`` (see :meth:`SqliteEdgeStore._version`):
     node id -> view -> edge id -> ``(-probability, edge id)`` (its sort key) for every edge it is
     the source or target of.
-    ``index`` is None until the scope is read twice at the same version."""
+    ``index`` is None until the scope was read :data:`ADJACENCY_AFTER` times at the same version."""
 
     version: tuple[int, int]
+    reads: int = 0
     index: dict[str, dict[str, dict[str, tuple[float, str]]]] | None = None
     #: edge id -> label (built with ``index``)
     labels: dict[str, str] | None = None
@@ -345,8 +352,8 @@ class SqliteEdgeStore(_Base):
     ``neighbours`` ranks edges and decodes only those not in its LRU; an upsert drops the edges
     it rewrites from the cache (this store is its database's only writer of edges).
 
-    Ranking: in SQL, or, once a scope has been read twice with the database unchanged, from an
-    in-memory index of the scope's edges by endpoint (same order: probability descending, then
+    Ranking: in SQL, or, once a scope has been read :data:`ADJACENCY_AFTER` times with the database
+    unchanged, from an in-memory index of the scope's edges by endpoint (same order: probability descending, then
     id). The index is stamped with the database version (this connection's total changes and
     SQLite's ``data_version``, which moves on every commit by another connection), so any write
     by anyone (an upsert, a delete, a forget) makes the next read fall back to SQL and rebuild."""
@@ -365,10 +372,13 @@ class SqliteEdgeStore(_Base):
         version = self._version()
         adj = self._adjacency.get(scope)
         if adj is None or adj.version != version:
-            self._adjacency[scope] = _Adjacency(version)
+            self._adjacency[scope] = _Adjacency(version, 1)
             self._adjacency.move_to_end(scope)
             while len(self._adjacency) > ADJACENCY_SCOPES:
                 self._adjacency.popitem(last=False)
+            return None
+        adj.reads += 1
+        if adj.reads < ADJACENCY_AFTER:
             return None
         if adj.index is None or adj.labels is None:
             index: dict[str, dict[str, dict[str, tuple[float, str]]]] = {}

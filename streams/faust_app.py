@@ -71,7 +71,7 @@ class AppConfig:
     partitions: int = 4
     batch: int = 64              # the write path's chunk (observations embedded / linked at a time)
     chunks: int = 4              # a micro-batch takes up to batch * chunks records
-    within_s: float = 0.5
+    within_s: float = 0.1        # how long a micro-batch waits to fill: the idle stream's latency floor
     store: str = "memory://"
     web_port: int = 6066
     datadir: str = ".jevmem/worker"

@@ -76,3 +76,16 @@ def test_scale_workload_is_deterministic_complete_and_bounded_in_flight(active: 
     if active:  # a stationary mix: each tenth holds early and late turns alike
         means = [sum(int(o.event_id[1:]) for o in stream[k * 200:(k + 1) * 200]) / 200 for k in range(10)]
         assert all(15 < m < 35 for m in means)
+
+
+def test_kafka_bench_interleaves_conversations_keeping_each_order() -> None:
+    from jevmem.bench_kafka import interleave
+    from jevmem.bench_scale import workload
+
+    a = list(workload(5, conversations=1, tenants=1))
+    b = [o.model_copy(update={"conversation_id": "other"}) for o in workload(3, conversations=1, tenants=1)]
+    out = interleave([a, b])
+    assert [(o.conversation_id, o.event_id) for o in out] == [
+        ("conv-0", "t0"), ("other", "t0"), ("conv-0", "t1"), ("other", "t1"), ("conv-0", "t2"), ("other", "t2"),
+        ("conv-0", "t3"), ("conv-0", "t4")]
+    assert interleave([]) == []
