@@ -4,7 +4,8 @@ The stages report here; the composition root decides where it goes (Prometheus m
 With no observer registered every hook is a cheap no-op, so pure code and tests pay nothing.
 
 - :func:`timed` and :func:`observe` report how long a named stage took (``embed``, ``typing``,
-  ``numbering``, ``store_writes``, ``candidates``, ``relations``, ``consolidation``, ``query``).
+  ``numbering``, ``store_writes``, ``candidates``, ``relations``, ``consolidation``, ``emit``: a
+  worker logging its output records, ``query``).
 - :func:`count` reports counted events (``accepted``, ``dead_letter``, ``store_error``) with a
   label from a small fixed set; :func:`measure` one value of a distribution
   (``controller_requests_per_write``, ``controller_requests_per_query``).
