@@ -124,14 +124,14 @@ class Visibility:
     (``Visibility`` absent: every write is searchable when acknowledged), or deferred to
     :meth:`sync`, which refreshes every index written since the last sync in one request.
 
-    The write path syncs before it reads what it wrote (consolidation reads the edges of the
-    batch) and before a batch is acknowledged (``Stores.sync`` at the end of
-    ``streams.embedded.write_batch``), so what a later batch, another worker or a query reads is
-    the same as with a refresh per bulk; a refresh costs Elasticsearch a new segment per index,
-    and a batch wrote 5-8 bulks, each refreshing, where one refresh of the touched indices
-    suffices. Writes left unsynced by a crash are durable (translog) and become visible with the
-    next refresh; the batch's redelivery rewrites the same documents (deterministic ids), so
-    whichever appears first, the result is the same."""
+    Every search or count through an adapter sharing it syncs first (:meth:`_Elastic._own_writes`),
+    so this process always reads what it wrote; the write path also syncs before a batch is
+    acknowledged (``Stores.sync`` at the end of ``streams.embedded.write_batch``), so what a later
+    batch, another worker or a query reads is the same as with a refresh per bulk. A refresh
+    costs Elasticsearch a new segment per index, and a batch wrote 5-8 bulks, each refreshing,
+    where one refresh of the touched indices suffices. Writes left unsynced by a crash are
+    durable (translog) and become visible with the next refresh; the batch's redelivery rewrites
+    the same documents (deterministic ids), so whichever appears first, the result is the same."""
 
     def __init__(self, client: AsyncElasticsearch) -> None:
         self._client = client
@@ -218,6 +218,11 @@ class _Elastic:
             return index
         return None
 
+    async def _own_writes(self) -> None:
+        """Make this process's deferred writes searchable before a search or count."""
+        if self._visibility is not None:
+            await self._visibility.sync()
+
     async def _bulk(self, index: str | None, ops: list[dict[str, Any]], conflicts_ok: bool = False,
                     deferred: bool = False) -> dict[str, Any]:
         """Run bulk ``ops`` (``index`` None: each op names its ``_index``); returns the response
@@ -249,6 +254,7 @@ class _Elastic:
         if index is None:
             return 0
         deleted = 0
+        await self._own_writes()
         while True:
             try:
                 res = await self._client.search(index=index, query=query, size=_PAGE, source=False,
@@ -268,6 +274,7 @@ class _Elastic:
         """Hits of ``query`` in ``sort`` order (up to ``limit``; all when None), paged by search_after."""
         out: list[dict[str, Any]] = []
         after: list[Any] | None = None
+        await self._own_writes()
         while limit is None or len(out) < limit:
             size = _PAGE if limit is None else min(_PAGE, limit - len(out))
             try:
@@ -406,6 +413,7 @@ class ElasticNodeStore(_Memories):
         if index is None:
             return 0
         query = {"bool": {"filter": _scoped(scope, {"term": {"kind": "observation"}})}}
+        await self._own_writes()
         try:
             res = await self._client.count(index=index, query=query)
         except (ApiError, TransportError) as exc:
@@ -431,6 +439,7 @@ class ElasticNodeStore(_Memories):
             return []
         aggs = {"convs": {"terms": {"field": "conversation_id", "size": 10_000, "order": {"_key": "asc"}}}}
         query = {"bool": {"filter": [{"term": {"tenant_id": tenant_id}}, {"exists": {"field": "event_id"}}]}}
+        await self._own_writes()
         try:
             res = await self._client.search(index=index, query=query, aggs=aggs, size=0)
         except (ApiError, TransportError) as exc:
@@ -614,6 +623,7 @@ class ElasticVectorIndex(_Elastic):
     async def search(self, scope: Scope, vector: Sequence[float], limit: int, before_seq: int | None = None) -> list[Hit]:
         index = await self._ensure("vectors", self._mappings)
         extra = [{"range": {"seq": {"lt": before_seq}}}] if before_seq is not None else []
+        await self._own_writes()
         try:
             res = await self._client.search(index=index, size=limit, source=False, knn={
                 "field": "vector", "query_vector": list(vector), "k": limit, "num_candidates": max(limit, 1000),

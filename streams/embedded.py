@@ -51,7 +51,8 @@ class Stores:
     listeners: list[Callable[[Sequence[MemoryNode]], Awaitable[None]]] = field(default_factory=list)
     #: called with a scope after a forget deleted some of it (in-memory views drop the scope)
     on_forget: list[Callable[[Scope], Awaitable[None]]] = field(default_factory=list)
-    #: makes every acknowledged write visible to search (``storage.elastic.Visibility.sync``);
+    #: makes every acknowledged write visible to other processes' searches
+    #: (``storage.elastic.Visibility.sync``; this process's own reads sync by themselves);
     #: None: writes are visible when acknowledged (SQLite, a refresh per Elasticsearch bulk)
     visibility: Callable[[], Awaitable[None]] | None = None
 
@@ -246,7 +247,6 @@ async def write_embedded(stores: Stores, wp: WritePath, embedded: list[MemoryNod
     out = Written(nodes, csets, judgments, edges, [], [], [], new, calls())
 
     async def neighbours(scope: Scope, ids: Sequence[str]) -> list[EdgeEvent]:
-        await stores.sync()  # consolidation reads the edges this batch just wrote
         return await stores.edges.neighbours(scope, ids, ["semantic"], 10_000)
 
     for scope, run, last in consolidation_runs(nodes, wp.params.consolidate_every):

@@ -85,13 +85,13 @@ Publish = Callable[[Sequence[tuple[str, Sequence[tuple[str, bytes]]]]], Awaitabl
 @dataclass
 class Services:
     """What the agent calls: the write path, the stores it materialises into, and how it logs
-    its output records (``None``: through the Faust app's producer, a future per record; the
-    worker passes :meth:`streams.producer.ObservationProducer.publish`, which measured about 10x
-    less CPU per record: a batch of 64 turns logs about 2,500 records)."""
+    its output records (the worker passes :meth:`streams.producer.ObservationProducer.publish`:
+    one librdkafka producer and a shared delivery report measured about 10x less CPU per record
+    than a Faust send and future per record; a batch of 64 turns logs about 2,500 records)."""
 
     write_path: WritePath
     stores: Stores
-    publish: Publish | None = None
+    publish: Publish
 
 
 async def retrying(what: str, attempt: Callable[[], Awaitable[None]],
@@ -189,20 +189,12 @@ def create_app(config: AppConfig, services: Services) -> faust.App:
                          retention=None if s.retention_ms < 0 else s.retention_ms / 1000.0,
                          config=s.config())
 
-    declared = {role: topic(role) for role in
-                ("observations", "memories", "candidates", "judgments", "edges", "consolidation", "deadletters")}
-    observations = declared["observations"]
-    memories, candidates, judgments, edges, consolidation, deadletters = (
-        spec[r].name for r in ("memories", "candidates", "judgments", "edges", "consolidation", "deadletters"))
-    by_name = {spec[role].name: t for role, t in declared.items()}
-    wp, stores = services.write_path, services.stores
-
-    async def faust_publish(batches: Sequence[tuple[str, Sequence[tuple[str, bytes]]]]) -> None:
-        futures = [await by_name[name].send(key=key.encode(), value=value)
-                   for name, records in batches for key, value in records]
-        await asyncio.gather(*futures)
-
-    publish: Publish = services.publish or faust_publish
+    outputs = ("memories", "candidates", "judgments", "edges", "consolidation", "deadletters")
+    observations = topic("observations")
+    for role in outputs:  # declared so the app creates them with their retention and configs
+        topic(role)
+    memories, candidates, judgments, edges, consolidation, deadletters = (spec[r].name for r in outputs)
+    wp, stores, publish = services.write_path, services.stores, services.publish
 
     async def process(values: Sequence[tuple[bytes, str]], trace_ids: Sequence[str]) -> None:
         # the batch's trace ids (from the producers' record headers) label its log lines and the

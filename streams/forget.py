@@ -72,9 +72,7 @@ def derived_closure(root: str, nodes: Sequence[MemoryNode]) -> list[str]:
 
 
 async def plan(stores: Stores, forget: Forget) -> Forgotten:
-    """The :class:`Forgotten` marker for ``forget`` against the stores' current contents (every
-    acknowledged write made visible first: :meth:`Stores.sync`)."""
-    await stores.sync()
+    """The :class:`Forgotten` marker for ``forget`` against the stores' current contents."""
     base = {"tenant_id": forget.tenant_id, "conversation_id": forget.conversation_id,
             "event_id": forget.event_id, "requested_at": forget.requested_at}
     if forget.event_id is None:
@@ -92,7 +90,6 @@ async def apply(stores: Stores, marker: Forgotten, parts: Collection[Part] = ALL
     """Delete what ``marker`` describes from the stores named by ``parts`` ("nodes": the
     forgotten-event record, vectors, lexical entries and nodes; "edges"; "decisions"), then tell
     ``stores.on_forget`` (in-memory views drop the conversation). Idempotent."""
-    await stores.sync()  # deletes find what they delete by search
     scope, rep = marker.scope, ForgetReport(seq=marker.seq)
     whole = marker.event_id is None
     if "nodes" in parts and not whole and marker.seq is not None and marker.event_id is not None:

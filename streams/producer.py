@@ -61,6 +61,22 @@ class ObservationProducer:
     async def __aexit__(self, *exc: object) -> None:
         await self.close()
 
+    async def _put(self, topic: str, key: str, value: bytes, on_delivery: Any,
+                   headers: list[tuple[str, str | bytes | None]] | None) -> None:
+        """Queue one record; a full local queue is drained (delivery reports served) and retried."""
+        while True:
+            try:
+                self._producer.produce(topic, key=key.encode(), value=value, on_delivery=on_delivery, headers=headers)
+                return
+            except BufferError:
+                await asyncio.to_thread(self._producer.poll, 0.1)
+
+    async def _flush(self, n: int) -> None:
+        """Wait (in a thread) until every queued record is acknowledged or failed."""
+        pending = await asyncio.to_thread(self._producer.flush, 30.0)
+        if pending:
+            raise BrokerUnavailable(f"{pending} of {n} records not acknowledged within 30 s")
+
     async def _produce(self, topic: str, records: Sequence[tuple[str, bytes]]) -> list[Delivery]:
         """Produce and wait for every acknowledgement; records carry the current trace id
         (:data:`topology.observe.TRACE_ID`) as a ``trace_id`` header when one is set."""
@@ -76,21 +92,12 @@ class ObservationProducer:
                     loop.call_soon_threadsafe(_done, fut, d)
             return cb
 
-        trace_id = observe.TRACE_ID.get()
-        headers: list[tuple[str, str | bytes | None]] | None = [("trace_id", trace_id.encode())] if trace_id else None
+        headers = _trace_headers()
         for key, value in records:
             fut: asyncio.Future[Delivery] = loop.create_future()
             futures.append(fut)
-            while True:
-                try:
-                    self._producer.produce(topic, key=key.encode(), value=value, on_delivery=report(fut, key),
-                                           headers=headers)
-                    break
-                except BufferError:  # local queue full: serve callbacks, then retry
-                    await asyncio.to_thread(self._producer.poll, 0.1)
-        pending = await asyncio.to_thread(self._producer.flush, 30.0)
-        if pending:
-            raise BrokerUnavailable(f"{pending} records not acknowledged within 30 s")
+            await self._put(topic, key, value, report(fut, key), headers)
+        await self._flush(len(records))
         results = await asyncio.gather(*futures, return_exceptions=True)
         failed = [r for r in results if isinstance(r, BaseException)]
         if failed:
@@ -109,22 +116,13 @@ class ObservationProducer:
             if err is not None:
                 failed.append(f"{msg.topic()}: {err.str()}")
 
-        trace_id = observe.TRACE_ID.get()
-        headers: list[tuple[str, str | bytes | None]] | None = [("trace_id", trace_id.encode())] if trace_id else None
+        headers = _trace_headers()
         n = 0
         for topic, records in batches:
             for key, value in records:
-                while True:
-                    try:
-                        self._producer.produce(topic, key=key.encode(), value=value, on_delivery=report,
-                                               headers=headers)
-                        break
-                    except BufferError:  # local queue full: serve delivery reports, then retry
-                        await asyncio.to_thread(self._producer.poll, 0.1)
+                await self._put(topic, key, value, report, headers)
                 n += 1
-        pending = await asyncio.to_thread(self._producer.flush, 30.0)
-        if pending:
-            raise BrokerUnavailable(f"{pending} of {n} records not acknowledged within 30 s")
+        await self._flush(n)
         if failed:
             raise BrokerUnavailable(f"{len(failed)} of {n} records failed: {failed[0]}")
         return n
@@ -148,6 +146,12 @@ class ObservationProducer:
 
     async def close(self) -> None:
         await asyncio.to_thread(self._producer.flush, 30.0)
+
+
+def _trace_headers() -> list[tuple[str, str | bytes | None]] | None:
+    """The current trace id (:data:`topology.observe.TRACE_ID`) as a ``trace_id`` record header."""
+    trace_id = observe.TRACE_ID.get()
+    return [("trace_id", trace_id.encode())] if trace_id else None
 
 
 def _done(fut: asyncio.Future[Delivery], value: Delivery) -> None:

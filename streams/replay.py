@@ -138,7 +138,6 @@ class Graph:
 
 
 async def graph_of(stores: Stores, scope: Scope) -> Graph:
-    await stores.sync()
     nodes = tuple(sorted((n.id, n.seq) for n in await stores.nodes.scan(scope)))
     edges = tuple(sorted((e.id, e.view, e.source, e.target, e.label, round(e.probability, 4))
                          for e in await stores.edges.scan(scope)))

@@ -148,22 +148,20 @@ class OnnxEmbedder:
         self._tok = Tokenizer.from_file(str(paths["tokenizer"]))
         self._tok.no_padding()
         self._tok.enable_truncation(MAX_TOKENS)
-        opts = ort.SessionOptions()
-        opts.intra_op_num_threads = 1
-        opts.inter_op_num_threads = 1
-        opts.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
-        opts.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
-        self._sessions = [ort.InferenceSession(str(paths["model"]), opts, providers=["CPUExecutionProvider"])
-                          for _ in range(max(1, sessions))]
+
+        def session(threads: int) -> Any:
+            opts = ort.SessionOptions()
+            opts.intra_op_num_threads = threads
+            opts.inter_op_num_threads = 1
+            opts.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
+            opts.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
+            opts.add_session_config_entry("session.intra_op.allow_spinning", "0")  # no CPU while idle
+            return ort.InferenceSession(str(paths["model"]), opts, providers=["CPUExecutionProvider"])
+
+        self._sessions = [session(1) for _ in range(max(1, sessions))]
         # a question is one short text on the query path's critical path: one session whose
-        # operators use every core (no spinning between runs, so it takes no CPU while idle)
-        qopts = ort.SessionOptions()
-        qopts.intra_op_num_threads = max(1, sessions)
-        qopts.inter_op_num_threads = 1
-        qopts.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
-        qopts.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
-        qopts.add_session_config_entry("session.intra_op.allow_spinning", "0")
-        self._query_session = ort.InferenceSession(str(paths["model"]), qopts, providers=["CPUExecutionProvider"])
+        # operators use every core
+        self._query_session = session(max(1, sessions))
         self._query_lock = threading.Lock()
         self._inputs = {i.name for i in self._sessions[0].get_inputs()}
         outs = self._sessions[0].get_outputs()
