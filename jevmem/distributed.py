@@ -202,6 +202,7 @@ def write_path(settings: Settings, stores: Stores, embedder: Embedder) -> WriteP
     reader = ScopeCache(stores.nodes)
     stores.listeners.append(reader.add)
     stores.on_forget.append(reader.drop)
+    stores.links = reader
     return WritePath(embedder, so, reader, settings.params, summariser=system_two(settings))
 
 

@@ -92,6 +92,7 @@ def build_embedded(settings: Settings, embedder: Embedder | None = None, data_di
     reader = ScopeCache(stores.nodes)
     stores.listeners.append(reader.add)
     stores.on_forget.append(reader.drop)
+    stores.links = reader
     write_path = WritePath(emb, so, reader, settings.params, summariser=system_two(settings))
     controller = RetrievalController(emb, so.inner, stores.vectors, stores.lexical, stores.nodes, stores.edges,
                                      settings.params)

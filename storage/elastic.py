@@ -30,7 +30,8 @@ until the search comes back empty.
 
 Contracts: every query filters on tenant AND conversation; every write refreshes the index
 (``refresh=true``, not ``wait_for``, which would hold each batch up to a refresh interval) so the
-next query sees it; indices are created lazily and idempotently;
+next query sees it, except the write path's writes through a shared :class:`Visibility`, which
+are sent as one bulk and refreshed once per batch; indices are created lazily and idempotently;
 any transport, API or bulk-item failure raises :class:`StoreUnavailable`. Rankings equal the
 SQLite adapters': overlap and shared-entity counts are sums of ``constant_score`` clauses (one per
 distinct query token/entity), ties broken by seq descending, then node id.
@@ -120,28 +121,80 @@ def es_client(url: str, api_key: str | None = None) -> AsyncElasticsearch:
         "application/json": OrjsonSerializer(), "application/x-ndjson": _OrjsonNdjson()})
 
 class Visibility:
-    """When the write path's documents become visible to search: a refresh per bulk request
-    (``Visibility`` absent: every write is searchable when acknowledged), or deferred to
-    :meth:`sync`, which refreshes every index written since the last sync in one request.
+    """When the write path's documents are sent and become visible to search: a bulk request
+    with a refresh per write (``Visibility`` absent: every write is searchable when acknowledged),
+    or deferred: the write path's bulks (``deferred=True``) are buffered here, sent as one bulk
+    request by :meth:`flush`, and made searchable by :meth:`sync` (flush, then one refresh of
+    every index written since the last sync).
 
-    Every search or count through an adapter sharing it syncs first (:meth:`_Elastic._own_writes`),
-    so this process always reads what it wrote; the write path also syncs before a batch is
+    Read-your-writes: every search or count through an adapter sharing it syncs first, every
+    get and every other request (a delete, a non-deferred write) flushes first
+    (:meth:`_Elastic._own_writes`, :meth:`_Elastic._sent`), so this process reads what it wrote
+    and its requests apply in the order it made them. The write path syncs before a batch is
     acknowledged (``Stores.sync`` at the end of ``streams.embedded.write_batch``), so what a later
-    batch, another worker or a query reads is the same as with a refresh per bulk. A refresh
-    costs Elasticsearch a new segment per index, and a batch wrote 5-8 bulks, each refreshing,
-    where one refresh of the touched indices suffices. Writes left unsynced by a crash are
-    durable (translog) and become visible with the next refresh; the batch's redelivery rewrites
-    the same documents (deterministic ids), so whichever appears first, the result is the same."""
+    batch, another worker or a query reads is the same as with a request and a refresh per write.
+    Why: a batch made 5-8 bulk requests (vectors, lexical and node fields of the same documents,
+    edges, decisions), each an fsync'd translog write and, refreshed, a new segment per index;
+    one request and one refresh per batch carry the same documents. Partial updates of the same
+    document in the buffer (a node's lexical and canonical fields) are merged into one update.
+
+    Failure: a flush that fails raises :class:`StoreUnavailable` from the call that triggered
+    it and drops the buffer (the caller's batch is retried as a whole and writes it again; every
+    write is an idempotent upsert). Writes left unsynced by a crash are durable once flushed
+    (translog) and become visible with the next refresh; the batch's redelivery rewrites the same
+    documents (deterministic ids), so whichever appears first, the result is the same.
+    Not safe for concurrent batches: one write path (one worker process) owns it."""
 
     def __init__(self, client: AsyncElasticsearch) -> None:
         self._client = client
         self._pending: set[str] = set()
+        self._ops: list[dict[str, Any]] = []
+        self._updates: dict[tuple[str, str], dict[str, Any]] = {}  # (index, id) -> buffered partial doc
 
     def touched(self, indices: set[str]) -> None:
         self._pending |= indices
 
+    def defer(self, index: str | None, ops: list[dict[str, Any]]) -> None:
+        """Buffer bulk ``ops`` (action lines without ``_index`` go to ``index``); an
+        ``update`` + ``doc_as_upsert`` of a document already buffered that way merges into it."""
+        i = 0
+        while i < len(ops):
+            action = ops[i]
+            (verb, meta), = action.items()
+            meta = meta if "_index" in meta else {**meta, "_index": index}
+            body = ops[i + 1] if verb != "delete" else None
+            i += 1 if verb == "delete" else 2
+            key = (str(meta["_index"]), str(meta.get("_id")))
+            if verb == "update" and body is not None and body.get("doc_as_upsert") and set(body) == {"doc", "doc_as_upsert"}:
+                merged = self._updates.get(key)
+                if merged is not None:
+                    merged.update(body["doc"])
+                    continue
+                body = {"doc": dict(body["doc"]), "doc_as_upsert": True}
+                self._updates[key] = body["doc"]
+            else:
+                self._updates.pop(key, None)  # a later op on the document: no merging across it
+            self._ops.append({verb: meta})
+            if body is not None:
+                self._ops.append(body)
+
+    async def flush(self) -> None:
+        """Send the buffered writes as one bulk request (nothing when none are buffered)."""
+        if not self._ops:
+            return
+        ops, self._ops, self._updates = self._ops, [], {}
+        try:
+            res = await self._client.bulk(operations=ops, refresh=False)
+        except (ApiError, TransportError) as exc:
+            raise StoreUnavailable(f"elasticsearch bulk ({len(ops)} lines): {exc}") from exc
+        self._pending |= {str(i["_index"]) for item in res["items"] for i in item.values() if "_index" in i}
+        bad = [i for item in res["items"] for i in item.values() if "error" in i] if res.get("errors") else []
+        if bad:
+            raise StoreUnavailable(f"elasticsearch bulk: {len(bad)} failed, first: {bad[0]['error']}")
+
     async def sync(self) -> None:
-        """Refresh the indices written since the last sync (nothing when none were)."""
+        """Flush, then refresh the indices written since the last sync (nothing when none were)."""
+        await self.flush()
         if not self._pending:
             return
         names = sorted(self._pending)
@@ -223,30 +276,40 @@ class _Elastic:
         if self._visibility is not None:
             await self._visibility.sync()
 
+    async def _sent(self) -> None:
+        """Send this process's buffered writes before a get or another request (order kept)."""
+        if self._visibility is not None:
+            await self._visibility.flush()
+
     async def _bulk(self, index: str | None, ops: list[dict[str, Any]], conflicts_ok: bool = False,
-                    deferred: bool = False) -> dict[str, Any]:
-        """Run bulk ``ops`` (``index`` None: each op names its ``_index``); returns the response
-        once all are acknowledged and visible to search, or, ``deferred`` with a
-        :class:`Visibility`, acknowledged and visible after its next ``sync``. ``conflicts_ok``:
-        a ``create`` of an existing document is not a failure."""
+                    deferred: bool = False) -> None:
+        """Run bulk ``ops`` (``index`` None: each op names its ``_index``); returns once all are
+        acknowledged and visible to search, or, ``deferred`` with a :class:`Visibility`, buffered
+        there (sent by its next flush, visible after its next sync). ``conflicts_ok``: a
+        ``create`` of an existing document is not a failure."""
+        await self._bulk_items(index, ops, conflicts_ok, deferred)
+
+    async def _bulk_items(self, index: str | None, ops: list[dict[str, Any]], conflicts_ok: bool = False,
+                          deferred: bool = False) -> list[dict[str, Any]]:
+        """:meth:`_bulk`, returning the response items (none when deferred)."""
         if not ops:
-            return {"items": []}
-        refresh = not (deferred and self._visibility is not None)
+            return []
+        if deferred and self._visibility is not None:
+            self._visibility.defer(index, ops)
+            return []
+        await self._sent()
         try:
-            res = await (self._client.bulk(index=index, operations=ops, refresh=refresh) if index
-                         else self._client.bulk(operations=ops, refresh=refresh))
+            res = await (self._client.bulk(index=index, operations=ops, refresh=True) if index
+                         else self._client.bulk(operations=ops, refresh=True))
         except (ApiError, TransportError) as exc:
             raise StoreUnavailable(f"elasticsearch bulk {index}: {exc}") from exc
-        if not refresh and self._visibility is not None:
-            self._visibility.touched({index} if index else {str(i["_index"]) for item in res["items"]
-                                                            for i in item.values() if "_index" in i})
+        items: list[dict[str, Any]] = res["items"]
         if res.get("errors"):
-            bad = [i for item in res["items"] for i in item.values()
+            bad = [i for item in items for i in item.values()
                    if "error" in i and not (conflicts_ok and i.get("status") == 409)]
-            if not bad:
-                return dict(res)
-            raise StoreUnavailable(f"elasticsearch bulk {index}: {len(bad)} failed, first: {bad[0]['error'] if bad else '?'}")
-        return dict(res)
+            if bad:
+                raise StoreUnavailable(f"elasticsearch bulk {index}: {len(bad)} failed, first: {bad[0]['error']}")
+        return items
 
     async def _delete_matching(self, index: str | None, query: dict[str, Any]) -> int:
         """Delete every document of ``index`` matching ``query`` (scoped search for ids, bulk
@@ -266,8 +329,8 @@ class _Elastic:
             page = [h["_id"] for h in res["hits"]["hits"]]
             if not page:
                 return deleted
-            out = await self._bulk(index, [{"delete": {"_id": i}} for i in page])
-            deleted += sum(1 for item in out["items"] if item.get("delete", {}).get("result") == "deleted")
+            out = await self._bulk_items(index, [{"delete": {"_id": i}} for i in page])
+            deleted += sum(1 for item in out if item.get("delete", {}).get("result") == "deleted")
 
     async def _hits(self, index: str, query: dict[str, Any], sort: list[Any], source: list[str],
                     limit: int | None = None) -> list[dict[str, Any]]:
@@ -380,6 +443,7 @@ class ElasticNodeStore(_Memories):
         index = await self._index(scope) if ids else None
         if index is None:
             return []
+        await self._sent()
         try:
             res = await self._client.mget(index=index, ids=list(dict.fromkeys(ids)),
                                           source=["tenant_id", "conversation_id", "body", "embedding"])

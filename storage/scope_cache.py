@@ -8,7 +8,7 @@ one matrix product over the conversation, lexical and entity overlap come from i
 Contracts:
 
 * Read-your-writes: :meth:`ScopeCache.add` is called with every node the writer materialises
-  (``Stores.materialise`` notifies it), after the stores acknowledged them.
+  (``Stores.materialise`` notifies it), after the stores took them (see ``Stores.listeners``).
 * A conversation not in memory is loaded from the node store (every acknowledged node, with its
   embedding) on first use. :meth:`clear` drops everything; the Faust worker calls it whenever its
   partitions change, so a conversation that comes back after another worker wrote it is reloaded.
@@ -21,6 +21,12 @@ Contracts:
   (observations only): the same answers as the store readers (a unit test compares them).
 * Memory is bounded: at most ``max_nodes`` nodes are kept; the least recently used conversations
   are dropped first (and reloaded from the store when needed again).
+* Recent links: :meth:`remember_links` keeps the semantic edges into the last :data:`RECENT_LINKED`
+  observations this process linked in each conversation (every semantic edge into a node is
+  written when that node is linked, see ``topology.stages.relations``), so a consolidation run over
+  recent writes reads them from memory (:meth:`incoming`) instead of searching the edge store,
+  which would first make the batch's writes searchable. A node linked before the conversation was
+  (re)loaded is not known: :meth:`incoming` then answers None and the caller reads the store.
 """
 
 from __future__ import annotations
@@ -33,10 +39,13 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from storage.ports import NodeStore
-from topology.schemas import MemoryNode, Scope
+from topology.schemas import EdgeEvent, MemoryNode, Scope
 
 #: Nodes kept in memory across conversations (about 2 KB each with a 384-d float32 vector).
 MAX_NODES = 200_000
+#: Observations per conversation whose incoming semantic edges are kept (a consolidation window
+#: is ``Params.consolidate_every`` = 20 writes).
+RECENT_LINKED = 64
 
 
 @dataclass
@@ -48,6 +57,8 @@ class _Conversation:
     matrix: np.ndarray | None = None                              # rows: embeddings (zeros when none)
     seqs: np.ndarray | None = None
     dirty: bool = True
+    #: node id -> its incoming semantic edges, for the last RECENT_LINKED nodes linked here
+    incoming: OrderedDict[str, list[EdgeEvent]] = field(default_factory=OrderedDict)
 
     def add(self, n: MemoryNode) -> None:
         old = self.nodes.get(n.id)
@@ -147,6 +158,30 @@ class ScopeCache:
                     conv.add(n)
             self._size += len(conv.nodes) - before
         self._evict()
+
+    async def remember_links(self, nodes: Sequence[MemoryNode], edges: Sequence[EdgeEvent]) -> None:
+        """``nodes`` were linked and ``edges`` are everything that linking wrote (the write path
+        calls this after each chunk). Conversations not in memory are skipped."""
+        into: dict[str, list[EdgeEvent]] = {}
+        for e in edges:
+            if e.view == "semantic":
+                into.setdefault(e.target, []).append(e)
+        for n in nodes:
+            conv = self._convs.get(n.scope)
+            if conv is None or n.kind != "observation":
+                continue
+            conv.incoming[n.id] = sorted(into.get(n.id, []), key=lambda e: e.id)
+            conv.incoming.move_to_end(n.id)
+            while len(conv.incoming) > RECENT_LINKED:
+                conv.incoming.popitem(last=False)
+
+    def incoming(self, scope: Scope, ids: Sequence[str]) -> list[EdgeEvent] | None:
+        """The semantic edges into ``ids`` when every one of them was linked by this process
+        recently (:meth:`remember_links`), by target then edge id; else None (read the store)."""
+        conv = self._convs.get(scope)
+        if conv is None or any(i not in conv.incoming for i in ids):
+            return None
+        return [e for i in ids for e in conv.incoming[i]]
 
     # -- MemoryReader -------------------------------------------------------------------------
 

@@ -22,6 +22,7 @@ from streams.forget import ForgetReport
 from topology import observe
 from topology.errors import InvalidEvent
 from topology.pipeline import SeqState, WritePath, assign_seqs, consolidation_runs, dedupe
+from topology.ports import LinkMemory
 from topology.schemas import (
     CandidateSet,
     ConsolidationDecision,
@@ -46,14 +47,18 @@ class Stores:
     lexical: LexicalIndex
     dead_letters: DeadLetterSink
 
-    #: called with every materialised batch once the stores acknowledged it (e.g. the write
-    #: path's in-memory reader, :class:`storage.scope_cache.ScopeCache`)
+    #: called with every materialised batch once the stores took it (acknowledged, or buffered by a
+    #: deferred ``visibility``: sent before the batch is acknowledged, and a failed batch is
+    #: retried until written), e.g. the write path's in-memory reader, :class:`storage.scope_cache.ScopeCache`
     listeners: list[Callable[[Sequence[MemoryNode]], Awaitable[None]]] = field(default_factory=list)
     #: called with a scope after a forget deleted some of it (in-memory views drop the scope)
     on_forget: list[Callable[[Scope], Awaitable[None]]] = field(default_factory=list)
-    #: makes every acknowledged write visible to other processes' searches
+    #: the write path's memory of recent links (:class:`storage.scope_cache.ScopeCache`): told
+    #: every chunk's nodes and edges, asked for a consolidation window's incoming semantic edges
+    links: LinkMemory | None = None
+    #: sends every buffered write and makes it visible to other processes' searches
     #: (``storage.elastic.Visibility.sync``; this process's own reads sync by themselves);
-    #: None: writes are visible when acknowledged (SQLite, a refresh per Elasticsearch bulk)
+    #: None: writes are sent and visible when acknowledged (SQLite, a refresh per Elasticsearch bulk)
     visibility: Callable[[], Awaitable[None]] | None = None
 
     async def sync(self) -> None:
@@ -130,8 +135,8 @@ async def number(nodes: NodeStore, obs: Sequence[Observation]) -> tuple[list[tup
     async def read(scope: Scope, event_ids: list[str]) -> tuple[SeqState, dict[str, int]]:
         # the counters first, the batch's own events last: a late write of an earlier attempt of
         # this batch then shows up as known events (whose seqs assign_seqs never hands out again)
-        nxt, count = await nodes.next_seq(scope), await nodes.observation_count(scope)
-        gone = await nodes.forgotten(scope)
+        nxt, count, gone = await asyncio.gather(nodes.next_seq(scope), nodes.observation_count(scope),
+                                                nodes.forgotten(scope))
         holes = count != nxt or bool(gone)
         state = SeqState.of(count, nxt, await nodes.used_seqs(scope) if holes else None, gone.values())
         seqs = await nodes.seqs(scope, event_ids)
@@ -246,8 +251,12 @@ async def write_embedded(stores: Stores, wp: WritePath, embedded: list[MemoryNod
         await stores.edges.upsert(edges)
     out = Written(nodes, csets, judgments, edges, [], [], [], new, calls())
 
+    if stores.links is not None:
+        await stores.links.remember_links(nodes, edges)
+
     async def neighbours(scope: Scope, ids: Sequence[str]) -> list[EdgeEvent]:
-        return await stores.edges.neighbours(scope, ids, ["semantic"], 10_000)
+        known = stores.links.incoming(scope, ids) if stores.links is not None else None
+        return known if known is not None else await stores.edges.neighbours(scope, ids, ["semantic"], 10_000)
 
     for scope, run, last in consolidation_runs(nodes, wp.params.consolidate_every):
         with observe.timed("consolidation"):

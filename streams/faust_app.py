@@ -228,17 +228,19 @@ def create_app(config: AppConfig, services: Services) -> faust.App:
         # in chunks, pipelined: chunk i+1 is embedded while chunk i is linked and written (the
         # stores refresh once per batch, see Stores.sync, so chunks cost no extra refreshes)
         t0 = time.perf_counter()
-        w = await write_batch(stores, wp, obs, chunk=config.batch)
-        with observe.timed("emit"):
-            await publish([
-                (memories, [(n.scope.key, encode(n)) for n in w.nodes + w.derived]),
-                (candidates, [(c.node.scope.key, encode(c)) for c in w.candidates]),
-                (judgments, [(_key(j.tenant_id, j.conversation_id), encode(j)) for j in w.judgments]),
-                (edges, [(_key(e.tenant_id, e.conversation_id), encode(e)) for e in w.edges + w.links]),
-                (consolidation, [(_key(d.tenant_id, d.conversation_id), encode(d)) for d in w.decisions]),
-            ])
+        with observe.tally() as stages:
+            w = await write_batch(stores, wp, obs, chunk=config.batch)
+            with observe.timed("emit"):
+                await publish([
+                    (memories, [(n.scope.key, encode(n)) for n in w.nodes + w.derived]),
+                    (candidates, [(c.node.scope.key, encode(c)) for c in w.candidates]),
+                    (judgments, [(_key(j.tenant_id, j.conversation_id), encode(j)) for j in w.judgments]),
+                    (edges, [(_key(e.tenant_id, e.conversation_id), encode(e)) for e in w.edges + w.links]),
+                    (consolidation, [(_key(d.tenant_id, d.conversation_id), encode(d)) for d in w.decisions]),
+                ])
         log.info("stored", extra={"observations": len(obs), "new": w.new, "edges": len(w.edges),
                                   "decisions": len(w.decisions), "ms": round(1000 * (time.perf_counter() - t0), 1),
+                                  "stage_ms": {k: round(1000 * v, 1) for k, v in sorted(stages.items())},
                                   "events": [o.event_id for o in obs[:50]]})
 
     clear = getattr(wp.reader, "clear", None)

@@ -32,6 +32,7 @@ class Observer(Protocol):
 
 OBSERVERS: list[Observer] = []
 TRACE_ID: ContextVar[str | None] = ContextVar("jevmem_trace_id", default=None)
+_TALLY: ContextVar[dict[str, float] | None] = ContextVar("jevmem_stage_tally", default=None)
 
 
 def observe(name: str, seconds: float) -> None:
@@ -59,5 +60,22 @@ def timed(name: str) -> Iterator[None]:
     try:
         yield
     finally:
-        if OBSERVERS:
-            observe(name, time.perf_counter() - t0)
+        tally = _TALLY.get()
+        if OBSERVERS or tally is not None:
+            seconds = time.perf_counter() - t0
+            observe(name, seconds)
+            if tally is not None:
+                tally[name] = tally.get(name, 0.0) + seconds
+
+
+@contextmanager
+def tally() -> Iterator[dict[str, float]]:
+    """Seconds per stage of every :func:`timed` block run inside the ``with`` block (tasks it
+    creates included), summed by name: one batch's breakdown for its log line. Stages that
+    overlap (the next chunk's ``embed`` while this one links) are each counted in full."""
+    stages: dict[str, float] = {}
+    token = _TALLY.set(stages)
+    try:
+        yield stages
+    finally:
+        _TALLY.reset(token)

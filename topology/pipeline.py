@@ -164,7 +164,9 @@ class WritePath:
                           neighbours: Callable[[Scope, Sequence[str]], Awaitable[list[EdgeEvent]]]
                           ) -> tuple[list[ConsolidationDecision], list[EdgeEvent], list[MemoryNode]]:
         """Run ``run`` over the block of writes ending at ``last_seq``: each node with its strongest
-        earlier semantic neighbour, at most ``consolidation_pairs`` pairs, one request."""
+        earlier semantic neighbour, at most ``consolidation_pairs`` pairs, one request.
+        ``neighbours(scope, ids)`` returns at least every semantic edge into ``ids`` (edges of
+        other views or into other nodes are ignored)."""
         every = self.params.consolidate_every
         window_seqs = set(range(last_seq - every + 1, last_seq + 1))
         window_ids = await self.reader.preceding(scope, last_seq + 1, every)

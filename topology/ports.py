@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Protocol
 
-from topology.schemas import MemoryNode, Scope
+from topology.schemas import EdgeEvent, MemoryNode, Scope
 
 
 class Embedder(Protocol):
@@ -57,4 +57,16 @@ class MemoryReader(Protocol):
 
     async def get_nodes(self, scope: Scope, ids: Sequence[str]) -> list[MemoryNode]:
         """Nodes with their embeddings; unknown ids are skipped."""
+        ...
+
+
+class LinkMemory(Protocol):
+    """What the process that writes a conversation remembers of its recent links."""
+
+    async def remember_links(self, nodes: Sequence[MemoryNode], edges: Sequence[EdgeEvent]) -> None:
+        """``nodes`` were linked; ``edges`` are every edge that linking wrote."""
+        ...
+
+    def incoming(self, scope: Scope, ids: Sequence[str]) -> list[EdgeEvent] | None:
+        """Every semantic edge into ``ids`` (any order), or None when some id is not remembered."""
         ...

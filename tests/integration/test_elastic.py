@@ -110,11 +110,14 @@ async def es() -> AsyncIterator[tuple[AsyncElasticsearch, str]]:
     await client.close()
 
 
-@pytest.fixture
-def stores(es: tuple[AsyncElasticsearch, str]) -> Stores:
+@pytest.fixture(params=["immediate", "deferred"])
+def stores(es: tuple[AsyncElasticsearch, str], request: pytest.FixtureRequest) -> Stores:
+    """The adapters on the test's client (the fixture closes it): each write its own refreshed
+    bulk request, or (as the workers run them) buffered in one shared :class:`Visibility`."""
     client, prefix = es
-    # The adapters share the test's client; the fixture closes it.
-    return Stores(ElasticLexicalIndex(client, prefix), ElasticNodeStore(client, prefix), ElasticEdgeStore(client, prefix))
+    seen = elastic.Visibility(client) if request.param == "deferred" else None
+    return Stores(ElasticLexicalIndex(client, prefix, seen), ElasticNodeStore(client, prefix, seen),
+                  ElasticEdgeStore(client, prefix, seen))
 
 
 async def write_all(s: Stores | tuple[SqliteLexicalIndex, SqliteNodeStore, SqliteEdgeStore],
@@ -254,6 +257,37 @@ async def test_paging_beyond_one_page(stores: Stores, monkeypatch: pytest.Monkey
     assert len(await stores.nodes.preceding(A, 100, 10)) == 10
     assert [e.id for e in await stores.edges.scan(A)] == sorted(e.id for e in make_edges(nodes))
     assert len(await stores.nodes.seqs(A, [n.event_id for n in nodes])) == len(nodes)
+
+
+async def test_deferred_writes_are_one_request_merged_per_document_and_read_back(
+        es: tuple[AsyncElasticsearch, str]) -> None:
+    client, prefix = es
+    seen = elastic.Visibility(client)
+    lex, ns, edges = (ElasticLexicalIndex(client, prefix, seen), ElasticNodeStore(client, prefix, seen),
+                      ElasticEdgeStore(client, prefix, seen))
+    nodes = make_nodes(A)
+    await lex.upsert(nodes)
+    await ns.upsert(nodes)
+    await edges.upsert(make_edges(nodes))
+    index = prefix + elastic.memories_index(A.tenant_id)
+    assert (await client.count(index=index))["count"] == 0  # buffered: nothing sent yet
+    # one update per node (lexical and canonical fields merged), one index op per edge
+    assert len(seen._ops) == 2 * (len(nodes) + len(make_edges(nodes)))
+    got = await ns.get(A, [nodes[2].id])  # a get sends the buffer first (realtime get)
+    assert [n.id for n in got] == [nodes[2].id] and seen._ops == []
+    assert (await client.count(index=index))["count"] == 0  # sent, not yet refreshed
+    assert await ns.observation_count(A) == len(CHAT)  # a count syncs first
+    doc = (await client.get(index=index, id=nodes[2].id))["_source"]
+    assert doc["content"] == nodes[2].content and doc["event_id"] == nodes[2].event_id and "embedding" in doc
+
+    # a failed flush raises from the call that sent it and drops the buffer (the batch is retried)
+    await client.indices.create(index=prefix + elastic.memories_index(B.tenant_id), settings={"number_of_replicas": 0},
+                                mappings={"dynamic": "strict", "properties": {"tenant_id": {"type": "keyword"}}})
+    await ns.upsert(make_nodes(B)[:2])
+    with pytest.raises(StoreUnavailable):
+        await seen.sync()
+    assert seen._ops == []
+    await seen.sync()  # nothing left to send
 
 
 async def test_errors_become_store_unavailable(es: tuple[AsyncElasticsearch, str]) -> None:

@@ -103,3 +103,23 @@ def test_json_formatter_keeps_extras_and_exceptions() -> None:
         observe.TRACE_ID.reset(token)
     assert line["msg"] == "failed here" and line["level"] == "ERROR" and line["events"] == ["e1"]
     assert line["trace_id"] == "feed" * 4 and "ValueError: boom" in line["exc"]
+
+
+async def test_tally_sums_the_stages_of_a_block_and_the_tasks_it_starts() -> None:
+    import asyncio
+
+    from topology import observe
+
+    async def stage(name: str) -> None:
+        with observe.timed(name):
+            await asyncio.sleep(0.01)
+
+    with observe.timed("outside"):
+        pass
+    with observe.tally() as stages:
+        await stage("embed")
+        await asyncio.gather(asyncio.create_task(stage("embed")), stage("emit"))
+    with observe.timed("after"):
+        pass
+    assert set(stages) == {"embed", "emit"}  # nothing from before or after the block
+    assert stages["embed"] >= 0.02 and stages["emit"] >= 0.01

@@ -145,6 +145,51 @@ async def test_consolidation_runs_every_twenty_writes(embedder: Embedder) -> Non
         await mem.close()
 
 
+async def test_consolidation_reads_recent_links_from_memory_as_the_store_has_them(embedder: Embedder) -> None:
+    """A window linked by this process is answered from the write path's memory (no edge-store
+    search); a window partly linked before a reload (a rebalance) falls back to the store; both
+    give the same decisions and graph."""
+    obs = chat_observations()
+    runs: list[tuple[Embedded, list[int]]] = []
+    for _ in range(2):
+        mem = build_embedded(Settings(params=Params(consolidate_every=5)), embedder=embedder, data_dir=":memory:")
+        searched: list[int] = []
+
+        def counting(mem: Embedded = mem, searched: list[int] = searched) -> object:
+            inner = mem.stores.edges.neighbours
+
+            async def neighbours(*args: object, **kw: object) -> object:
+                searched.append(1)
+                return await inner(*args, **kw)  # type: ignore[arg-type]
+            return neighbours
+
+        mem.stores.edges.neighbours = counting()  # type: ignore[method-assign]
+        runs.append((mem, searched))
+    (whole, searched_whole), (split, searched_split) = runs
+    try:
+        await whole.pipeline.ingest(obs)
+        assert searched_whole == []  # both runs (writes 5 and 10) read their windows from memory
+        links = whole.stores.links
+        assert links is not None
+        window = await whole.stores.nodes.preceding(SCOPE, 10, 5)
+        remembered = links.incoming(SCOPE, window)
+        into = await whole.stores.edges.neighbours(SCOPE, window, ["semantic"], 10_000)
+        # the store also holds the links this run wrote into its window (they name the same pairs)
+        assert remembered is not None and {e.id for e in remembered} == {
+            e.id for e in into if e.target in window and e.label != "consolidation_link"}
+        searched_whole.clear()
+
+        await split.pipeline.ingest(obs[:8])
+        split.pipeline.write_path.reader.clear()  # type: ignore[attr-defined]  # a rebalance: nothing remembered
+        await split.pipeline.ingest(obs[8:])  # the run at write 10 spans writes 5-7, linked before
+        assert searched_split == [1]
+        assert await split.stores.edges.decisions(SCOPE) == await whole.stores.edges.decisions(SCOPE)
+        assert await graph(split) == await graph(whole)
+    finally:
+        await whole.close()
+        await split.close()
+
+
 async def test_alias_resolution_links_different_entity_ids(memory: Embedded) -> None:
     from topology.schemas import Observation
 
