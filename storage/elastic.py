@@ -180,21 +180,29 @@ class Visibility:
 
     async def flush(self) -> None:
         """Send the buffered writes as one bulk request (nothing when none are buffered)."""
+        self._pending |= await self._send(refresh=False)
+
+    async def _send(self, refresh: bool) -> set[str]:
+        """Send the buffer (``refresh``: and refresh the shards it wrote, in the same request);
+        returns the indices it wrote."""
         if not self._ops:
-            return
+            return set()
         ops, self._ops, self._updates = self._ops, [], {}
         try:
-            res = await self._client.bulk(operations=ops, refresh=False)
+            res = await self._client.bulk(operations=ops, refresh=refresh)
         except (ApiError, TransportError) as exc:
             raise StoreUnavailable(f"elasticsearch bulk ({len(ops)} lines): {exc}") from exc
-        self._pending |= {str(i["_index"]) for item in res["items"] for i in item.values() if "_index" in i}
+        written = {str(i["_index"]) for item in res["items"] for i in item.values() if "_index" in i}
         bad = [i for item in res["items"] for i in item.values() if "error" in i] if res.get("errors") else []
         if bad:
+            self._pending |= written
             raise StoreUnavailable(f"elasticsearch bulk: {len(bad)} failed, first: {bad[0]['error']}")
+        return written
 
     async def sync(self) -> None:
-        """Flush, then refresh the indices written since the last sync (nothing when none were)."""
-        await self.flush()
+        """Send the buffer and refresh every index written since the last sync (one request when
+        everything written is still buffered, the usual case)."""
+        self._pending -= await self._send(refresh=True)
         if not self._pending:
             return
         names = sorted(self._pending)

@@ -32,6 +32,7 @@ Contracts:
 from __future__ import annotations
 
 import asyncio
+import bisect
 from collections import Counter, OrderedDict
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -53,10 +54,12 @@ class _Conversation:
     nodes: dict[str, MemoryNode] = field(default_factory=dict)
     tokens: dict[str, set[str]] = field(default_factory=dict)    # token -> node ids
     entities: dict[str, set[str]] = field(default_factory=dict)  # entity id -> node ids
+    observations: list[tuple[int, str]] = field(default_factory=list)  # (seq, id), ascending
     ids: list[str] = field(default_factory=list)                 # row order of ``matrix``
     matrix: np.ndarray | None = None                              # rows: embeddings (zeros when none)
     seqs: np.ndarray | None = None
-    dirty: bool = True
+    dirty: bool = True                                            # rebuild ``matrix`` from scratch
+    fresh: list[str] = field(default_factory=list)               # new ids not in ``matrix`` yet
     #: node id -> its incoming semantic edges, for the last RECENT_LINKED nodes linked here
     incoming: OrderedDict[str, list[EdgeEvent]] = field(default_factory=OrderedDict)
 
@@ -67,6 +70,11 @@ class _Conversation:
                 self.tokens.get(t, set()).discard(n.id)
             for e in old.entities:
                 self.entities.get(e.id, set()).discard(n.id)
+            if old.kind == "observation":
+                self.observations.remove((old.seq, old.id))
+            self.dirty = True  # a row changes in place: rebuild
+        else:
+            self.fresh.append(n.id)
         if n.embedding is None and old is not None:
             n = n.model_copy(update={"embedding": old.embedding})
         self.nodes[n.id] = n
@@ -74,19 +82,30 @@ class _Conversation:
             self.tokens.setdefault(t, set()).add(n.id)
         for e in n.entities:
             self.entities.setdefault(e.id, set()).add(n.id)
-        self.dirty = True
+        if n.kind == "observation":
+            bisect.insort(self.observations, (n.seq, n.id))
+
+    def _rows(self, ids: Sequence[str], dim: int) -> np.ndarray:
+        m = np.zeros((len(ids), dim), dtype=np.float64)
+        for i, nid in enumerate(ids):
+            v = self.nodes[nid].embedding
+            if v:
+                m[i] = v
+        return m
 
     def index(self, dim: int) -> tuple[list[str], np.ndarray, np.ndarray]:
+        """Row ids (insertion order), the embedding matrix and the seqs; new nodes are appended,
+        a replaced node rebuilds it."""
         if self.dirty or self.matrix is None or self.seqs is None or self.matrix.shape[1] != dim:
             self.ids = list(self.nodes)
-            m = np.zeros((len(self.ids), dim), dtype=np.float64)
-            for i, nid in enumerate(self.ids):
-                v = self.nodes[nid].embedding
-                if v:
-                    m[i] = v
-            self.matrix = m
+            self.matrix = self._rows(self.ids, dim)
             self.seqs = np.asarray([self.nodes[i].seq for i in self.ids], dtype=np.int64)
             self.dirty = False
+        elif self.fresh:
+            self.ids += self.fresh
+            self.matrix = np.vstack([self.matrix, self._rows(self.fresh, dim)])
+            self.seqs = np.concatenate([self.seqs, np.asarray([self.nodes[i].seq for i in self.fresh], dtype=np.int64)])
+        self.fresh = []
         return self.ids, self.matrix, self.seqs
 
 
@@ -225,9 +244,8 @@ class ScopeCache:
 
     async def preceding(self, scope: Scope, before_seq: int, limit: int) -> list[str]:
         conv = await self._conv(scope)
-        earlier = sorted((n for n in conv.nodes.values() if n.kind == "observation" and n.seq < before_seq),
-                         key=lambda n: -n.seq)
-        return [n.id for n in earlier[:limit]]
+        end = bisect.bisect_left(conv.observations, (before_seq, ""))
+        return [nid for _, nid in reversed(conv.observations[max(0, end - limit): end])] if limit > 0 else []
 
     async def get_nodes(self, scope: Scope, ids: Sequence[str]) -> list[MemoryNode]:
         conv = await self._conv(scope)

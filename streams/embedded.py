@@ -195,28 +195,30 @@ async def write_batch(stores: Stores, wp: WritePath, obs: list[Observation],
     System One counts requests). Reports the accepted observations and the write path's System
     One requests per observation to :mod:`topology.observe`.
 
-    The batch is numbered up front, then written in chunks of ``chunk`` events (all at once when
-    None), pipelined: chunk i+1 is embedded (worker threads, no store reads) while chunk i is
-    typed, materialised and linked, so the model and the linking work overlap. The graph is the
-    same as for any other batching: discovery only sees earlier seqs, materialised first.
+    The batch is numbered up front (while its first chunk is embedded: the model needs no seq),
+    then written in chunks of ``chunk`` events (see :func:`chunk_size`), pipelined: chunk i+1 is
+    embedded (worker threads, no store reads) while chunk i is typed, materialised and linked, so
+    the model and the linking work overlap. The graph is the same as for any other batching:
+    discovery only sees earlier seqs, materialised first.
     ``on_chunk`` gets each chunk's part of the result as it completes."""
     if calls is None:
         so = wp.so
         calls = (lambda: so.calls) if isinstance(so, CountingSystemOne) else (lambda: 0)
-    with observe.timed("numbering"):
-        numbered, new = await number(stores.nodes, obs)
-    size = max(1, chunk or len(numbered) or 1)
-    chunks = [numbered[i: i + size] for i in range(0, len(numbered), size)]
-    out = Written([], [], [], [], [], [], [], new, 0)
-    if not chunks:
+    out = Written([], [], [], [], [], [], [], 0, 0)
+    if not obs:
         return out
-    ahead: asyncio.Task[list[MemoryNode]] | None = asyncio.create_task(_embed(wp, chunks[0]))
+    size = chunk_size(len(obs), chunk)
+    parts = [obs[i: i + size] for i in range(0, len(obs), size)]
+    ahead: asyncio.Task[list[list[float]]] | None = asyncio.create_task(_vectors(wp, parts[0]))
     try:
+        with observe.timed("numbering"):
+            numbered, out.new = await number(stores.nodes, obs)  # in the order of ``obs``
+        chunks = [numbered[i: i + size] for i in range(0, len(numbered), size)]
         for i in range(len(chunks)):
             assert ahead is not None
-            embedded = await ahead
-            ahead = asyncio.create_task(_embed(wp, chunks[i + 1])) if i + 1 < len(chunks) else None
-            w = await write_embedded(stores, wp, embedded, 0, _since(calls))
+            vectors = await ahead
+            ahead = asyncio.create_task(_vectors(wp, parts[i + 1])) if i + 1 < len(parts) else None
+            w = await write_embedded(stores, wp, wp.nodes(chunks[i], vectors), 0, _since(calls))
             out.merge(w)
             if on_chunk is not None:
                 on_chunk(w)
@@ -230,9 +232,23 @@ async def write_batch(stores: Stores, wp: WritePath, obs: list[Observation],
     return out
 
 
-async def _embed(wp: WritePath, numbered: list[tuple[Observation, int]]) -> list[MemoryNode]:
+#: A batch of at least this many events that fits one chunk is written as two, so the second
+#: half's embedding overlaps the first half's linking (a Kafka worker's micro-batches are small).
+PIPELINE_MIN = 16
+
+
+def chunk_size(n: int, chunk: int | None) -> int:
+    """Events per chunk for a batch of ``n``: ``chunk`` (None: all of them), halved when the
+    whole batch would be one chunk of at least :data:`PIPELINE_MIN` events."""
+    size = chunk or n
+    if n >= PIPELINE_MIN and size >= n:
+        size = (n + 1) // 2
+    return max(1, size)
+
+
+async def _vectors(wp: WritePath, observations: list[Observation]) -> list[list[float]]:
     with observe.timed("embed"):
-        return await wp.embed(numbered)
+        return await wp.vectors(observations)
 
 
 async def write_embedded(stores: Stores, wp: WritePath, embedded: list[MemoryNode], new: int = 0,

@@ -125,9 +125,21 @@ class WritePath:
         return await typing.type_nodes([typing.describe(o, s) for o, s in numbered], self.embedder, self.so)
 
     async def embed(self, numbered: Sequence[tuple[Observation, int]]) -> list[MemoryNode]:
-        """Describe and embed (no controller call): the CPU-heavy half of :meth:`build_nodes`,
-        safe to run ahead of earlier batches' linking because it reads no store."""
-        return await typing.embed_nodes([typing.describe(o, s) for o, s in numbered], self.embedder)
+        """Describe and embed (no controller call): :meth:`vectors` then :meth:`nodes`."""
+        return self.nodes(numbered, await self.vectors([o for o, _ in numbered]))
+
+    async def vectors(self, observations: Sequence[Observation]) -> list[list[float]]:
+        """The observations' embeddings (off the event loop): the CPU-heavy half of
+        :meth:`build_nodes`, safe to run ahead of numbering and of earlier batches' linking
+        because it needs no seq and reads no store."""
+        return await typing.embed_texts([typing.embedding_text(o.speaker, o.content) for o in observations],
+                                        self.embedder)
+
+    @staticmethod
+    def nodes(numbered: Sequence[tuple[Observation, int]], vectors: Sequence[list[float]]) -> list[MemoryNode]:
+        """The described nodes with their :meth:`vectors` (same order), not yet typed."""
+        return [typing.describe(o, s).model_copy(update={"embedding": v})
+                for (o, s), v in zip(numbered, vectors, strict=True)]
 
     async def type(self, nodes: Sequence[MemoryNode]) -> list[MemoryNode]:
         """Type embedded nodes (one request): the other half of :meth:`build_nodes`."""

@@ -46,11 +46,14 @@ def describe(obs: Observation, seq: int) -> MemoryNode:
     )
 
 
+async def embed_texts(texts: Sequence[str], embedder: Embedder) -> list[list[float]]:
+    """One embedding call, run off the event loop."""
+    return await asyncio.to_thread(embedder.embed, list(texts)) if texts else []
+
+
 async def embed_nodes(nodes: Sequence[MemoryNode], embedder: Embedder) -> list[MemoryNode]:
     """The nodes with their embeddings: one embedding call, run off the event loop."""
-    if not nodes:
-        return []
-    vectors = await asyncio.to_thread(embedder.embed, [embedding_text(n.speaker, n.content) for n in nodes])
+    vectors = await embed_texts([embedding_text(n.speaker, n.content) for n in nodes], embedder)
     return [n.model_copy(update={"embedding": v}) for n, v in zip(nodes, vectors, strict=True)]
 
 
