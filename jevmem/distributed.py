@@ -143,6 +143,20 @@ async def check_vectors(settings: Settings) -> None:
         await check_server(settings.qdrant_url, _qdrant_key(settings))
 
 
+async def prepare_indices(settings: Settings, prefix: str, dim: int) -> None:
+    """Create the generation's shared Elasticsearch indices (edges, decisions and, without Qdrant,
+    vectors) before a worker takes records, so its first batch does not wait for index creation
+    (tenants' memories indices are still created on a tenant's first write)."""
+    key = settings.elasticsearch_api_key.get_secret_value() if settings.elasticsearch_api_key else None
+    es = es_client(settings.elasticsearch_url, key)
+    try:
+        await ElasticEdgeStore(es, prefix).prepare()
+        if not settings.qdrant_url:
+            await ElasticVectorIndex(es, prefix, dim).prepare()
+    finally:
+        await es.close()
+
+
 def _qdrant_key(settings: Settings) -> str | None:
     return settings.qdrant_api_key.get_secret_value() if settings.qdrant_api_key else None
 
@@ -307,6 +321,8 @@ def run_worker(settings: Settings) -> None:
     embedder = load_embedder(settings.embedder, settings.model_cache)
     asyncio.run(check_model(settings, prefix, embedder.name))
     asyncio.run(check_vectors(settings))
+    asyncio.run(prepare_indices(settings, prefix, embedder.dim))
+    embedder.embed(["warm up"] * 4)  # first inferences allocate: not on the first batch's clock
     stores = distributed_stores(settings, prefix, embedder.dim)
     config = AppConfig(broker=f"kafka://{settings.kafka_bootstrap}", app_id=settings.app_id,
                        prefix=settings.topic_prefix, partitions=settings.partitions, batch=settings.write_batch,

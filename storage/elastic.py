@@ -597,6 +597,11 @@ class ElasticNodeStore(_Memories):
 class ElasticEdgeStore(_Elastic):
     """Edges of the four views (edges index) and consolidation decisions (decisions index)."""
 
+    async def prepare(self) -> None:
+        """Create the edges and decisions indices now (a worker at startup), not on first write."""
+        await self._ensure("edges", _EDGES)
+        await self._ensure("decisions", _DECISIONS)
+
     async def upsert(self, edges: Sequence[EdgeEvent]) -> None:
         """Index each edge under its id (whole-document replace; idempotent)."""
         if not edges:
@@ -681,6 +686,10 @@ class ElasticVectorIndex(_Elastic):
             "vector": {"type": "dense_vector", "dims": dim, "similarity": "cosine", "index": True,
                        "index_options": {"type": "flat"}},
         }}
+
+    async def prepare(self) -> None:
+        """Create the vectors index now (a worker at startup), not on first write."""
+        await self._ensure("vectors", self._mappings)
 
     async def upsert(self, nodes: Sequence[MemoryNode]) -> None:
         index = await self._ensure("vectors", self._mappings)
