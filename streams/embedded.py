@@ -240,7 +240,7 @@ PIPELINE_MIN = 16
 def chunk_size(n: int, chunk: int | None) -> int:
     """Events per chunk for a batch of ``n``: ``chunk`` (None: all of them), halved when the
     whole batch would be one chunk of at least :data:`PIPELINE_MIN` events."""
-    size = chunk or n
+    size = min(chunk or n, n)
     if n >= PIPELINE_MIN and size >= n:
         size = (n + 1) // 2
     return max(1, size)

@@ -190,6 +190,15 @@ async def test_consolidation_reads_recent_links_from_memory_as_the_store_has_the
         await split.close()
 
 
+def test_chunks_pipeline_a_batch_that_fits_one_chunk() -> None:
+    from streams.embedded import PIPELINE_MIN, chunk_size
+
+    assert chunk_size(300, 64) == 64  # several chunks already
+    assert chunk_size(40, 64) == 20 and chunk_size(41, None) == 21  # one chunk: halves
+    assert chunk_size(PIPELINE_MIN - 1, 64) == PIPELINE_MIN - 1  # too small to split
+    assert chunk_size(0, None) == 1
+
+
 async def test_alias_resolution_links_different_entity_ids(memory: Embedded) -> None:
     from topology.schemas import Observation
 
