@@ -151,9 +151,6 @@ class Visibility:
         self._ops: list[dict[str, Any]] = []
         self._updates: dict[tuple[str, str], dict[str, Any]] = {}  # (index, id) -> buffered partial doc
 
-    def touched(self, indices: set[str]) -> None:
-        self._pending |= indices
-
     def defer(self, index: str | None, ops: list[dict[str, Any]]) -> None:
         """Buffer bulk ``ops`` (action lines without ``_index`` go to ``index``); an
         ``update`` + ``doc_as_upsert`` of a document already buffered that way merges into it."""

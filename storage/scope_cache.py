@@ -21,12 +21,13 @@ Contracts:
   (observations only): the same answers as the store readers (a unit test compares them).
 * Memory is bounded: at most ``max_nodes`` nodes are kept; the least recently used conversations
   are dropped first (and reloaded from the store when needed again).
-* Recent links: :meth:`remember_links` keeps the semantic edges into the last :data:`RECENT_LINKED`
-  observations this process linked in each conversation (every semantic edge into a node is
-  written when that node is linked, see ``topology.stages.relations``), so a consolidation run over
-  recent writes reads them from memory (:meth:`incoming`) instead of searching the edge store,
-  which would first make the batch's writes searchable. A node linked before the conversation was
-  (re)loaded is not known: :meth:`incoming` then answers None and the caller reads the store.
+* Recent links: :meth:`remember_links` keeps the strongest semantic edge into each of the last
+  :data:`RECENT_LINKED` observations this process linked in each conversation (every semantic
+  edge into a node is written when that node is linked, see ``topology.stages.relations``), so a
+  consolidation run over recent writes reads them from memory (:meth:`incoming`) instead of
+  searching the edge store, which would first make the batch's writes searchable. A node linked
+  before the conversation was (re)loaded is not known: :meth:`incoming` then answers None and the
+  caller reads the store.
 """
 
 from __future__ import annotations
@@ -60,8 +61,9 @@ class _Conversation:
     seqs: np.ndarray | None = None
     dirty: bool = True                                            # rebuild ``matrix`` from scratch
     fresh: list[str] = field(default_factory=list)               # new ids not in ``matrix`` yet
-    #: node id -> its incoming semantic edges, for the last RECENT_LINKED nodes linked here
-    incoming: OrderedDict[str, list[EdgeEvent]] = field(default_factory=OrderedDict)
+    #: node id -> its strongest incoming semantic edge (None: it has none), for the last
+    #: RECENT_LINKED nodes linked here
+    incoming: OrderedDict[str, EdgeEvent | None] = field(default_factory=OrderedDict)
 
     def add(self, n: MemoryNode) -> None:
         old = self.nodes.get(n.id)
@@ -181,26 +183,29 @@ class ScopeCache:
     async def remember_links(self, nodes: Sequence[MemoryNode], edges: Sequence[EdgeEvent]) -> None:
         """``nodes`` were linked and ``edges`` are everything that linking wrote (the write path
         calls this after each chunk). Conversations not in memory are skipped."""
-        into: dict[str, list[EdgeEvent]] = {}
+        strongest: dict[str, EdgeEvent] = {}
         for e in edges:
             if e.view == "semantic":
-                into.setdefault(e.target, []).append(e)
+                cur = strongest.get(e.target)
+                if cur is None or (e.probability, e.source) > (cur.probability, cur.source):
+                    strongest[e.target] = e
         for n in nodes:
             conv = self._convs.get(n.scope)
             if conv is None or n.kind != "observation":
                 continue
-            conv.incoming[n.id] = sorted(into.get(n.id, []), key=lambda e: e.id)
+            conv.incoming[n.id] = strongest.get(n.id)
             conv.incoming.move_to_end(n.id)
             while len(conv.incoming) > RECENT_LINKED:
                 conv.incoming.popitem(last=False)
 
     def incoming(self, scope: Scope, ids: Sequence[str]) -> list[EdgeEvent] | None:
-        """The semantic edges into ``ids`` when every one of them was linked by this process
-        recently (:meth:`remember_links`), by target then edge id; else None (read the store)."""
+        """The strongest semantic edge into each of ``ids`` that has one (highest probability,
+        then highest source id), when every id was linked by this process recently
+        (:meth:`remember_links`); else None (read the store)."""
         conv = self._convs.get(scope)
         if conv is None or any(i not in conv.incoming for i in ids):
             return None
-        return [e for i in ids for e in conv.incoming[i]]
+        return [e for i in ids if (e := conv.incoming[i]) is not None]
 
     # -- MemoryReader -------------------------------------------------------------------------
 

@@ -177,8 +177,9 @@ class WritePath:
                           ) -> tuple[list[ConsolidationDecision], list[EdgeEvent], list[MemoryNode]]:
         """Run ``run`` over the block of writes ending at ``last_seq``: each node with its strongest
         earlier semantic neighbour, at most ``consolidation_pairs`` pairs, one request.
-        ``neighbours(scope, ids)`` returns at least every semantic edge into ``ids`` (edges of
-        other views or into other nodes are ignored)."""
+        ``neighbours(scope, ids)`` returns, for each of ``ids``, at least its strongest semantic
+        edge into it (highest probability, then highest source id: the one used); edges of other
+        views or into other nodes are ignored."""
         every = self.params.consolidate_every
         window_seqs = set(range(last_seq - every + 1, last_seq + 1))
         window_ids = await self.reader.preceding(scope, last_seq + 1, every)

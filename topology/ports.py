@@ -68,5 +68,6 @@ class LinkMemory(Protocol):
         ...
 
     def incoming(self, scope: Scope, ids: Sequence[str]) -> list[EdgeEvent] | None:
-        """Every semantic edge into ``ids`` (any order), or None when some id is not remembered."""
+        """The strongest semantic edge into each of ``ids`` (highest probability, then highest
+        source id; none for a node without one), or None when some id is not remembered."""
         ...
