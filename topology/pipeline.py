@@ -124,10 +124,6 @@ class WritePath:
         """Describe, embed and type (one embedding call, one typing request)."""
         return await typing.type_nodes([typing.describe(o, s) for o, s in numbered], self.embedder, self.so)
 
-    async def embed(self, numbered: Sequence[tuple[Observation, int]]) -> list[MemoryNode]:
-        """Describe and embed (no controller call): :meth:`vectors` then :meth:`nodes`."""
-        return self.nodes(numbered, await self.vectors([o for o, _ in numbered]))
-
     async def vectors(self, observations: Sequence[Observation]) -> list[list[float]]:
         """The observations' embeddings (off the event loop): the CPU-heavy half of
         :meth:`build_nodes`, safe to run ahead of numbering and of earlier batches' linking
