@@ -144,9 +144,10 @@ async def check_vectors(settings: Settings) -> None:
 
 
 async def prepare_indices(settings: Settings, prefix: str, dim: int) -> None:
-    """Create the generation's shared Elasticsearch indices (edges, decisions and, without Qdrant,
-    vectors) before a worker takes records, so its first batch does not wait for index creation
-    (tenants' memories indices are still created on a tenant's first write)."""
+    """Create the generation's shared indices (Elasticsearch edges and decisions; vectors: the
+    Qdrant collection and its payload indexes, or Elasticsearch's vector index) before a worker
+    takes records, so its first batch does not wait for them (tenants' memories indices are still
+    created on a tenant's first write)."""
     key = settings.elasticsearch_api_key.get_secret_value() if settings.elasticsearch_api_key else None
     es = es_client(settings.elasticsearch_url, key)
     try:
@@ -155,6 +156,18 @@ async def prepare_indices(settings: Settings, prefix: str, dim: int) -> None:
             await ElasticVectorIndex(es, prefix, dim).prepare()
     finally:
         await es.close()
+    if settings.qdrant_url:
+        vectors = QdrantVectorIndex.server(settings.qdrant_url, dim, api_key=_qdrant_key(settings),
+                                           collection=_collection(prefix))
+        try:
+            await vectors.prepare()
+        finally:
+            await vectors.close()
+
+
+def _collection(prefix: str) -> str:
+    """The Qdrant collection of the store generation ``prefix``."""
+    return prefix.replace("-", "_") + "memories"
 
 
 def _qdrant_key(settings: Settings) -> str | None:
@@ -171,7 +184,7 @@ def distributed_stores(settings: Settings, prefix: str, dim: int) -> Stores:
     vectors: VectorIndex
     if settings.qdrant_url:
         vectors = QdrantVectorIndex.server(settings.qdrant_url, dim, api_key=_qdrant_key(settings),
-                                           collection=prefix.replace("-", "_") + "memories")
+                                           collection=_collection(prefix))
     else:
         vectors = ElasticVectorIndex(es, prefix, dim, seen)
     return Stores(nodes=ElasticNodeStore(es, prefix, seen), edges=ElasticEdgeStore(es, prefix, seen), vectors=vectors,

@@ -148,6 +148,10 @@ class QdrantVectorIndex:
                                            field_schema=schema, wait=True), f"payload index {field}")
         self._ready = True
 
+    async def prepare(self) -> None:
+        """Create the collection and its payload indexes now (a worker at startup), not on first write."""
+        await self._ensure()
+
     async def _call(self, call: Callable[[], Awaitable[T]], what: str) -> T:
         """Run ``call`` on the collection; a 404 (the collection vanished: a server reset) makes
         the next call create it again instead of failing forever."""
