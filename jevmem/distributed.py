@@ -118,8 +118,7 @@ async def check_model(settings: Settings, prefix: str, embedder: str) -> None:
 
     Also brings an older generation's layout up to date: its shared memories index (BM25 over all
     tenants) is split into one index per tenant (:meth:`ElasticNodeStore.migrate_shared`)."""
-    key = settings.elasticsearch_api_key.get_secret_value() if settings.elasticsearch_api_key else None
-    es = es_client(settings.elasticsearch_url, key)
+    es = _es(settings)
     try:
         with contextlib.suppress(ConflictError):
             await es.index(index=META_INDEX, id=f"model:{prefix}", document={"embedder": embedder},
@@ -148,8 +147,7 @@ async def prepare_indices(settings: Settings, prefix: str, dim: int) -> None:
     Qdrant collection and its payload indexes, or Elasticsearch's vector index) before a worker
     takes records, so its first batch does not wait for them (tenants' memories indices are still
     created on a tenant's first write)."""
-    key = settings.elasticsearch_api_key.get_secret_value() if settings.elasticsearch_api_key else None
-    es = es_client(settings.elasticsearch_url, key)
+    es = _es(settings)
     try:
         await ElasticEdgeStore(es, prefix).prepare()
         if not settings.qdrant_url:
@@ -157,17 +155,23 @@ async def prepare_indices(settings: Settings, prefix: str, dim: int) -> None:
     finally:
         await es.close()
     if settings.qdrant_url:
-        vectors = QdrantVectorIndex.server(settings.qdrant_url, dim, api_key=_qdrant_key(settings),
-                                           collection=_collection(prefix))
+        vectors = _qdrant_vectors(settings.qdrant_url, settings, prefix, dim)
         try:
             await vectors.prepare()
         finally:
             await vectors.close()
 
 
-def _collection(prefix: str) -> str:
-    """The Qdrant collection of the store generation ``prefix``."""
-    return prefix.replace("-", "_") + "memories"
+def _qdrant_vectors(url: str, settings: Settings, prefix: str, dim: int) -> QdrantVectorIndex:
+    """The vector index of the store generation ``prefix`` on the Qdrant server at ``url``."""
+    return QdrantVectorIndex.server(url, dim, api_key=_qdrant_key(settings),
+                                    collection=prefix.replace("-", "_") + "memories")
+
+
+def _es(settings: Settings) -> AsyncElasticsearch:
+    """A client for the configured Elasticsearch node, with its API key when one is set."""
+    key = settings.elasticsearch_api_key.get_secret_value() if settings.elasticsearch_api_key else None
+    return es_client(settings.elasticsearch_url, key)
 
 
 def _qdrant_key(settings: Settings) -> str | None:
@@ -178,13 +182,11 @@ def distributed_stores(settings: Settings, prefix: str, dim: int) -> Stores:
     """Elasticsearch (lexical, nodes, edges) + vectors in Qdrant (one collection per store
     generation, ``<prefix>memories``) when ``qdrant_url`` is set, else in Elasticsearch's exact
     (flat) vector index. Dead letters live on their Kafka topic."""
-    key = settings.elasticsearch_api_key.get_secret_value() if settings.elasticsearch_api_key else None
-    es = es_client(settings.elasticsearch_url, key)
+    es = _es(settings)
     seen = Visibility(es)  # one refresh of the written indices per sync, not one per bulk
     vectors: VectorIndex
     if settings.qdrant_url:
-        vectors = QdrantVectorIndex.server(settings.qdrant_url, dim, api_key=_qdrant_key(settings),
-                                           collection=_collection(prefix))
+        vectors = _qdrant_vectors(settings.qdrant_url, settings, prefix, dim)
     else:
         vectors = ElasticVectorIndex(es, prefix, dim, seen)
     return Stores(nodes=ElasticNodeStore(es, prefix, seen), edges=ElasticEdgeStore(es, prefix, seen), vectors=vectors,
@@ -227,9 +229,7 @@ def write_path(settings: Settings, stores: Stores, embedder: Embedder) -> WriteP
     # conversations read from memory (the worker owns their partitions; the Faust app clears the
     # cache whenever its assignment changes, and conversations reload from the stores)
     reader = ScopeCache(stores.nodes)
-    stores.listeners.append(reader.add)
-    stores.on_forget.append(reader.drop)
-    stores.links = reader
+    stores.attach(reader)
     return WritePath(embedder, so, reader, settings.params, summariser=system_two(settings))
 
 
@@ -333,8 +333,7 @@ def run_worker(settings: Settings) -> None:
     prefix = asyncio.run(resolve_prefix(settings))
     embedder = load_embedder(settings.embedder, settings.model_cache)
     asyncio.run(check_model(settings, prefix, embedder.name))
-    asyncio.run(check_vectors(settings))
-    asyncio.run(prepare_indices(settings, prefix, embedder.dim))
+    asyncio.run(prepare_indices(settings, prefix, embedder.dim))  # checks the Qdrant server's version too
     embedder.embed(["warm up"] * 4)  # first inferences allocate: not on the first batch's clock
     stores = distributed_stores(settings, prefix, embedder.dim)
     config = AppConfig(broker=f"kafka://{settings.kafka_bootstrap}", app_id=settings.app_id,

@@ -90,9 +90,7 @@ def build_embedded(settings: Settings, embedder: Embedder | None = None, data_di
     stores = embedded_stores(data_dir if data_dir is not None else settings.data_dir, emb.dim, emb.name)
     so = CountingSystemOne(system_one(settings))
     reader = ScopeCache(stores.nodes)
-    stores.listeners.append(reader.add)
-    stores.on_forget.append(reader.drop)
-    stores.links = reader
+    stores.attach(reader)
     write_path = WritePath(emb, so, reader, settings.params, summariser=system_two(settings))
     controller = RetrievalController(emb, so.inner, stores.vectors, stores.lexical, stores.nodes, stores.edges,
                                      settings.params)

@@ -162,7 +162,7 @@ class Visibility:
             body = ops[i + 1] if verb != "delete" else None
             i += 1 if verb == "delete" else 2
             key = (str(meta["_index"]), str(meta.get("_id")))
-            if verb == "update" and body is not None and body.get("doc_as_upsert") and set(body) == {"doc", "doc_as_upsert"}:
+            if verb == "update" and body is not None and set(body) == {"doc", "doc_as_upsert"} and body["doc_as_upsert"]:
                 merged = self._updates.get(key)
                 if merged is not None:
                     merged.update(body["doc"])
@@ -287,16 +287,11 @@ class _Elastic:
             await self._visibility.flush()
 
     async def _bulk(self, index: str | None, ops: list[dict[str, Any]], conflicts_ok: bool = False,
-                    deferred: bool = False) -> None:
-        """Run bulk ``ops`` (``index`` None: each op names its ``_index``); returns once all are
-        acknowledged and visible to search, or, ``deferred`` with a :class:`Visibility`, buffered
-        there (sent by its next flush, visible after its next sync). ``conflicts_ok``: a
-        ``create`` of an existing document is not a failure."""
-        await self._bulk_items(index, ops, conflicts_ok, deferred)
-
-    async def _bulk_items(self, index: str | None, ops: list[dict[str, Any]], conflicts_ok: bool = False,
-                          deferred: bool = False) -> list[dict[str, Any]]:
-        """:meth:`_bulk`, returning the response items (none when deferred)."""
+                    deferred: bool = False) -> list[dict[str, Any]]:
+        """Run bulk ``ops`` (``index`` None: each op names its ``_index``); returns the response
+        items once all are acknowledged and visible to search, or, ``deferred`` with a
+        :class:`Visibility`, none: the ops are buffered there (sent by its next flush, visible
+        after its next sync). ``conflicts_ok``: a ``create`` of an existing document is not a failure."""
         if not ops:
             return []
         if deferred and self._visibility is not None:
@@ -334,7 +329,7 @@ class _Elastic:
             page = [h["_id"] for h in res["hits"]["hits"]]
             if not page:
                 return deleted
-            out = await self._bulk_items(index, [{"delete": {"_id": i}} for i in page])
+            out = await self._bulk(index, [{"delete": {"_id": i}} for i in page])
             deleted += sum(1 for item in out if item.get("delete", {}).get("result") == "deleted")
 
     async def _hits(self, index: str, query: dict[str, Any], sort: list[Any], source: list[str],

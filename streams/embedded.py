@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
 from storage.ports import DeadLetterSink, EdgeStore, LexicalIndex, NodeStore, VectorIndex
+from storage.scope_cache import ScopeCache
 from streams import forget as forgetting
 from streams.forget import ForgetReport
 from topology import observe
@@ -60,6 +61,13 @@ class Stores:
     #: (``storage.elastic.Visibility.sync``; this process's own reads sync by themselves);
     #: None: writes are sent and visible when acknowledged (SQLite, a refresh per Elasticsearch bulk)
     visibility: Callable[[], Awaitable[None]] | None = None
+
+    def attach(self, cache: ScopeCache) -> None:
+        """Keep the write path's in-memory conversations (``cache``) in step with these stores:
+        told every materialised node and every forget, and asked for recent links."""
+        self.listeners.append(cache.add)
+        self.on_forget.append(cache.drop)
+        self.links = cache
 
     async def sync(self) -> None:
         """Every write acknowledged so far is visible to reads and searches after this returns."""
