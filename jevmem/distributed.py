@@ -217,7 +217,7 @@ class TopicDeadLetters:
 async def resolve_prefix(settings: Settings) -> str:
     if settings.store_prefix:
         return settings.store_prefix
-    es = es_client(settings.elasticsearch_url)
+    es = _es(settings)
     try:
         return await active_generation(es)
     finally:
@@ -390,7 +390,7 @@ async def replay(settings: Settings, source: str, new_prefix: str, switch: bool)
         problems = await verify(old, new, report.scopes)
         switched = False
         if switch and not problems:
-            es = es_client(settings.elasticsearch_url)
+            es = _es(settings)
             try:
                 await set_active_generation(es, new_prefix)
             finally:

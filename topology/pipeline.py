@@ -159,7 +159,7 @@ class WritePath:
         for got in await asyncio.gather(*(self.reader.get_nodes(scope, sorted(ids)) for scope, ids in wanted.items())):
             earlier.update({n.id: n for n in got})
         judgments, so_edges = await relations.judge(csets, earlier, self.so, self.params.theta_rel)
-        edges = [e for cs in csets for e in relations.rule_edges(cs, earlier)] + so_edges
+        edges = [e for cs in csets for e in relations.rule_edges(cs, earlier, self.params.theta_rel)] + so_edges
         return judgments, edges
 
     async def link(self, nodes: Sequence[MemoryNode]) -> tuple[list[CandidateSet], list[RelationJudgment], list[EdgeEvent]]:

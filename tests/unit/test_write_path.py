@@ -13,7 +13,8 @@ from tests.conftest import CHAT, chat_observations
 from topology import ids
 from topology.params import Params
 from topology.ports import Embedder
-from topology.schemas import Scope
+from topology.schemas import Candidate, CandidateFeatures, CandidateSet, Entity, MemoryNode, Scope
+from topology.stages.relations import rule_edges
 
 SCOPE = Scope(tenant_id="t1", conversation_id="c1")
 
@@ -51,6 +52,7 @@ async def test_edges_cover_the_views_and_respect_the_threshold(memory: Embedded)
             shared = set(e.label.removeprefix("shares:").split(","))
             assert shared <= {x.id for x in by_id[e.source].entities} & {x.id for x in by_id[e.target].entities}
         if e.view == "temporal" and e.label == "before":
+            assert e.probability >= 0.60  # gated like judged edges
             a, b = by_id[e.source], by_id[e.target]
             assert (a.event_time, a.seq) <= (b.event_time, b.seq) or a.event_time < b.event_time  # type: ignore[operator]
         if e.view == "temporal" and e.label == "next":  # consecutive turns, in turn order
@@ -213,3 +215,31 @@ async def test_alias_resolution_links_different_entity_ids(memory: Embedded) -> 
     edges = await memory.stores.edges.scan(Scope(tenant_id="t1", conversation_id="c9"))
     aliases = [e for e in edges if e.label.startswith("alias:")]
     assert [(a.view, a.created_by, a.label) for a in aliases] == [("entity", "system_one", "alias:ent:melanie=ent:mel")]
+
+
+def _turn(seq: int, speaker: str, names: list[str]) -> MemoryNode:
+    return MemoryNode(id=f"n{seq}", tenant_id="t1", conversation_id="c1", event_id=f"e{seq}", seq=seq,
+                      content=f"turn {seq}", speaker=speaker,
+                      entities=[Entity(id="ent:" + n.lower(), name=n) for n in names])
+
+
+def _candidate(node: MemoryNode, temporal: float) -> Candidate:
+    return Candidate(node_id=node.id, seq=node.seq, score=1.0,
+                     features=CandidateFeatures(cosine=0.5, lexical=0.0, entity=0.0, temporal=temporal))
+
+
+def test_rule_edges_leave_out_participant_names_and_weak_temporal_order() -> None:
+    """Two speakers who name themselves and each other: only the topic they share (Rome) makes
+    an entity edge; a far turn gets no ``before`` edge, the previous turn keeps its ``next``."""
+    far = _turn(0, "Ana", ["Ana", "Rome", "Ben"])
+    prev = _turn(4, "Ben", ["Ben", "Ana"])
+    node = _turn(5, "Ana", ["Ana", "Ben", "Rome"])
+    cset = CandidateSet(node=node, candidates=[_candidate(far, 0.2), _candidate(prev, 1.0)])
+    edges = rule_edges(cset, {far.id: far, prev.id: prev}, theta_rel=0.6)
+    got = sorted((e.view, e.label, e.source) for e in edges)
+    assert got == [("entity", "shares:ent:rome", far.id), ("temporal", "before", prev.id),
+                   ("temporal", "next", prev.id)]
+    # with no gate every candidate is ordered, and the participants' names still link nothing
+    loose = rule_edges(cset, {far.id: far, prev.id: prev}, theta_rel=0.0)
+    assert sum(1 for e in loose if e.label == "before") == 2
+    assert [e.label for e in loose if e.view == "entity"] == ["shares:ent:rome"]

@@ -2,18 +2,19 @@
 
 One System One request covers every (new node, candidate) pair of the batch, plus alias questions
 for entity pairs whose exact ids differ but whose names may co-refer. Rule edges need no
-controller: timestamp order gives temporal edges, exact shared entity ids give entity edges.
+controller: timestamp order gives temporal edges (gated by temporal proximity), exact shared entity
+ids other than the participants' names give entity edges.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 from topology import ids
 from topology.schemas import CandidateSet, EdgeEvent, MemoryNode, RelationJudgment
 from topology.systemone.catalog import ALIAS, RELATION
 from topology.systemone.port import Item, SystemOne
-from topology.text import alias_plausibility
+from topology.text import alias_plausibility, entity_id
 
 #: Alias questions are asked only for name pairs this plausible by a cheap string test.
 ALIAS_PREFILTER = 0.5
@@ -43,21 +44,36 @@ def next_probability(prev: MemoryNode, node: MemoryNode) -> float:
     return 1.0 if hours < NEXT_PAUSE_HOURS else 0.5
 
 
-def rule_edges(cset: CandidateSet, earlier: dict[str, MemoryNode]) -> list[EdgeEvent]:
-    """Temporal edges by (event time, seq) order, a temporal ``next`` edge from the immediately
-    preceding turn (consecutive turns: a reply to its question), and entity edges on exact shared
-    entity ids."""
+def participants(cset: CandidateSet, earlier: Mapping[str, MemoryNode]) -> set[str]:
+    """Entity ids of the speakers of ``cset``'s node and of its candidates: the conversation's
+    participants as far as this node's neighbourhood shows."""
+    speakers = {cset.node.speaker, *(earlier[c.node_id].speaker for c in cset.candidates if c.node_id in earlier)}
+    return {entity_id(s) for s in speakers if s}
+
+
+def rule_edges(cset: CandidateSet, earlier: Mapping[str, MemoryNode], theta_rel: float) -> list[EdgeEvent]:
+    """The edges that need no controller, between ``cset``'s node and its candidates:
+
+    - a temporal ``before`` edge by (event time, seq) order, when the pair's temporal proximity
+      is at least ``theta_rel`` (the gate of judged edges; a weaker one is never worth following);
+    - a temporal ``next`` edge from the immediately preceding turn (a reply to its question);
+    - an entity edge on exact shared entity ids, leaving out the participants' own names
+      (:func:`participants`): every turn carries its speaker's name and most address the other
+      person, so such a name links nearly every pair and says nothing of what is talked about
+      (the read path matches the asked-about person with its own ``speaker_match`` feature).
+    """
     node, out = cset.node, []
-    mine = {e.id for e in node.entities}
+    mine = {e.id for e in node.entities} - participants(cset, earlier)
     for cand in cset.candidates:
         other = earlier.get(cand.node_id)
         if other is None:
             continue
-        if node.event_time and other.event_time and node.event_time < other.event_time:
-            first, second = node, other  # the newer message tells of an earlier event
-        else:
-            first, second = other, node
-        out.append(_edge(node, "temporal", first.id, second.id, cand.features.temporal, "before", "rule", True))
+        if cand.features.temporal >= theta_rel:
+            if node.event_time and other.event_time and node.event_time < other.event_time:
+                first, second = node, other  # the newer message tells of an earlier event
+            else:
+                first, second = other, node
+            out.append(_edge(node, "temporal", first.id, second.id, cand.features.temporal, "before", "rule", True))
         if other.seq == node.seq - 1:
             out.append(_edge(node, "temporal", other.id, node.id, next_probability(other, node), "next", "rule", True))
         shared = mine & {e.id for e in other.entities}
