@@ -229,11 +229,12 @@ def _candidate(node: MemoryNode, temporal: float) -> Candidate:
 
 
 def test_rule_edges_leave_out_participant_names_and_weak_temporal_order() -> None:
-    """Two speakers who name themselves and each other: only the topic they share (Rome) makes
-    an entity edge; a far turn gets no ``before`` edge, the previous turn keeps its ``next``."""
-    far = _turn(0, "Ana", ["Ana", "Rome", "Ben"])
-    prev = _turn(4, "Ben", ["Ben", "Ana"])
-    node = _turn(5, "Ana", ["Ana", "Ben", "Rome"])
+    """Two speakers who name themselves and each other, one by a nickname: only the topic they
+    share (Rome) makes an entity edge; a far turn gets no ``before`` edge, the previous turn keeps
+    its ``next``."""
+    far = _turn(0, "Caroline", ["Caroline", "Rome", "Mel"])
+    prev = _turn(4, "Melanie", ["Melanie", "Caroline"])
+    node = _turn(5, "Caroline", ["Caroline", "Mel", "Rome"])
     cset = CandidateSet(node=node, candidates=[_candidate(far, 0.2), _candidate(prev, 1.0)])
     edges = rule_edges(cset, {far.id: far, prev.id: prev}, theta_rel=0.6)
     got = sorted((e.view, e.label, e.source) for e in edges)
@@ -243,3 +244,8 @@ def test_rule_edges_leave_out_participant_names_and_weak_temporal_order() -> Non
     loose = rule_edges(cset, {far.id: far, prev.id: prev}, theta_rel=0.0)
     assert sum(1 for e in loose if e.label == "before") == 2
     assert [e.label for e in loose if e.view == "entity"] == ["shares:ent:rome"]
+    # a name that is no speaker's still links
+    other = _turn(6, "Melanie", ["Melanie", "Oscar"])
+    later = _turn(7, "Caroline", ["Oscar"])
+    assert [e.label for e in rule_edges(CandidateSet(node=later, candidates=[_candidate(other, 1.0)]),
+                                        {other.id: other}, 0.6) if e.view == "entity"] == ["shares:ent:oscar"]
