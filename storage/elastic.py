@@ -120,6 +120,15 @@ def es_client(url: str, api_key: str | None = None) -> AsyncElasticsearch:
     return AsyncElasticsearch(url, api_key=api_key, serializers={
         "application/json": OrjsonSerializer(), "application/x-ndjson": _OrjsonNdjson()})
 
+def _failed(res: Any, conflicts_ok: bool = False) -> list[dict[str, Any]]:
+    """The failed items of a bulk response (``conflicts_ok``: a ``create`` of an existing
+    document, status 409, is not a failure)."""
+    if not res.get("errors"):
+        return []
+    return [i for item in res["items"] for i in item.values()
+            if "error" in i and not (conflicts_ok and i.get("status") == 409)]
+
+
 class Visibility:
     """When the write path's documents are sent and become visible to search: a bulk request
     with a refresh per write (``Visibility`` absent: every write is searchable when acknowledged),
@@ -190,7 +199,7 @@ class Visibility:
         except (ApiError, TransportError) as exc:
             raise StoreUnavailable(f"elasticsearch bulk ({len(ops)} lines): {exc}") from exc
         written = {str(i["_index"]) for item in res["items"] for i in item.values() if "_index" in i}
-        bad = [i for item in res["items"] for i in item.values() if "error" in i] if res.get("errors") else []
+        bad = _failed(res)
         if bad:
             self._pending |= written
             raise StoreUnavailable(f"elasticsearch bulk: {len(bad)} failed, first: {bad[0]['error']}")
@@ -303,12 +312,10 @@ class _Elastic:
                          else self._client.bulk(operations=ops, refresh=True))
         except (ApiError, TransportError) as exc:
             raise StoreUnavailable(f"elasticsearch bulk {index}: {exc}") from exc
+        bad = _failed(res, conflicts_ok)
+        if bad:
+            raise StoreUnavailable(f"elasticsearch bulk {index}: {len(bad)} failed, first: {bad[0]['error']}")
         items: list[dict[str, Any]] = res["items"]
-        if res.get("errors"):
-            bad = [i for item in items for i in item.values()
-                   if "error" in i and not (conflicts_ok and i.get("status") == 409)]
-            if bad:
-                raise StoreUnavailable(f"elasticsearch bulk {index}: {len(bad)} failed, first: {bad[0]['error']}")
         return items
 
     async def _delete_matching(self, index: str | None, query: dict[str, Any]) -> int:

@@ -134,8 +134,7 @@ class WritePath:
     @staticmethod
     def nodes(numbered: Sequence[tuple[Observation, int]], vectors: Sequence[list[float]]) -> list[MemoryNode]:
         """The described nodes with their :meth:`vectors` (same order), not yet typed."""
-        return [typing.describe(o, s).model_copy(update={"embedding": v})
-                for (o, s), v in zip(numbered, vectors, strict=True)]
+        return typing.with_vectors([typing.describe(o, s) for o, s in numbered], vectors)
 
     async def type(self, nodes: Sequence[MemoryNode]) -> list[MemoryNode]:
         """Type embedded nodes (one request): the other half of :meth:`build_nodes`."""

@@ -48,11 +48,11 @@ def participants(cset: CandidateSet, earlier: Mapping[str, MemoryNode]) -> set[s
     """Entity ids that name a participant: the speakers of ``cset``'s node and of its candidates
     (the conversation's participants as far as this node's neighbourhood shows), and the node's
     own entities that the cheap alias test ties to one of them (a nickname: "Mel" for Melanie)."""
-    speakers = {s for s in {cset.node.speaker, *(earlier[c.node_id].speaker for c in cset.candidates
-                                                 if c.node_id in earlier)} if s}
-    named = {entity_id(s) for s in speakers}
-    return named | {e.id for e in cset.node.entities
-                    if e.id not in named and any(alias_plausibility(e.name, s) >= ALIAS_PREFILTER for s in speakers)}
+    nodes = [cset.node, *(earlier[c.node_id] for c in cset.candidates if c.node_id in earlier)]
+    speakers = {n.speaker for n in nodes if n.speaker}
+    nicknames = {e.id for e in cset.node.entities
+                 if any(alias_plausibility(e.name, s) >= ALIAS_PREFILTER for s in speakers)}
+    return {entity_id(s) for s in speakers} | nicknames
 
 
 def rule_edges(cset: CandidateSet, earlier: Mapping[str, MemoryNode], theta_rel: float) -> list[EdgeEvent]:

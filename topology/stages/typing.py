@@ -51,10 +51,14 @@ async def embed_texts(texts: Sequence[str], embedder: Embedder) -> list[list[flo
     return await asyncio.to_thread(embedder.embed, list(texts)) if texts else []
 
 
+def with_vectors(nodes: Sequence[MemoryNode], vectors: Sequence[list[float]]) -> list[MemoryNode]:
+    """The nodes with their embeddings (``vectors`` in the same order)."""
+    return [n.model_copy(update={"embedding": v}) for n, v in zip(nodes, vectors, strict=True)]
+
+
 async def embed_nodes(nodes: Sequence[MemoryNode], embedder: Embedder) -> list[MemoryNode]:
     """The nodes with their embeddings: one embedding call, run off the event loop."""
-    vectors = await embed_texts([embedding_text(n.speaker, n.content) for n in nodes], embedder)
-    return [n.model_copy(update={"embedding": v}) for n, v in zip(nodes, vectors, strict=True)]
+    return with_vectors(nodes, await embed_texts([embedding_text(n.speaker, n.content) for n in nodes], embedder))
 
 
 async def type_only(nodes: Sequence[MemoryNode], so: SystemOne) -> list[MemoryNode]:
