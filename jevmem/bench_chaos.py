@@ -52,12 +52,14 @@ from typing import Any
 from confluent_kafka import Consumer, TopicPartition
 
 from jevmem import locomo
-from jevmem.bench_kafka import spawn_worker, stop_workers
-from jevmem.distributed import distributed_stores, ensure_topics
+from jevmem.bench_kafka import spawn_worker, stop_workers, worker_env
+from jevmem.distributed import distributed_stores
 from jevmem.settings import Settings
 from jevmem.wiring import build_embedded
 from storage.qdrant import QdrantVectorIndex
 from streams.embedded import Stores
+from streams.kafka_admin import ensure_topics
+from streams.kafka_client import KafkaClient
 from streams.producer import ObservationProducer
 from streams.replay import Graph, graph_of
 from topology.embedding import load_embedder
@@ -167,12 +169,7 @@ class Round:
         tag = f"chaos{uuid.uuid4().hex[:8]}"
         self.tag, self.fault, self.logdir = tag, fault, logdir
         self.settings = settings.model_copy(update={"topic_prefix": tag, "app_id": tag, "store_prefix": f"{tag}-"})
-        s = self.settings
-        self.env = {**os.environ, "JEVMEM_KAFKA_BOOTSTRAP": s.kafka_bootstrap,
-                    "JEVMEM_ELASTICSEARCH_URL": s.elasticsearch_url, "JEVMEM_QDRANT_URL": s.qdrant_url or "",
-                    "JEVMEM_TOPIC_PREFIX": tag,
-                    "JEVMEM_APP_ID": tag, "JEVMEM_STORE_PREFIX": f"{tag}-", "JEVMEM_PARTITIONS": str(s.partitions),
-                    "JEVMEM_WRITE_BATCH": str(s.write_batch)}
+        self.env = worker_env(self.settings)
         self.workers: list[subprocess.Popen[bytes]] = []
 
     def log(self, n: int) -> Path:
@@ -208,10 +205,10 @@ class Round:
         stop_workers(self.workers)
 
 
-async def produce(bootstrap: str, prefix: str, obs: list[Observation]) -> None:
+async def produce(kafka: KafkaClient, prefix: str, obs: list[Observation]) -> None:
     """Send ``obs`` paced in chunks; a chunk the broker did not acknowledge is sent again (event
     ids make a resend harmless: same node, same seq)."""
-    async with ObservationProducer(bootstrap, prefix) as producer:
+    async with ObservationProducer(kafka, prefix) as producer:
         for i in range(0, len(obs), CHUNK):
             while True:
                 try:
@@ -249,7 +246,7 @@ def committed_offsets(settings: Settings) -> dict[str, dict[str, int]]:
     """The group's committed offset and the log end of every partition of the observations topic."""
     from topology.topics import topics
 
-    c = Consumer({"bootstrap.servers": settings.kafka_bootstrap, "group.id": settings.app_id})
+    c = Consumer(settings.kafka().librdkafka(**{"group.id": settings.app_id}))
     try:
         name = topics(settings.topic_prefix)["observations"].name
         tps = [TopicPartition(name, p) for p in range(settings.partitions)]
@@ -326,13 +323,13 @@ async def run_round(obs: list[Observation], ref: Reference, settings: Settings, 
     rnd = Round(settings, fault, logdir)
     result = RoundResult(fault=fault)
     t0 = time.monotonic()
-    ensure_topics(rnd.settings.kafka_bootstrap, rnd.settings.topic_prefix, rnd.settings.partitions)
+    ensure_topics(rnd.settings.kafka(), rnd.settings.topic_prefix, rnd.settings.topic_layout())
     stores = distributed_stores(rnd.settings, rnd.settings.store_prefix or "", embedder.dim)
     scopes = list(ref.graphs)
     producer: asyncio.Task[None] | None = None
     try:
         await rnd.wait_ready([rnd.start_worker() for _ in range(3 if fault == "double_kill" else 2)])
-        producer = asyncio.create_task(produce(rnd.settings.kafka_bootstrap, rnd.settings.topic_prefix, obs))
+        producer = asyncio.create_task(produce(rnd.settings.kafka(), rnd.settings.topic_prefix, obs))
         result.fault_at_nodes = rng.randint(len(obs) // 8, len(obs) * 2 // 3)
         deadline = t0 + timeout_s
         while (await _count(stores, scopes))[0] < result.fault_at_nodes:

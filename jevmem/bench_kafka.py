@@ -31,18 +31,19 @@ from confluent_kafka import Consumer, TopicPartition
 
 from jevmem import locomo
 from jevmem.bench import percentile
-from jevmem.distributed import ensure_topics, read_topic
 from jevmem.settings import Settings
 from jevmem.wiring import build_embedded
+from streams.kafka_admin import ensure_topics, read_topic
+from streams.kafka_client import KafkaClient
 from streams.producer import ObservationProducer
 from topology.embedding import load_embedder
 from topology.schemas import CandidateSet, Observation, decode
 from topology.topics import topics
 
 
-def end_offsets(bootstrap: str, topic: str) -> int:
+def end_offsets(kafka: KafkaClient | str, topic: str) -> int:
     """Sum of the high watermarks of ``topic`` (records ever written)."""
-    c = Consumer({"bootstrap.servers": bootstrap, "group.id": "jevmem-bench-watermarks"})
+    c = Consumer(KafkaClient.of(kafka).librdkafka(**{"group.id": "jevmem-bench-watermarks"}))
     try:
         meta = c.list_topics(topic, timeout=10).topics.get(topic)
         if meta is None:
@@ -50,6 +51,13 @@ def end_offsets(bootstrap: str, topic: str) -> int:
         return sum(c.get_watermark_offsets(TopicPartition(topic, p), timeout=10)[1] for p in meta.partitions)
     finally:
         c.close()
+
+
+def worker_env(settings: Settings) -> dict[str, str]:
+    """The environment of a worker process run with ``settings`` (this process's environment,
+    with every set ``JEVMEM_*`` setting of ``settings`` on top; ``qdrant_url`` unset is passed as
+    empty, so the worker keeps its vectors in Elasticsearch as this process does)."""
+    return {**os.environ, "JEVMEM_QDRANT_URL": "", **settings.env()}
 
 
 def spawn_worker(env: dict[str, str], log: Path) -> subprocess.Popen[bytes]:
@@ -138,19 +146,17 @@ async def _distributed(obs: list[Observation], settings: Settings, workers: int,
     tag = f"bench{uuid.uuid4().hex[:8]}"
     s = settings.model_copy(update={"topic_prefix": tag, "app_id": tag, "store_prefix": f"{tag}-"})
     spec = topics(tag)
-    ensure_topics(s.kafka_bootstrap, tag, s.partitions)
+    kafka = s.kafka()
+    ensure_topics(kafka, tag, s.topic_layout())
     logdir = Path(tempfile.mkdtemp(prefix="jevmem-bench-"))
-    env = {**os.environ, "JEVMEM_KAFKA_BOOTSTRAP": s.kafka_bootstrap, "JEVMEM_ELASTICSEARCH_URL": s.elasticsearch_url,
-           "JEVMEM_QDRANT_URL": s.qdrant_url or "",
-           "JEVMEM_TOPIC_PREFIX": tag, "JEVMEM_APP_ID": tag, "JEVMEM_STORE_PREFIX": f"{tag}-",
-           "JEVMEM_PARTITIONS": str(s.partitions), "JEVMEM_WRITE_BATCH": str(s.write_batch)}
+    env = worker_env(s)
     procs = [spawn_worker({**env, "JEVMEM_WORKER_DATADIR": str(logdir / f"w{i}")}, logdir / f"w{i}.log") for i in range(workers)]
     try:
         def ready() -> bool:
             return all(b"Ready" in (logdir / f"w{i}.log").read_bytes() for i in range(workers))
 
         await _wait(ready, 180, "workers ready")
-        async with ObservationProducer(s.kafka_bootstrap, tag) as producer:
+        async with ObservationProducer(kafka, tag) as producer:
             if rate <= 0:
                 await producer.send(obs)
             else:
@@ -158,11 +164,11 @@ async def _distributed(obs: list[Observation], settings: Settings, workers: int,
                 for i in range(0, len(obs), step):
                     await asyncio.sleep(max(0.0, start + i / rate - time.monotonic()))
                     await producer.send(obs[i: i + step])
-        await _wait(lambda: end_offsets(s.kafka_bootstrap, spec["candidates"].name) >= len(obs), timeout,
+        await _wait(lambda: end_offsets(kafka, spec["candidates"].name) >= len(obs), timeout,
                     "every observation linked")
         last, stable_since = -1, time.monotonic()
         while time.monotonic() - stable_since < 3.0:  # edges of the last batches
-            now = end_offsets(s.kafka_bootstrap, spec["edges"].name)
+            now = end_offsets(kafka, spec["edges"].name)
             if now != last:
                 last, stable_since = now, time.monotonic()
             await asyncio.sleep(0.5)
@@ -170,15 +176,15 @@ async def _distributed(obs: list[Observation], settings: Settings, workers: int,
         stop_workers(procs)
 
     sent = {}
-    for r in read_topic(s.kafka_bootstrap, spec["observations"].name):
+    for r in read_topic(kafka, spec["observations"].name):
         o = decode(Observation, r.value)
         sent[(o.scope.key, o.event_id)] = r.timestamp_ms
     lags = []
-    for r in read_topic(s.kafka_bootstrap, spec["candidates"].name):
+    for r in read_topic(kafka, spec["candidates"].name):
         node = decode(CandidateSet, r.value).node
         lags.append(r.timestamp_ms - sent[(node.scope.key, node.event_id)])
     first = min(sent.values())
-    end = max(r.timestamp_ms for r in read_topic(s.kafka_bootstrap, spec["edges"].name))
+    end = max(r.timestamp_ms for r in read_topic(kafka, spec["edges"].name))
     kafka_s = (end - first) / 1000.0
     return {"workers": workers, "partitions": s.partitions, "producer_rate": rate or None,
             "seconds": round(kafka_s, 2), "observations_per_second": round(len(obs) / kafka_s, 2),

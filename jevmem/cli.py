@@ -294,15 +294,15 @@ def worker() -> None:
 def produce(path: Path, tenant: Tenant = None,
             conversation: Annotated[str | None, typer.Option(help="Conversation id for lines without one.")] = None) -> None:
     """Publish JSONL observations or a LoCoMo file to the observations topic (idempotent producer)."""
-    from jevmem.distributed import ensure_topics
+    from streams.kafka_admin import ensure_topics
     from streams.producer import ObservationProducer
 
     settings = _settings(tenant=tenant)
     payloads = read_observation_payloads(path, settings.tenant, conversation)
-    ensure_topics(settings.kafka_bootstrap, settings.topic_prefix, settings.partitions)
+    ensure_topics(settings.kafka(), settings.topic_prefix, settings.topic_layout())
 
     async def go() -> int:
-        async with ObservationProducer(settings.kafka_bootstrap, settings.topic_prefix) as producer:
+        async with ObservationProducer(settings.kafka(), settings.topic_prefix) as producer:
             return len(await producer.send_raw([(partition_key(raw), raw) for raw in payloads]))
 
     console.print(f"published {_run(go())} records to {settings.topic_prefix}.observations.v1")

@@ -5,14 +5,10 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import time
 from collections.abc import Sequence
-from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
-from confluent_kafka import Consumer, TopicPartition
-from confluent_kafka import admin as kafka_admin
 from elasticsearch import ApiError, AsyncElasticsearch, ConflictError, NotFoundError
 
 from jevmem.settings import Settings
@@ -24,15 +20,15 @@ from storage.elastic import (
     ElasticNodeStore,
     ElasticVectorIndex,
     Visibility,
-    es_client,
 )
 from storage.ports import VectorIndex
 from storage.qdrant import QdrantVectorIndex, check_server
 from storage.scope_cache import ScopeCache
 from streams.embedded import Stores
+from streams.kafka_admin import ensure_topics, read_topic
 from streams.producer import ObservationProducer
 from topology.embedding import load_embedder
-from topology.errors import BrokerUnavailable, ModelMismatch, StoreUnavailable
+from topology.errors import ModelMismatch, StoreUnavailable
 from topology.pipeline import WritePath
 from topology.ports import Embedder
 from topology.schemas import ConsolidationDecision, DeadLetter, EdgeEvent, Forget, MemoryNode, Observation, Scope, decode
@@ -41,61 +37,6 @@ from topology.topics import topics
 
 META_INDEX = "jevmem-meta"
 DEFAULT_GENERATION = "jevmem-g0-"
-
-
-def ensure_topics(bootstrap: str, prefix: str, partitions: int) -> None:
-    """Create the pipeline's topics (idempotent) with their retention settings."""
-    admin = kafka_admin.AdminClient({"bootstrap.servers": bootstrap})
-    existing = set(admin.list_topics(timeout=15).topics)
-    new = [kafka_admin.NewTopic(s.name, num_partitions=partitions, replication_factor=1,  # type: ignore[attr-defined]
-                                config=s.config())
-           for s in topics(prefix).values() if s.name not in existing]
-    if not new:
-        return
-    for name, fut in admin.create_topics(new, request_timeout=15).items():
-        try:
-            fut.result()
-        except Exception as exc:  # KafkaException; TOPIC_ALREADY_EXISTS is fine (raced)
-            if "TOPIC_ALREADY_EXISTS" not in str(exc):
-                raise BrokerUnavailable(f"create topic {name}: {exc}") from exc
-
-
-@dataclass(frozen=True, order=True)
-class Record:
-    partition: int
-    offset: int
-    timestamp_ms: int
-    value: bytes
-
-
-def read_topic(bootstrap: str, topic: str, timeout_s: float = 30.0) -> list[Record]:
-    """Every record of ``topic`` from the beginning to the current end, in partition then offset
-    order (per-partition order is what the pipeline guarantees)."""
-    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": f"jevmem-reader-{topic}",
-                         "enable.auto.commit": False, "auto.offset.reset": "earliest"})
-    try:
-        meta = consumer.list_topics(topic, timeout=15).topics.get(topic)
-        if meta is None or meta.error is not None:
-            raise BrokerUnavailable(f"topic {topic} not found")
-        ends = {p: consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=15) for p in meta.partitions}
-        todo = {p for p, (low, high) in ends.items() if high > low}
-        consumer.assign([TopicPartition(topic, p, ends[p][0]) for p in todo])
-        out: list[Record] = []
-        deadline = time.monotonic() + timeout_s
-        while todo and time.monotonic() < deadline:
-            for msg in consumer.consume(500, timeout=1.0):
-                if msg.error() is not None:
-                    continue
-                p, off = msg.partition() or 0, msg.offset() or 0
-                if p in todo:
-                    out.append(Record(p, off, msg.timestamp()[1], msg.value() or b""))
-                    if off + 1 >= ends[p][1]:
-                        todo.discard(p)
-        if todo:
-            raise BrokerUnavailable(f"timed out reading {topic}: partitions {sorted(todo)} incomplete")
-        return sorted(out)
-    finally:
-        consumer.close()
 
 
 async def active_generation(es: AsyncElasticsearch) -> str:
@@ -118,7 +59,7 @@ async def check_model(settings: Settings, prefix: str, embedder: str) -> None:
 
     Also brings an older generation's layout up to date: its shared memories index (BM25 over all
     tenants) is split into one index per tenant (:meth:`ElasticNodeStore.migrate_shared`)."""
-    es = _es(settings)
+    es = settings.elasticsearch()
     try:
         with contextlib.suppress(ConflictError):
             await es.index(index=META_INDEX, id=f"model:{prefix}", document={"embedder": embedder},
@@ -139,7 +80,8 @@ async def check_vectors(settings: Settings) -> None:
     """Fail fast at startup: the configured Qdrant server answers and its version is supported
     (:func:`storage.qdrant.check_server`); nothing to check for the Elasticsearch fallback."""
     if settings.qdrant_url:
-        await check_server(settings.qdrant_url, _qdrant_key(settings))
+        await check_server(settings.qdrant_url, settings.qdrant_key(),
+                           str(settings.qdrant_ca_file) if settings.qdrant_ca_file else None)
 
 
 async def prepare_indices(settings: Settings, prefix: str, dim: int) -> None:
@@ -147,7 +89,7 @@ async def prepare_indices(settings: Settings, prefix: str, dim: int) -> None:
     Qdrant collection and its payload indexes, or Elasticsearch's vector index) before a worker
     takes records, so its first batch does not wait for them (tenants' memories indices are still
     created on a tenant's first write)."""
-    es = _es(settings)
+    es = settings.elasticsearch()
     try:
         await ElasticEdgeStore(es, prefix).prepare()
         if not settings.qdrant_url:
@@ -155,40 +97,26 @@ async def prepare_indices(settings: Settings, prefix: str, dim: int) -> None:
     finally:
         await es.close()
     if settings.qdrant_url:
-        vectors = _qdrant_vectors(settings.qdrant_url, settings, prefix, dim)
+        vectors = _qdrant_vectors(settings, prefix, dim)
         try:
             await vectors.prepare()
         finally:
             await vectors.close()
 
 
-def _qdrant_vectors(url: str, settings: Settings, prefix: str, dim: int) -> QdrantVectorIndex:
-    """The vector index of the store generation ``prefix`` on the Qdrant server at ``url``."""
-    return QdrantVectorIndex.server(url, dim, api_key=_qdrant_key(settings),
-                                    collection=prefix.replace("-", "_") + "memories")
-
-
-def _es(settings: Settings) -> AsyncElasticsearch:
-    """A client for the configured Elasticsearch node, with its API key when one is set."""
-    key = settings.elasticsearch_api_key.get_secret_value() if settings.elasticsearch_api_key else None
-    return es_client(settings.elasticsearch_url, key)
-
-
-def _qdrant_key(settings: Settings) -> str | None:
-    return settings.qdrant_api_key.get_secret_value() if settings.qdrant_api_key else None
+def _qdrant_vectors(settings: Settings, prefix: str, dim: int) -> QdrantVectorIndex:
+    """The vector index of the store generation ``prefix`` on the configured Qdrant node(s)."""
+    return settings.qdrant(dim, prefix.replace("-", "_") + "memories")
 
 
 def distributed_stores(settings: Settings, prefix: str, dim: int) -> Stores:
     """Elasticsearch (lexical, nodes, edges) + vectors in Qdrant (one collection per store
     generation, ``<prefix>memories``) when ``qdrant_url`` is set, else in Elasticsearch's exact
     (flat) vector index. Dead letters live on their Kafka topic."""
-    es = _es(settings)
+    es = settings.elasticsearch()
     seen = Visibility(es)  # one refresh of the written indices per sync, not one per bulk
-    vectors: VectorIndex
-    if settings.qdrant_url:
-        vectors = _qdrant_vectors(settings.qdrant_url, settings, prefix, dim)
-    else:
-        vectors = ElasticVectorIndex(es, prefix, dim, seen)
+    vectors: VectorIndex = (_qdrant_vectors(settings, prefix, dim) if settings.qdrant_url
+                            else ElasticVectorIndex(es, prefix, dim, seen))
     return Stores(nodes=ElasticNodeStore(es, prefix, seen), edges=ElasticEdgeStore(es, prefix, seen), vectors=vectors,
                   lexical=ElasticLexicalIndex(es, prefix, seen), dead_letters=TopicDeadLetters(settings),
                   visibility=seen.sync)
@@ -203,13 +131,13 @@ class TopicDeadLetters:
 
     async def put(self, letters: Sequence[DeadLetter]) -> None:
         if self._producer is None:
-            self._producer = ObservationProducer(self.settings.kafka_bootstrap, self.settings.topic_prefix)
+            self._producer = ObservationProducer(self.settings.kafka(), self.settings.topic_prefix)
         await self._producer.dead_letter(letters)
 
     async def recent(self, limit: int = 100, tenant_id: str | None = None) -> list[DeadLetter]:
         """Reads the whole topic (an operator's view, not a hot path), newest ``limit`` kept."""
         topic = topics(self.settings.topic_prefix)["deadletters"].name
-        records = await asyncio.to_thread(read_topic, self.settings.kafka_bootstrap, topic)
+        records = await asyncio.to_thread(read_topic, self.settings.kafka(), topic)
         letters = [decode(DeadLetter, r.value) for r in records]
         return [d for d in letters if tenant_id is None or d.tenant_id == tenant_id][-limit:]
 
@@ -217,7 +145,7 @@ class TopicDeadLetters:
 async def resolve_prefix(settings: Settings) -> str:
     if settings.store_prefix:
         return settings.store_prefix
-    es = _es(settings)
+    es = settings.elasticsearch()
     try:
         return await active_generation(es)
     finally:
@@ -246,12 +174,12 @@ class DistributedService:
         self._s2 = system_two(settings)
 
     async def start(self) -> None:
-        ensure_topics(self.settings.kafka_bootstrap, self.settings.topic_prefix, self.settings.partitions)
+        ensure_topics(self.settings.kafka(), self.settings.topic_prefix, self.settings.topic_layout())
         prefix = await resolve_prefix(self.settings)
         await check_model(self.settings, prefix, self.embedder.name)
         await check_vectors(self.settings)
         self._stores = distributed_stores(self.settings, prefix, self.embedder.dim)
-        self._producer = ObservationProducer(self.settings.kafka_bootstrap, self.settings.topic_prefix)
+        self._producer = ObservationProducer(self.settings.kafka(), self.settings.topic_prefix)
         s = self._stores
         self._controller = RetrievalController(self.embedder, system_one(self.settings), s.vectors, s.lexical,
                                                s.nodes, s.edges, self.settings.params)
@@ -328,7 +256,7 @@ def run_worker(settings: Settings) -> None:
     else:
         metrics.install()
 
-    ensure_topics(settings.kafka_bootstrap, settings.topic_prefix, settings.partitions)
+    ensure_topics(settings.kafka(), settings.topic_prefix, settings.topic_layout())
     settings.worker_datadir.mkdir(parents=True, exist_ok=True)
     prefix = asyncio.run(resolve_prefix(settings))
     embedder = load_embedder(settings.embedder, settings.model_cache)
@@ -336,11 +264,10 @@ def run_worker(settings: Settings) -> None:
     asyncio.run(prepare_indices(settings, prefix, embedder.dim))  # checks the Qdrant server's version too
     embedder.embed(["warm up"] * 4)  # first inferences allocate: not on the first batch's clock
     stores = distributed_stores(settings, prefix, embedder.dim)
-    config = AppConfig(broker=f"kafka://{settings.kafka_bootstrap}", app_id=settings.app_id,
-                       prefix=settings.topic_prefix, partitions=settings.partitions, batch=settings.write_batch,
-                       within_s=settings.write_wait_s,
+    config = AppConfig(kafka=settings.kafka(), app_id=settings.app_id, prefix=settings.topic_prefix,
+                       layout=settings.topic_layout(), batch=settings.write_batch, within_s=settings.write_wait_s,
                        datadir=str(settings.worker_datadir))
-    output = ObservationProducer(settings.kafka_bootstrap, settings.topic_prefix)
+    output = ObservationProducer(settings.kafka(), settings.topic_prefix)
     app = create_app(config, Services(write_path(settings, stores, embedder), stores, output.publish))
 
     @app.timer(5.0)  # type: ignore[untyped-decorator]
@@ -373,7 +300,7 @@ async def replay(settings: Settings, source: str, new_prefix: str, switch: bool)
     new = distributed_stores(settings, new_prefix, embedder.dim)
 
     def log(role: str) -> list[bytes]:
-        return [r.value for r in read_topic(settings.kafka_bootstrap, spec[role].name)]
+        return [r.value for r in read_topic(settings.kafka(), spec[role].name)]
 
     try:
         if source == "edges":
@@ -390,7 +317,7 @@ async def replay(settings: Settings, source: str, new_prefix: str, switch: bool)
         problems = await verify(old, new, report.scopes)
         switched = False
         if switch and not problems:
-            es = _es(settings)
+            es = settings.elasticsearch()
             try:
                 await set_active_generation(es, new_prefix)
             finally:

@@ -1,18 +1,67 @@
-"""One settings object, built at the edge from ``JEVMEM_*`` environment variables and flags."""
+"""One settings object, built at the edge from ``JEVMEM_*`` environment variables and flags.
+
+Every secret (a :class:`~pydantic.SecretStr` field) can also come from a file:
+``JEVMEM_<NAME>_FILE`` names a file whose content (without its trailing newline) is the value, as
+container secrets are mounted. A value given directly wins over the file."""
 
 from __future__ import annotations
 
+import json
+import os
 from pathlib import Path
-from typing import Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import SecretStr
-from pydantic_settings import BaseSettings, SettingsConfigDict
+from pydantic.fields import FieldInfo
+from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
 
+from streams.kafka_client import KafkaClient, SaslMechanism, SecurityProtocol
 from topology.params import Params
+from topology.topics import TopicLayout
+
+if TYPE_CHECKING:
+    from elasticsearch import AsyncElasticsearch
+
+    from storage.qdrant import QdrantVectorIndex
+
+ENV_PREFIX = "JEVMEM_"
+
+
+class SecretFiles(PydanticBaseSettingsSource):
+    """Secret fields read from the files named by ``JEVMEM_<NAME>_FILE``."""
+
+    def get_field_value(self, field: FieldInfo, field_name: str) -> tuple[Any, str, bool]:
+        path = os.environ.get(f"{ENV_PREFIX}{field_name.upper()}_FILE")
+        if not path or SecretStr not in _types(field.annotation):
+            return None, field_name, False
+        try:
+            return Path(path).read_text().rstrip("\r\n"), field_name, False
+        except OSError as exc:  # the path is no secret; the content never appears
+            raise ValueError(f"{ENV_PREFIX}{field_name.upper()}_FILE: cannot read {path}: {exc.strerror}") from None
+
+    def __call__(self) -> dict[str, Any]:
+        out: dict[str, Any] = {}
+        for name, field in self.settings_cls.model_fields.items():
+            value, _, _ = self.get_field_value(field, name)
+            if value is not None:
+                out[name] = value
+        return out
+
+
+def _types(annotation: Any) -> tuple[Any, ...]:
+    return (annotation, *getattr(annotation, "__args__", ()))
 
 
 class Settings(BaseSettings):
-    model_config = SettingsConfigDict(env_prefix="JEVMEM_", env_nested_delimiter="__", extra="ignore")
+    model_config = SettingsConfigDict(env_prefix=ENV_PREFIX, env_nested_delimiter="__", extra="ignore")
+
+    @classmethod
+    def settings_customise_sources(cls, settings_cls: type[BaseSettings], init_settings: PydanticBaseSettingsSource,
+                                   env_settings: PydanticBaseSettingsSource,
+                                   dotenv_settings: PydanticBaseSettingsSource,
+                                   file_secret_settings: PydanticBaseSettingsSource,
+                                   ) -> tuple[PydanticBaseSettingsSource, ...]:
+        return init_settings, env_settings, dotenv_settings, SecretFiles(settings_cls), file_secret_settings
 
     data_dir: Path = Path(".jevmem")
     tenant: str = "default"
@@ -28,15 +77,32 @@ class Settings(BaseSettings):
     embedder: str = "e5-small-v2-int8@0.36.2"  # a name of topology.embedding.MODELS; recorded with each store
     model_cache: Path | None = None  # default: ~/.cache/jevmem/models
     # distributed mode
-    kafka_bootstrap: str = "127.0.0.1:9092"
+    kafka_bootstrap: str = "127.0.0.1:9092"  # comma-separated host:port of some of the cluster's brokers
+    kafka_security_protocol: SecurityProtocol = "PLAINTEXT"
+    kafka_sasl_mechanism: SaslMechanism = "SCRAM-SHA-512"
+    kafka_sasl_username: str | None = None
+    kafka_sasl_password: SecretStr | None = None
+    kafka_ssl_cafile: Path | None = None  # CAs that signed the brokers' certificates (default: the system's)
+    kafka_ssl_certfile: Path | None = None  # client certificate for mutual TLS
+    kafka_ssl_keyfile: Path | None = None
+    kafka_ssl_key_password: SecretStr | None = None
+    kafka_replication_factor: int = 3  # 1 only on a single broker (the project's development scripts)
+    kafka_min_insync_replicas: int = 2
+    kafka_retention_ms: dict[str, int] = {}  # per topic role, e.g. {"candidates": 86400000}; -1 forever
     topic_prefix: str = "jevmem"
-    partitions: int = 4
+    partitions: int = 12
     app_id: str = "jevmem"
     worker_datadir: Path = Path(".jevmem/worker")
-    qdrant_url: str | None = None
+    qdrant_url: str | None = None  # one node, or comma-separated nodes of a cluster (used in turn when one fails)
     qdrant_api_key: SecretStr | None = None
-    elasticsearch_url: str = "http://127.0.0.1:9200"
+    qdrant_ca_file: Path | None = None  # https: the CA that signed the server's certificate (default: the system's)
+    qdrant_shards: int | None = None  # a new collection's shard_number (None: the server's default)
+    qdrant_replication_factor: int | None = None  # a new collection's replication_factor (None: the server's default)
+    elasticsearch_url: str = "http://127.0.0.1:9200"  # one node, or comma-separated nodes
     elasticsearch_api_key: SecretStr | None = None
+    elasticsearch_username: str | None = None  # basic auth (with elasticsearch_password), instead of an API key
+    elasticsearch_password: SecretStr | None = None
+    elasticsearch_ca_file: Path | None = None  # https: the CA that signed the nodes' certificates
     store_prefix: str | None = None  # None: the active generation recorded in Elasticsearch
     params: Params = Params()
     mode: Literal["embedded", "distributed"] = "embedded"
@@ -47,3 +113,55 @@ class Settings(BaseSettings):
     # API keys (see README, "Security model")
     keys_index: str = "jevmem-keys"  # distributed mode: the Elasticsearch index of key records
     auth_cache_seconds: float = 5.0  # a verified key is trusted this long (revocation delay)
+
+    def kafka(self) -> KafkaClient:
+        """How this process's Kafka clients connect (every client, from these settings)."""
+        def path(p: Path | None) -> str | None:
+            return str(p) if p is not None else None
+
+        return KafkaClient(self.kafka_bootstrap, self.kafka_security_protocol, self.kafka_sasl_mechanism,
+                           self.kafka_sasl_username, self.kafka_sasl_password, path(self.kafka_ssl_cafile),
+                           path(self.kafka_ssl_certfile), path(self.kafka_ssl_keyfile), self.kafka_ssl_key_password)
+
+    def elasticsearch(self) -> AsyncElasticsearch:
+        """A client of the configured Elasticsearch node(s), with their credentials and CA."""
+        from storage.elastic import es_client
+
+        key = self.elasticsearch_api_key.get_secret_value() if self.elasticsearch_api_key else None
+        auth = None
+        if self.elasticsearch_username:
+            password = self.elasticsearch_password.get_secret_value() if self.elasticsearch_password else ""
+            auth = (self.elasticsearch_username, password)
+        ca = str(self.elasticsearch_ca_file) if self.elasticsearch_ca_file else None
+        return es_client(self.elasticsearch_url, key, basic_auth=auth, ca_file=ca)
+
+    def qdrant(self, dim: int, collection: str) -> QdrantVectorIndex:
+        """The vector index ``collection`` on the configured Qdrant node(s) (``qdrant_url`` must be set)."""
+        from storage.qdrant import QdrantVectorIndex
+
+        if not self.qdrant_url:
+            raise ValueError("no Qdrant server configured (JEVMEM_QDRANT_URL)")
+        return QdrantVectorIndex.server(self.qdrant_url, dim, self.qdrant_key(), collection,
+                                        ca_file=str(self.qdrant_ca_file) if self.qdrant_ca_file else None,
+                                        shards=self.qdrant_shards, replication_factor=self.qdrant_replication_factor)
+
+    def qdrant_key(self) -> str | None:
+        return self.qdrant_api_key.get_secret_value() if self.qdrant_api_key else None
+
+    def topic_layout(self) -> TopicLayout:
+        return TopicLayout(self.partitions, self.kafka_replication_factor, self.kafka_min_insync_replicas,
+                           self.kafka_retention_ms)
+
+    def env(self) -> dict[str, str]:
+        """These settings as ``JEVMEM_*`` environment variables (the fields that are set), for
+        processes this one starts (workers of a benchmark). Secrets included: never log it."""
+        out: dict[str, str] = {}
+        for name, value in self.model_dump(exclude={"params"}).items():
+            if value is None:
+                continue
+            if isinstance(value, SecretStr):
+                value = value.get_secret_value()
+            elif isinstance(value, dict):
+                value = json.dumps(value)
+            out[f"{ENV_PREFIX}{name.upper()}"] = str(value)
+        return out

@@ -49,10 +49,7 @@ def key_store(settings: Settings) -> KeyStore:
     """Where API keys live: ``keys.sqlite3`` in the data directory (embedded), or an
     Elasticsearch index (distributed mode)."""
     if settings.mode == "distributed":
-        from storage.elastic import es_client
-
-        key = settings.elasticsearch_api_key.get_secret_value() if settings.elasticsearch_api_key else None
-        return ElasticKeyStore(es_client(settings.elasticsearch_url, key), settings.keys_index)
+        return ElasticKeyStore(settings.elasticsearch(), settings.keys_index)
     return SqliteKeyStore(Path(settings.data_dir) / "keys.sqlite3")
 
 

@@ -115,9 +115,16 @@ class _OrjsonNdjson(NdjsonSerializer):
         return orjson.loads(data)
 
 
-def es_client(url: str, api_key: str | None = None) -> AsyncElasticsearch:
-    """An async client that encodes and decodes with orjson (vectors make JSON the hot path)."""
-    return AsyncElasticsearch(url, api_key=api_key, serializers={
+def es_client(url: str, api_key: str | None = None, *, basic_auth: tuple[str, str] | None = None,
+              ca_file: str | None = None) -> AsyncElasticsearch:
+    """An async client of the node(s) of ``url`` (comma-separated) that encodes and decodes with
+    orjson (vectors make JSON the hot path). Credentials: an API key or ``basic_auth`` (user,
+    password); ``https`` nodes are verified against ``ca_file`` (or the system's CAs)."""
+    if api_key and basic_auth:
+        raise ValueError("give Elasticsearch an API key or a username and password, not both")
+    hosts = [u.strip() for u in url.split(",") if u.strip()]
+    tls: dict[str, Any] = {"ca_certs": ca_file} if ca_file else {}
+    return AsyncElasticsearch(hosts, api_key=api_key, basic_auth=basic_auth, **tls, serializers={
         "application/json": OrjsonSerializer(), "application/x-ndjson": _OrjsonNdjson()})
 
 def _failed(res: Any, conflicts_ok: bool = False) -> list[dict[str, Any]]:

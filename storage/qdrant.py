@@ -19,6 +19,12 @@ Contracts:
   offset afterwards.
 * Any failure to reach the server, or a refusal, raises :class:`StoreUnavailable` (the Faust
   agent retries the batch in place with capped backoff); every call is idempotent.
+* Given several nodes of a cluster (``url`` a comma-separated list), calls go to one node; when
+  it does not answer at all (refused, reset, timed out), the same call goes to the next node, so
+  losing a node of a cluster whose collection is replicated costs a reconnect, not an outage.
+  A node that answers with an error is not skipped: the error is the cluster's answer.
+* ``https`` URLs verify the server's certificate against ``ca_file`` (or the system's CAs); the
+  API key travels in the ``api-key`` header and never appears in an error.
 
 Versions, checked on purpose. The client is pinned (``qdrant-client>=1.20,<1.21`` in
 ``pyproject.toml``) and the server is Qdrant 1.18.1 (the test binary, and the compose image
@@ -38,8 +44,9 @@ from __future__ import annotations
 
 import functools
 import re
+import ssl
 from collections.abc import Awaitable, Callable, Sequence
-from typing import TypeVar
+from typing import Any, TypeVar
 
 import httpx
 from qdrant_client import AsyncQdrantClient, models
@@ -77,21 +84,31 @@ def require_supported(version: str) -> tuple[int, int, int]:
     return v
 
 
-def _client(url: str, api_key: str | None) -> AsyncQdrantClient:
+def urls(url: str) -> list[str]:
+    """The nodes of a comma-separated ``url`` list."""
+    out = [u.strip() for u in url.split(",") if u.strip()]
+    if not out:
+        raise ValueError("no Qdrant URL given")
+    return out
+
+
+def _client(url: str, api_key: str | None, ca_file: str | None = None) -> AsyncQdrantClient:
     # check_compatibility=False: the version check is ours (require_supported), see the module docstring
-    return AsyncQdrantClient(url=url, api_key=api_key, timeout=TIMEOUT_S, check_compatibility=False)
+    tls: dict[str, Any] = {"verify": ssl.create_default_context(cafile=ca_file)} if ca_file else {}
+    return AsyncQdrantClient(url=url, api_key=api_key, timeout=TIMEOUT_S, check_compatibility=False, **tls)
 
 
-async def check_server(url: str, api_key: str | None = None) -> str:
-    """The version of the Qdrant server at ``url``; :class:`StoreUnavailable` if it does not
-    answer, :class:`IncompatibleStore` if its version is not supported. For startup checks."""
-    client = _client(url, api_key)
+async def check_server(url: str, api_key: str | None = None, ca_file: str | None = None) -> str:
+    """The version of the Qdrant server at ``url`` (the first node that answers, of a list);
+    :class:`StoreUnavailable` if none answers, :class:`IncompatibleStore` if its version is not
+    supported. For startup checks."""
+    index = QdrantVectorIndex.server(url, 1, api_key, ca_file=ca_file)
     try:
-        info = await _guard(client.info, "version check")
+        info = await index._failover(lambda: index._client.info(), "version check")
         require_supported(info.version)
         return info.version
     finally:
-        await client.close()
+        await index.close()
 
 
 async def _guard(call: Callable[[], Awaitable[T]], what: str) -> T:
@@ -104,18 +121,49 @@ async def _guard(call: Callable[[], Awaitable[T]], what: str) -> T:
         raise StoreUnavailable(f"qdrant {what}: {exc}") from exc
 
 
-class QdrantVectorIndex:
-    """VectorIndex port on one collection of a Qdrant server (see the module docstring)."""
+def _unanswered(exc: StoreUnavailable) -> bool:
+    """The node gave no answer (refused, reset, timed out), as opposed to an HTTP error."""
+    return not isinstance(exc.__cause__, UnexpectedResponse)
 
-    def __init__(self, client: AsyncQdrantClient, dim: int, collection: str = COLLECTION) -> None:
-        self._client = client
+
+class QdrantVectorIndex:
+    """VectorIndex port on one collection of a Qdrant server or cluster (see the module docstring).
+    ``shards`` and ``replication_factor`` apply when this index creates the collection (None: the
+    server's defaults)."""
+
+    def __init__(self, clients: AsyncQdrantClient | Sequence[AsyncQdrantClient], dim: int,
+                 collection: str = COLLECTION, *, shards: int | None = None,
+                 replication_factor: int | None = None) -> None:
+        self._clients = [clients] if isinstance(clients, AsyncQdrantClient) else list(clients)
+        self._current = 0
         self._dim = dim
         self._collection = collection
+        self._shards = shards
+        self._replication_factor = replication_factor
         self._ready = False
 
     @classmethod
-    def server(cls, url: str, dim: int, api_key: str | None = None, collection: str = COLLECTION) -> QdrantVectorIndex:
-        return cls(_client(url, api_key), dim, collection)
+    def server(cls, url: str, dim: int, api_key: str | None = None, collection: str = COLLECTION, *,
+               ca_file: str | None = None, shards: int | None = None,
+               replication_factor: int | None = None) -> QdrantVectorIndex:
+        """An index over the node(s) of ``url`` (comma-separated for a cluster)."""
+        return cls([_client(u, api_key, ca_file) for u in urls(url)], dim, collection, shards=shards,
+                   replication_factor=replication_factor)
+
+    @property
+    def _client(self) -> AsyncQdrantClient:
+        return self._clients[self._current]
+
+    async def _failover(self, call: Callable[[], Awaitable[T]], what: str) -> T:
+        """``await call()`` on the current node, then on each other node in turn while none answers."""
+        for tried in range(len(self._clients)):
+            try:
+                return await _guard(call, what)
+            except StoreUnavailable as exc:
+                if tried + 1 == len(self._clients) or not _unanswered(exc):
+                    raise
+                self._current = (self._current + 1) % len(self._clients)
+        raise AssertionError("unreachable")
 
     @property
     def collection(self) -> str:
@@ -126,13 +174,14 @@ class QdrantVectorIndex:
         idempotent: workers racing to create them all succeed), once per instance."""
         if self._ready:
             return
-        info = await _guard(self._client.info, "version check")
+        info = await self._failover(lambda: self._client.info(), "version check")
         require_supported(info.version)
-        exists = await _guard(lambda: self._client.collection_exists(self._collection), "collection check")
+        exists = await self._failover(lambda: self._client.collection_exists(self._collection), "collection check")
         if not exists:
             try:
                 await self._client.create_collection(
-                    self._collection, vectors_config=models.VectorParams(size=self._dim, distance=models.Distance.COSINE))
+                    self._collection, vectors_config=models.VectorParams(size=self._dim, distance=models.Distance.COSINE),
+                    shard_number=self._shards, replication_factor=self._replication_factor)
             except UnexpectedResponse as exc:
                 if exc.status_code != 409:  # 409: another worker created it first
                     raise StoreUnavailable(f"qdrant create collection {self._collection}: HTTP {exc.status_code}") from exc
@@ -144,9 +193,11 @@ class QdrantVectorIndex:
             ("seq", models.PayloadSchemaType.INTEGER),
         ]
         for field, schema in indexes:
-            await _guard(functools.partial(self._client.create_payload_index, self._collection, field,
-                                           field_schema=schema, wait=True), f"payload index {field}")
+            await self._failover(functools.partial(self._payload_index, field, schema), f"payload index {field}")
         self._ready = True
+
+    async def _payload_index(self, field: str, schema: models.PayloadSchemaType | models.KeywordIndexParams) -> None:
+        await self._client.create_payload_index(self._collection, field, field_schema=schema, wait=True)
 
     async def prepare(self) -> None:
         """Create the collection and its payload indexes now (a worker at startup), not on first write."""
@@ -157,7 +208,7 @@ class QdrantVectorIndex:
         the next call create it again instead of failing forever."""
         await self._ensure()
         try:
-            return await _guard(call, what)
+            return await self._failover(call, what)
         except StoreUnavailable as exc:
             cause = exc.__cause__
             if isinstance(cause, UnexpectedResponse) and cause.status_code == 404:
@@ -212,8 +263,8 @@ class QdrantVectorIndex:
         out: set[str] = set()
         offset: models.ExtendedPointId | None = None
         while True:
-            page, offset = await self._call(functools.partial(
-                self._client.scroll, self._collection, scroll_filter=self._filter(scope), limit=1000, offset=offset,
+            page, offset = await self._call(lambda at=offset: self._client.scroll(  # type: ignore[misc]
+                self._collection, scroll_filter=self._filter(scope), limit=1000, offset=at,
                 with_payload=False, with_vectors=False), "scroll")
             out.update(str(p.id) for p in page)
             if offset is None:
@@ -232,4 +283,5 @@ class QdrantVectorIndex:
         await self._call(lambda: self._client.delete(self._collection, points_selector=selector, wait=True), "delete")
 
     async def close(self) -> None:
-        await self._client.close()
+        for client in self._clients:
+            await client.close()

@@ -44,18 +44,19 @@ import functools
 import logging
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import faust
 
 from streams import forget as forgetting
 from streams.embedded import Stores, dead_letter, write_batch
+from streams.kafka_client import KafkaClient
 from topology import observe
 from topology.errors import InvalidEvent
 from topology.pipeline import WritePath, dedupe
 from topology.schemas import DeadLetter, Forget, Observation, Scope, decode_input, encode
-from topology.topics import topics
+from topology.topics import TopicLayout
 
 log = logging.getLogger("jevmem.streams")
 
@@ -65,10 +66,10 @@ RETRY_FIRST_S, RETRY_MAX_S = 0.5, 10.0
 
 @dataclass
 class AppConfig:
-    broker: str = "kafka://127.0.0.1:9092"
+    kafka: KafkaClient = field(default_factory=lambda: KafkaClient("127.0.0.1:9092"))
     app_id: str = "jevmem"
     prefix: str = "jevmem"
-    partitions: int = 4
+    layout: TopicLayout = field(default_factory=TopicLayout)
     batch: int = 64              # the write path's chunk (observations embedded / linked at a time)
     chunks: int = 4              # a micro-batch takes up to batch * chunks records
     within_s: float = 0.1        # how long a micro-batch waits to fill: the idle stream's latency floor
@@ -163,13 +164,26 @@ def _key(tenant_id: str, conversation_id: str) -> str:
     return Scope(tenant_id=tenant_id, conversation_id=conversation_id).key
 
 
+def credentials(kafka: KafkaClient) -> faust.types.auth.CredentialsT | None:
+    """Faust's (aiokafka's) credentials for ``kafka``: SASL with its TLS context, TLS alone, or
+    None for plaintext."""
+    if kafka.sasl:
+        password = kafka.sasl_password.get_secret_value() if kafka.sasl_password else None
+        return faust.SASLCredentials(username=kafka.sasl_username, password=password,
+                                     ssl_context=kafka.ssl_context(), mechanism=kafka.sasl_mechanism)
+    context = kafka.ssl_context()
+    return faust.SSLCredentials(context) if context is not None else None
+
+
 def create_app(config: AppConfig, services: Services) -> faust.App:
+    layout = config.layout
     app = faust.App(
         config.app_id,
-        broker=config.broker,
+        broker=[f"kafka://{h.strip()}" for h in config.kafka.bootstrap.split(",") if h.strip()],
+        broker_credentials=credentials(config.kafka),
         store=config.store,
-        topic_partitions=config.partitions,
-        topic_replication_factor=1,
+        topic_partitions=layout.partitions,
+        topic_replication_factor=layout.replication_factor,
         producer_acks=-1,
         consumer_auto_offset_reset="earliest",
         web_port=config.web_port,
@@ -181,13 +195,13 @@ def create_app(config: AppConfig, services: Services) -> faust.App:
         broker_session_timeout=10.0,
         broker_heartbeat_interval=1.0,
     )
-    spec = topics(config.prefix)
+    spec = layout.specs(config.prefix)
 
     def topic(role: str) -> faust.TopicT:
         s = spec[role]
-        return app.topic(s.name, key_serializer="raw", value_serializer="raw", partitions=config.partitions,
+        return app.topic(s.name, key_serializer="raw", value_serializer="raw", partitions=layout.partitions,
                          retention=None if s.retention_ms < 0 else s.retention_ms / 1000.0,
-                         config=s.config())
+                         replicas=layout.replication_factor, config=s.config(layout.min_insync_replicas))
 
     outputs = ("memories", "candidates", "judgments", "edges", "consolidation", "deadletters")
     observations = topic("observations")

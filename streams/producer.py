@@ -10,12 +10,14 @@ a conversation stays ordered, partitioned by murmur2 like the Java and aiokafka 
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from confluent_kafka import KafkaError, Message, Producer
 
+from streams.kafka_client import FATAL_CODES, KafkaClient
 from topology import observe
 from topology.errors import BrokerUnavailable
 from topology.schemas import DeadLetter, Forget, Observation, encode
@@ -30,9 +32,12 @@ class Delivery:
     key: str
 
 
-def producer_config(bootstrap: str, **extra: Any) -> dict[str, Any]:
-    return {
-        "bootstrap.servers": bootstrap,
+#: Seconds a produced record may wait for its acknowledgement.
+ACK_TIMEOUT_S = 30.0
+
+
+def producer_config(kafka: KafkaClient | str, **extra: Any) -> dict[str, Any]:
+    return KafkaClient.of(kafka).librdkafka(**{
         "enable.idempotence": True,
         "acks": "all",
         "linger.ms": 5,
@@ -42,14 +47,18 @@ def producer_config(bootstrap: str, **extra: Any) -> dict[str, Any]:
         # partition whichever client wrote it (librdkafka's default, consistent_random, is CRC32)
         "partitioner": "murmur2_random",
         **extra,
-    }
+    })
 
 
 class ObservationProducer:
-    """Thread-safe; one per process. Use ``async with`` or call ``close``."""
+    """Thread-safe; one per process. Use ``async with`` or call ``close``. A connection that can
+    never work (authentication or TLS refused) fails the pending call at once with what to fix,
+    instead of after the acknowledgement timeout."""
 
-    def __init__(self, bootstrap: str, prefix: str = "jevmem", **config: Any) -> None:
-        self._producer = Producer(producer_config(bootstrap, **config))
+    def __init__(self, kafka: KafkaClient | str, prefix: str = "jevmem", **config: Any) -> None:
+        self._kafka = KafkaClient.of(kafka)
+        self._fatal: KafkaError | None = None
+        self._producer = Producer(producer_config(self._kafka, error_cb=self._on_error, **config))
         spec = topics(prefix)
         self.topic = spec["observations"].name
         self.dead_letter_topic = spec["deadletters"].name
@@ -69,13 +78,33 @@ class ObservationProducer:
                 self._producer.produce(topic, key=key.encode(), value=value, on_delivery=on_delivery, headers=headers)
                 return
             except BufferError:
+                self._raise_fatal()
                 await asyncio.to_thread(self._producer.poll, 0.1)
+
+    def _on_error(self, err: KafkaError) -> None:  # librdkafka's thread
+        if err.code() in FATAL_CODES:
+            self._fatal = err
+
+    def _raise_fatal(self) -> None:
+        if self._fatal is not None:
+            err, self._fatal = self._fatal, None
+            raise BrokerUnavailable(self._kafka.explain(err))
+
+    def _drain(self) -> int:
+        """Flush in short steps until nothing is pending, the timeout passed or the connection
+        proved wrong; returns the records still pending."""
+        deadline = time.monotonic() + ACK_TIMEOUT_S
+        pending = self._producer.flush(0.2)
+        while pending and time.monotonic() < deadline and self._fatal is None:
+            pending = self._producer.flush(0.2)
+        return pending
 
     async def _flush(self, n: int) -> None:
         """Wait (in a thread) until every queued record is acknowledged or failed."""
-        pending = await asyncio.to_thread(self._producer.flush, 30.0)
+        pending = await asyncio.to_thread(self._drain)
+        self._raise_fatal()
         if pending:
-            raise BrokerUnavailable(f"{pending} of {n} records not acknowledged within 30 s")
+            raise BrokerUnavailable(f"{pending} of {n} records not acknowledged within {ACK_TIMEOUT_S:.0f} s")
 
     async def _produce(self, topic: str, records: Sequence[tuple[str, bytes]]) -> list[Delivery]:
         """Produce and wait for every acknowledgement; records carry the current trace id
@@ -145,7 +174,10 @@ class ObservationProducer:
         return await self._produce(self.dead_letter_topic, [("rejected", encode(d)) for d in letters])
 
     async def close(self) -> None:
-        await asyncio.to_thread(self._producer.flush, 30.0)
+        """Wait for what is queued (at most the acknowledgement timeout; nothing when the
+        connection proved wrong), then drop the rest."""
+        if await asyncio.to_thread(self._drain):
+            self._producer.purge()
 
 
 def _trace_headers() -> list[tuple[str, str | bytes | None]] | None:

@@ -12,6 +12,8 @@ KAFKA = os.environ.get("JEVMEM_TEST_KAFKA")
 ES_URL = os.environ.get("JEVMEM_TEST_ES_URL")
 QDRANT_URL = os.environ.get("JEVMEM_TEST_QDRANT_URL")
 LOCOMO = Path(__file__).resolve().parents[3] / "shared" / "data" / "locomo"
+#: The topic layout settings for the single test broker of ``scripts/kafka/kafka.sh``.
+SINGLE_BROKER = {"kafka_replication_factor": 1, "kafka_min_insync_replicas": 1}
 
 
 def require_stack() -> None:

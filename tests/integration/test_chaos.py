@@ -16,7 +16,7 @@ import pytest
 
 pytestmark = pytest.mark.integration
 
-from tests.integration.servers import ES_URL, KAFKA, LOCOMO, QDRANT_URL, require_stack  # noqa: E402
+from tests.integration.servers import ES_URL, KAFKA, LOCOMO, QDRANT_URL, SINGLE_BROKER, require_stack  # noqa: E402
 
 require_stack()
 
@@ -24,7 +24,7 @@ from jevmem.bench_chaos import run_chaos  # noqa: E402
 from jevmem.settings import Settings  # noqa: E402
 
 SETTINGS = Settings(kafka_bootstrap=KAFKA or "", elasticsearch_url=ES_URL or "", qdrant_url=QDRANT_URL,
-                    partitions=4, write_batch=16)
+                    partitions=4, write_batch=16, **SINGLE_BROKER)
 
 
 async def test_two_workers_killed_none_replaced() -> None:

@@ -12,7 +12,6 @@ starts the three servers) and the LoCoMo dev conversations beside the repository
 from __future__ import annotations
 
 import asyncio
-import os
 import random
 import signal
 import subprocess
@@ -26,17 +25,18 @@ import pytest
 
 pytestmark = pytest.mark.integration
 
-from tests.integration.servers import ES_URL, KAFKA, LOCOMO, QDRANT_URL, require_stack  # noqa: E402
+from tests.integration.servers import ES_URL, KAFKA, LOCOMO, QDRANT_URL, SINGLE_BROKER, require_stack  # noqa: E402
 
 require_stack()
 
 from jevmem import locomo  # noqa: E402
-from jevmem.bench_kafka import spawn_worker, stop_workers  # noqa: E402
-from jevmem.distributed import distributed_stores, ensure_topics, read_topic, replay  # noqa: E402
+from jevmem.bench_kafka import spawn_worker, stop_workers, worker_env  # noqa: E402
+from jevmem.distributed import distributed_stores, replay  # noqa: E402
 from jevmem.settings import Settings  # noqa: E402
 from jevmem.wiring import build_embedded  # noqa: E402
 from storage.elastic import ElasticVectorIndex  # noqa: E402
 from storage.qdrant import QdrantVectorIndex  # noqa: E402
+from streams.kafka_admin import ensure_topics, read_topic  # noqa: E402
 from streams.producer import ObservationProducer  # noqa: E402
 from streams.replay import graph_of  # noqa: E402
 from topology import ids  # noqa: E402
@@ -64,13 +64,10 @@ class Stack:
     def __init__(self, tmp: Path, vectors: str = "qdrant") -> None:
         tag = uuid.uuid4().hex[:8]
         qdrant = QDRANT_URL if vectors == "qdrant" else None
-        self.env = {**os.environ, "JEVMEM_KAFKA_BOOTSTRAP": KAFKA or "", "JEVMEM_ELASTICSEARCH_URL": ES_URL or "",
-                    "JEVMEM_QDRANT_URL": qdrant or "",
-                    "JEVMEM_TOPIC_PREFIX": f"it{tag}", "JEVMEM_APP_ID": f"it{tag}", "JEVMEM_STORE_PREFIX": f"it{tag}-",
-                    "JEVMEM_PARTITIONS": "4", "JEVMEM_WRITE_BATCH": "16"}
         self.settings = Settings(kafka_bootstrap=KAFKA or "", elasticsearch_url=ES_URL or "", qdrant_url=qdrant,
-                                 topic_prefix=f"it{tag}",
-                                 app_id=f"it{tag}", store_prefix=f"it{tag}-", partitions=4, write_batch=16)
+                                 topic_prefix=f"it{tag}", app_id=f"it{tag}", store_prefix=f"it{tag}-", partitions=4,
+                                 write_batch=16, **SINGLE_BROKER)
+        self.env = worker_env(self.settings)
         self.tmp = tmp
         self.workers: list[subprocess.Popen[bytes]] = []
 
@@ -115,7 +112,7 @@ async def wait_for(check: Any, what: str, stack: Stack, timeout: float = 240.0) 
 async def test_two_workers_kill_dead_letter_and_replay(stack: Stack) -> None:
     obs = observations()
     first, second = obs[: len(obs) // 3], obs[len(obs) // 3:]
-    ensure_topics(KAFKA or "", stack.settings.topic_prefix, stack.settings.partitions)
+    ensure_topics(KAFKA or "", stack.settings.topic_prefix, stack.settings.topic_layout())
     w1 = stack.start_worker(1)
     stack.start_worker(2)
     stores = distributed_stores(stack.settings, stack.settings.store_prefix or "", default_embedder().dim)
@@ -198,7 +195,7 @@ async def test_http_api_in_distributed_mode(elastic_stack: Stack) -> None:
     from query_api.http import create_app
     from tests.conftest import chat_observations, free_port, serve_http
 
-    ensure_topics(KAFKA or "", stack.settings.topic_prefix, stack.settings.partitions)
+    ensure_topics(KAFKA or "", stack.settings.topic_prefix, stack.settings.topic_layout())
     metrics_port = free_port()
     stack.env["JEVMEM_METRICS_PORT"] = str(metrics_port)
     stack.start_worker(1)
@@ -287,7 +284,7 @@ async def test_forget_through_the_topic_and_replays(stack: Stack) -> None:
     c1, c2 = Scope(tenant_id="fg/x", conversation_id="c1"), Scope(tenant_id="fg/x", conversation_id="c2")
     e1 = chat_observations(tenant=c1.tenant_id, conversation="c1")
     e2 = chat_observations(tenant=c2.tenant_id, conversation="c2")
-    ensure_topics(KAFKA or "", stack.settings.topic_prefix, stack.settings.partitions)
+    ensure_topics(KAFKA or "", stack.settings.topic_prefix, stack.settings.topic_layout())
     stack.start_worker(1)
     stores = distributed_stores(stack.settings, stack.settings.store_prefix or "", default_embedder().dim)
     service = DistributedService(stack.settings, embedder=default_embedder())
