@@ -17,6 +17,18 @@ LoCoMo observations (paced, so faults land mid-stream) and injects one fault at 
   after the restart (the server's write-ahead log). Only with vectors in Qdrant
   (``JEVMEM_QDRANT_URL``); the other faults run with either vector store.
 
+On a cluster (``scripts/kafka/cluster.sh``, three brokers; ``scripts/qdrant/cluster.sh``, three
+Qdrant nodes, the collection replicated):
+
+* ``broker_loss``: SIGKILL one of the three brokers; it stays down until the stream is done (the
+  partitions' leaders move to the others), then it is started again for the next round.
+* ``broker_rolling``: restart the three brokers one after another, each back before the next
+  goes, as an upgrade does.
+* ``qdrant_node_loss``: SIGKILL one Qdrant node of three; it stays down until the stream is done.
+
+Every round reports ``max_gap_s``: the longest pause between two batches the workers wrote (broker
+timestamps of the memories topic), the pause a fault caused.
+
 No worker is ever added after a fault (except ``scale``'s, which *is* the fault) and nothing
 nudges the group. A round passes when, within the time bound, every conversation has the
 expected events exactly once with seqs ``0..n-1``, its graph (node ids and seqs, edges with
@@ -30,13 +42,16 @@ The servers are the ones named by ``JEVMEM_KAFKA_BOOTSTRAP`` / ``JEVMEM_ELASTICS
 ``JEVMEM_QDRANT_URL``; faults act on the processes of ``scripts/kafka/kafka.sh``,
 ``scripts/elasticsearch/es.sh`` and ``scripts/qdrant/qdrant.sh`` found through their pid files
 (``KAFKA_DATA``, ``ES_HOME_DIR``/``ES_CACHE``+``ES_PORT``, ``QDRANT_DATA``/``QDRANT_PORT``, as
-those scripts read them).
+those scripts read them), and through the cluster scripts' own commands (``KAFKA_CLUSTER_DATA``,
+``QDRANT_CLUSTER_DATA``). The faults act on these scripts' processes, so the benchmark runs from a
+checkout of the repository (``scripts/`` is not part of the installed package).
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import itertools
 import os
 import random
 import signal
@@ -58,7 +73,7 @@ from jevmem.settings import Settings
 from jevmem.wiring import build_embedded
 from storage.qdrant import QdrantVectorIndex
 from streams.embedded import Stores
-from streams.kafka_admin import ensure_topics
+from streams.kafka_admin import ensure_topics, read_topic
 from streams.kafka_client import KafkaClient
 from streams.producer import ObservationProducer
 from streams.replay import Graph, graph_of
@@ -67,9 +82,13 @@ from topology.errors import BrokerUnavailable
 from topology.ports import Embedder
 from topology.schemas import ConsolidationDecision, Observation, Scope
 
-FAULTS = ("kill", "double_kill", "broker_restart", "es_outage", "scale", "qdrant_kill")
+FAULTS = ("kill", "double_kill", "broker_restart", "es_outage", "scale", "qdrant_kill", "broker_loss",
+          "broker_rolling", "qdrant_node_loss")
 #: Faults that need vectors in a Qdrant server.
-QDRANT_FAULTS = ("qdrant_kill",)
+QDRANT_FAULTS = ("qdrant_kill", "qdrant_node_loss")
+#: Faults on a single server (one broker, one Qdrant node) and on a cluster of three.
+SINGLE_FAULTS = ("broker_restart", "qdrant_kill")
+CLUSTER_FAULTS = ("broker_loss", "broker_rolling", "qdrant_node_loss")
 REPO = Path(__file__).resolve().parents[1]
 READY = b"[^Worker]: Ready"
 #: Observations sent per producer call while streaming (and the pause between calls).
@@ -94,6 +113,7 @@ class RoundResult:
     stalled: bool = False
     graph_mismatch: bool = False
     seconds: float = 0.0
+    max_gap_s: float = 0.0
     fault_at_nodes: int = 0
     detail: list[str] = field(default_factory=list)
     stall_state: dict[str, Any] = field(default_factory=dict)
@@ -161,6 +181,15 @@ class Servers:
     def pause_es(self, paused: bool) -> None:
         os.kill(self._pid(self.es_home / "es.pid"), signal.SIGSTOP if paused else signal.SIGCONT)
 
+    @staticmethod
+    async def cluster(script: str, *args: str) -> None:
+        """``scripts/<script> <args>`` of a cluster script (``kafka/cluster.sh``, ``qdrant/cluster.sh``)."""
+        proc = await asyncio.create_subprocess_exec("bash", str(REPO / "scripts" / script), *args,
+                                                    stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+        _, err = await proc.communicate()
+        if proc.returncode != 0:
+            raise RuntimeError(f"{script} {' '.join(args)} failed: {err.decode(errors='replace')[-2000:]}")
+
 
 class Round:
     """One round: its workers (subprocesses), its stores, its fault."""
@@ -171,6 +200,7 @@ class Round:
         self.settings = settings.model_copy(update={"topic_prefix": tag, "app_id": tag, "store_prefix": f"{tag}-"})
         self.env = worker_env(self.settings)
         self.workers: list[subprocess.Popen[bytes]] = []
+        self.down: list[tuple[str, str]] = []  # (cluster script, node) killed by the fault, started after the round
 
     def log(self, n: int) -> Path:
         return self.logdir / f"{self.tag}-w{n}.log"
@@ -309,6 +339,16 @@ async def inject(rnd: Round, servers: Servers, rng: random.Random, es_outage_s: 
         if before - after:
             done.append(f"problem: {len(before - after)} of {len(before)} points acknowledged before the kill "
                         "are missing after the restart")
+    elif rnd.fault in ("broker_loss", "qdrant_node_loss"):
+        script, what = ("kafka/cluster.sh", "broker") if rnd.fault == "broker_loss" else ("qdrant/cluster.sh", "Qdrant node")
+        target = str(rng.randint(1, 3))
+        await servers.cluster(script, "kill", target)
+        rnd.down.append((script, target))
+        done.append(f"SIGKILL {what} {target} of 3")
+    elif rnd.fault == "broker_rolling":
+        for node in ("1", "2", "3"):
+            await servers.cluster("kafka/cluster.sh", "restart-node", node)
+        done.append("brokers 1, 2, 3 restarted one after another")
     elif rnd.fault == "scale":
         n = rnd.start_worker()
         done.append(f"worker {n} joined")
@@ -356,15 +396,27 @@ async def run_round(obs: list[Observation], ref: Reference, settings: Settings, 
             offsets = result.stall_state.get("offsets", {})
             result.stalled = not offsets or any(o["committed"] < o["end"] for o in offsets.values())
         await check(stores, ref, result)
+        result.max_gap_s = await asyncio.to_thread(longest_gap_s, rnd.settings)
     finally:
         if producer is not None and not producer.done():
             producer.cancel()
         rnd.stop()
         with contextlib.suppress(Exception):
             await stores.close()
+        for script, node in rnd.down:  # the next round starts with the whole cluster
+            await servers.cluster(script, "start-node", node)
     result.seconds = round(time.monotonic() - t0, 1)
     result.passed = not (result.lost or result.duplicated or result.stalled or result.graph_mismatch)
     return result
+
+
+def longest_gap_s(settings: Settings) -> float:
+    """The longest pause between two consecutive batches the workers logged on the memories topic
+    (broker timestamps, seconds)."""
+    from topology.topics import topics
+
+    stamps = sorted({r.timestamp_ms for r in read_topic(settings.kafka(), topics(settings.topic_prefix)["memories"].name)})
+    return round(max((b - a for a, b in itertools.pairwise(stamps)), default=0) / 1000.0, 2)
 
 
 async def stall_state(rnd: Round) -> dict[str, Any]:
@@ -408,7 +460,9 @@ async def run_chaos(directory: Path, settings: Settings, rounds: int = 10, turns
     allow) over the first ``turns`` turns of each conversation in ``directory``; returns the
     summary and each round's result."""
     if faults is None:
-        faults = tuple(f for f in FAULTS if settings.qdrant_url or f not in QDRANT_FAULTS)
+        cluster = len(settings.kafka().check().brokers) >= 3
+        faults = tuple(f for f in FAULTS if (settings.qdrant_url or f not in QDRANT_FAULTS)
+                       and f not in (SINGLE_FAULTS if cluster else CLUSTER_FAULTS))
     if not settings.qdrant_url and set(faults) & set(QDRANT_FAULTS):
         raise ValueError(f"faults {sorted(set(faults) & set(QDRANT_FAULTS))} need vectors in Qdrant (JEVMEM_QDRANT_URL)")
     seed = random.randrange(2**32) if seed is None else seed
@@ -431,6 +485,7 @@ async def run_chaos(directory: Path, settings: Settings, rounds: int = 10, turns
         "rounds": rounds, "passed": sum(r.passed for r in results), "lost": sum(r.lost for r in results),
         "duplicated": sum(r.duplicated for r in results), "stalled": sum(r.stalled for r in results),
         "graph_mismatches": sum(r.graph_mismatch for r in results), "faults": per_fault,
+        "max_gap_s": {f: max(r.max_gap_s for r in results if r.fault == f) for f in per_fault},
         "observations": len(obs), "seed": seed, "logs": str(logdir),
         "results": [r.__dict__ for r in results],
     }
