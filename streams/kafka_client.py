@@ -123,6 +123,7 @@ class KafkaClient:
                 return admin.list_topics(timeout=min(1.0, max(0.1, deadline - time.monotonic())))
             except Exception as exc:  # KafkaException: timed out
                 last: Exception = exc
+            admin.poll(0)  # serves error_cb
             with lock:
                 seen = list(errors)
             if fatal := [e for e in seen if e.code() in FATAL_CODES]:
