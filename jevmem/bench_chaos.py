@@ -73,7 +73,7 @@ from jevmem.settings import Settings
 from jevmem.wiring import build_embedded
 from storage.qdrant import QdrantVectorIndex
 from streams.embedded import Stores
-from streams.kafka_admin import ensure_topics, read_topic
+from streams.kafka_admin import ensure_topics, read_topic, watermarks
 from streams.kafka_client import KafkaClient
 from streams.producer import ObservationProducer
 from streams.replay import Graph, graph_of
@@ -282,7 +282,7 @@ def committed_offsets(settings: Settings) -> dict[str, dict[str, int]]:
         tps = [TopicPartition(name, p) for p in range(settings.partitions)]
         out = {}
         for tp in c.committed(tps, timeout=10):
-            end = c.get_watermark_offsets(TopicPartition(name, tp.partition), timeout=10)[1]
+            end = watermarks(c, TopicPartition(name, tp.partition))[1]
             out[f"{name}:{tp.partition}"] = {"committed": tp.offset, "end": end}
         return out
     finally:

@@ -33,7 +33,7 @@ from jevmem import locomo
 from jevmem.bench import percentile
 from jevmem.settings import Settings
 from jevmem.wiring import build_embedded
-from streams.kafka_admin import ensure_topics, read_topic
+from streams.kafka_admin import ensure_topics, read_topic, watermarks
 from streams.kafka_client import KafkaClient
 from streams.producer import ObservationProducer
 from topology.embedding import load_embedder
@@ -48,7 +48,7 @@ def end_offsets(kafka: KafkaClient | str, topic: str) -> int:
         meta = c.list_topics(topic, timeout=10).topics.get(topic)
         if meta is None:
             return 0
-        return sum(c.get_watermark_offsets(TopicPartition(topic, p), timeout=10)[1] for p in meta.partitions)
+        return sum(watermarks(c, TopicPartition(topic, p))[1] for p in meta.partitions)
     finally:
         c.close()
 

@@ -42,6 +42,7 @@ Everything used here exists on 1.18: ``query_points`` / ``query_batch_points`` w
 
 from __future__ import annotations
 
+import asyncio
 import functools
 import re
 import ssl
@@ -63,6 +64,8 @@ COLLECTION = "jevmem_memories"
 SUPPORTED_SERVERS = ((1, 18), (1, 21))
 #: Seconds a REST call may take before it counts as a failure.
 TIMEOUT_S = 30
+#: Seconds a new collection's replicas may take to leave ``Initializing``.
+SETTLE_S = 30.0
 
 
 def parse_version(text: str) -> tuple[int, int, int]:
@@ -100,12 +103,14 @@ def _client(url: str, api_key: str | None, ca_file: str | None = None) -> AsyncQ
 
 async def check_server(url: str, api_key: str | None = None, ca_file: str | None = None) -> str:
     """The version of the Qdrant server at ``url`` (the first node that answers, of a list);
-    :class:`StoreUnavailable` if none answers, :class:`IncompatibleStore` if its version is not
-    supported. For startup checks."""
+    :class:`StoreUnavailable` if none answers or it refuses ``api_key``, :class:`IncompatibleStore`
+    if its version is not supported. For startup checks."""
     index = QdrantVectorIndex.server(url, 1, api_key, ca_file=ca_file)
     try:
         info = await index._failover(lambda: index._client.info(), "version check")
         require_supported(info.version)
+        # the version answers without credentials: a listing proves the API key is accepted
+        await index._failover(lambda: index._client.get_collections(), "credentials check")
         return info.version
     finally:
         await index.close()
@@ -187,6 +192,7 @@ class QdrantVectorIndex:
                     raise StoreUnavailable(f"qdrant create collection {self._collection}: HTTP {exc.status_code}") from exc
             except (ApiException, httpx.HTTPError, OSError) as exc:
                 raise StoreUnavailable(f"qdrant create collection {self._collection}: {exc}") from exc
+        await self._settled()
         indexes: list[tuple[str, models.PayloadSchemaType | models.KeywordIndexParams]] = [
             ("tenant_id", models.KeywordIndexParams(type=models.KeywordIndexType.KEYWORD, is_tenant=True)),
             ("conversation_id", models.PayloadSchemaType.KEYWORD),
@@ -195,6 +201,21 @@ class QdrantVectorIndex:
         for field, schema in indexes:
             await self._failover(functools.partial(self._payload_index, field, schema), f"payload index {field}")
         self._ready = True
+
+    async def _settled(self) -> None:
+        """Wait (at most :data:`SETTLE_S`) until no replica of the collection is still being set
+        up: on a cluster, a new collection's replicas on other nodes start ``Initializing``, and
+        an update reaching one of them fails ("consistency not guaranteed")."""
+        deadline = asyncio.get_running_loop().time() + SETTLE_S
+        while True:
+            info = await self._failover(lambda: self._client.collection_cluster_info(self._collection), "cluster info")
+            states = [r.state for r in info.local_shards] + [r.state for r in info.remote_shards]
+            if models.ReplicaState.INITIALIZING not in states:
+                return
+            if asyncio.get_running_loop().time() > deadline:
+                raise StoreUnavailable(f"qdrant collection {self._collection}: replicas still initializing after "
+                                       f"{SETTLE_S:.0f} s ({[str(s) for s in states]})")
+            await asyncio.sleep(0.2)
 
     async def _payload_index(self, field: str, schema: models.PayloadSchemaType | models.KeywordIndexParams) -> None:
         await self._client.create_payload_index(self._collection, field, field_schema=schema, wait=True)

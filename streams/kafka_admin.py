@@ -82,6 +82,22 @@ def _state(admin: kafka_admin.AdminClient, meta: TopicMetadata) -> TopicState:
     return TopicState(name, len(meta.partitions), replicas, isr)
 
 
+def watermarks(consumer: Consumer, tp: TopicPartition, attempts: int = 20) -> tuple[int, int]:
+    """The partition's low and high offsets. A retriable error (the leader moved: a broker was
+    lost or restarted) is asked again after the client refreshed its metadata, as the protocol
+    expects of a client, for at most ``attempts`` half-second waits."""
+    for attempt in range(attempts):
+        try:
+            low, high = consumer.get_watermark_offsets(tp, timeout=ADMIN_TIMEOUT_S)
+            return int(low), int(high)
+        except KafkaException as exc:
+            if attempt + 1 == attempts or not exc.args[0].retriable():
+                raise
+            consumer.list_topics(tp.topic, timeout=ADMIN_TIMEOUT_S)  # refreshes the leaders
+            time.sleep(0.5)
+    raise AssertionError("unreachable")
+
+
 @dataclass(frozen=True, order=True)
 class Record:
     partition: int
@@ -100,8 +116,7 @@ def read_topic(kafka: KafkaClient | str, topic: str, timeout_s: float = 30.0) ->
         meta = consumer.list_topics(topic, timeout=ADMIN_TIMEOUT_S).topics.get(topic)
         if meta is None or meta.error is not None:
             raise BrokerUnavailable(f"topic {topic} not found")
-        ends = {p: consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=ADMIN_TIMEOUT_S)
-                for p in meta.partitions}
+        ends = {p: watermarks(consumer, TopicPartition(topic, p)) for p in meta.partitions}
         todo = {p for p, (low, high) in ends.items() if high > low}
         consumer.assign([TopicPartition(topic, p, ends[p][0]) for p in todo])
         out: list[Record] = []

@@ -105,7 +105,7 @@ def es_proxy(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
                              "--listen-port", str(port), "--upstream", ES_URL or "", "--cert", str(TLS / "server.pem"),
                              "--key", str(TLS / "server.key"), "--user", "jevmem", "--password-file",
                              str(tmp / "password"), "--api-key-file", str(tmp / "api-key")],
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+                            stdout=subprocess.PIPE, stderr=(tmp / "proxy.log").open("wb"))
     assert proc.stdout is not None
     line = proc.stdout.readline()
     assert b"ready" in line, line
@@ -116,7 +116,7 @@ def es_proxy(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
 
 def cluster_settings(es_url: str, tag: str, **change: object) -> Settings:
     """Every client of the pipeline on the clusters, from settings only."""
-    return Settings(
+    fields: dict[str, object] = dict(
         kafka_bootstrap=KAFKA_CLIENT["JEVMEM_KAFKA_BOOTSTRAP"], kafka_security_protocol="SASL_SSL",
         kafka_sasl_mechanism="SCRAM-SHA-512", kafka_sasl_username="jevmem", kafka_sasl_password=SecretStr(PASSWORD),
         kafka_ssl_cafile=Path(KAFKA_CLIENT["JEVMEM_KAFKA_SSL_CAFILE"]), kafka_replication_factor=3,
@@ -126,7 +126,8 @@ def cluster_settings(es_url: str, tag: str, **change: object) -> Settings:
         qdrant_ca_file=Path(QDRANT_CLIENT["JEVMEM_QDRANT_CA_FILE"]), qdrant_shards=3, qdrant_replication_factor=2,
         elasticsearch_url=es_url, elasticsearch_username="jevmem", elasticsearch_password=SecretStr(PASSWORD),
         elasticsearch_ca_file=TLS / "ca.pem",
-        topic_prefix=tag, app_id=tag, store_prefix=f"{tag}-", write_batch=16, **change)
+        topic_prefix=tag, app_id=tag, store_prefix=f"{tag}-", write_batch=16)
+    return Settings(**{**fields, **change})  # type: ignore[arg-type]
 
 
 def observations(turns: int) -> list[Observation]:
