@@ -31,6 +31,7 @@ from confluent_kafka import Consumer, TopicPartition
 
 from jevmem import locomo
 from jevmem.bench import percentile
+from jevmem.bench_meter import Servers, cpu_seconds, elasticsearch_bytes
 from jevmem.settings import Settings
 from jevmem.wiring import build_embedded
 from streams.kafka_admin import ensure_topics, read_topic, watermarks
@@ -141,8 +142,10 @@ async def run_kafka(directory: Path, settings: Settings, workers: int = 2, rate:
 
 
 async def _distributed(obs: list[Observation], settings: Settings, workers: int, rate: float,
-                       timeout: float) -> dict[str, Any]:
-    """One distributed run of ``obs`` on fresh topics, group and stores: throughput and lag."""
+                       timeout: float, servers: Servers | None = None) -> dict[str, Any]:
+    """One distributed run of ``obs`` on fresh topics, group and stores: throughput and lag; with
+    ``servers``, also the CPU seconds each component spent from the first record sent to the last
+    edge written (``cpu_s``) and the bytes each store holds afterwards (``disk_bytes``)."""
     tag = f"bench{uuid.uuid4().hex[:8]}"
     s = settings.model_copy(update={"topic_prefix": tag, "app_id": tag, "store_prefix": f"{tag}-"})
     spec = topics(tag)
@@ -156,6 +159,7 @@ async def _distributed(obs: list[Observation], settings: Settings, workers: int,
             return all(b"Ready" in (logdir / f"w{i}.log").read_bytes() for i in range(workers))
 
         await _wait(ready, 180, "workers ready")
+        cpu0 = _cpu(procs, servers)
         async with ObservationProducer(kafka, tag) as producer:
             if rate <= 0:
                 await producer.send(obs)
@@ -172,6 +176,7 @@ async def _distributed(obs: list[Observation], settings: Settings, workers: int,
             if now != last:
                 last, stable_since = now, time.monotonic()
             await asyncio.sleep(0.5)
+        cpu = {k: v - cpu0[k] for k, v in _cpu(procs, servers).items()}
     finally:
         stop_workers(procs)
 
@@ -186,6 +191,66 @@ async def _distributed(obs: list[Observation], settings: Settings, workers: int,
     first = min(sent.values())
     end = max(r.timestamp_ms for r in read_topic(kafka, spec["edges"].name))
     kafka_s = (end - first) / 1000.0
-    return {"workers": workers, "partitions": s.partitions, "producer_rate": rate or None,
-            "seconds": round(kafka_s, 2), "observations_per_second": round(len(obs) / kafka_s, 2),
-            "lag_ms": {"p50": percentile(lags, 50), "p95": percentile(lags, 95)}}
+    out: dict[str, Any] = {
+        "workers": workers, "partitions": s.partitions, "producer_rate": rate or None,
+        "seconds": round(kafka_s, 2), "observations_per_second": round(len(obs) / kafka_s, 2),
+        "lag_ms": {"p50": percentile(lags, 50), "p95": percentile(lags, 95)}}
+    if servers is not None:
+        es = s.elasticsearch()
+        try:
+            es_bytes = await elasticsearch_bytes(es, f"{tag}-")
+        finally:
+            await es.close()
+        out["cpu_s"] = {k: round(v, 3) for k, v in cpu.items()}
+        out["disk_bytes"] = {"elasticsearch": es_bytes, "qdrant": servers.qdrant_bytes(f"{tag}_memories"),
+                             "kafka": servers.kafka_bytes(t.name for t in spec.values())}
+    return out
+
+
+def _cpu(procs: Sequence[subprocess.Popen[bytes]], servers: Servers | None) -> dict[str, float]:
+    """CPU seconds so far of the workers together and of each server (zeros without ``servers``)."""
+    if servers is None:
+        return {"workers": 0.0}
+    return {"workers": sum(cpu_seconds(p.pid) for p in procs), **servers.cpu()}
+
+
+async def run_fanin(settings: Settings, workers: int = 2, conversations: int = 200, turns: int = 10,
+                    tenants: int = 10, timeout: float = 900.0,
+                    pids: dict[str, list[int]] | None = None) -> dict[str, Any]:
+    """The fan-in benchmark: a synthetic multi-tenant stream (``bench scale``'s workload:
+    ``conversations`` x ``turns`` observations of ``tenants`` tenants, interleaved) through the
+    embedded pipeline and through Kafka + ``workers`` Faust workers, in the same run, with the
+    CPU each component spends per observation and the bytes each store keeps per observation.
+    Two distributed runs on fresh topics and stores: a burst (throughput, lag under a backlog)
+    and a steady stream at half the burst's throughput (lag at a sustainable load)."""
+    from jevmem.bench_meter import allocated_bytes, per_observation
+    from jevmem.bench_scale import workload
+
+    obs = list(workload(conversations * turns, conversations, tenants))
+    servers = Servers.find(pids)
+    embedder = load_embedder(settings.embedder, settings.model_cache)
+    with tempfile.TemporaryDirectory(prefix="jevmem-fanin-") as tmp:
+        mem = build_embedded(settings, embedder=embedder, data_dir=tmp)
+        cpu0, t0 = time.process_time(), time.perf_counter()
+        await mem.pipeline.ingest(obs)
+        embedded_s, embedded_cpu = time.perf_counter() - t0, time.process_time() - cpu0
+        await mem.close()
+        embedded_disk = allocated_bytes([Path(tmp)])
+    vectors = settings.qdrant_url
+    burst = await _distributed(obs, settings, workers, 0.0, timeout, servers)
+    steady = await _distributed(obs, settings, workers, burst["observations_per_second"] / 2, timeout, servers)
+    n = len(obs)
+    cpu = per_observation(burst["cpu_s"], n, 1000.0)
+    embedded_ops = n / embedded_s
+    return {
+        "observations": n, "conversations": conversations, "tenants": tenants, "workers": workers,
+        "partitions": settings.partitions, "vectors": "qdrant" if vectors else "elastic",
+        "embedded_ops": round(embedded_ops, 2), "kafka_ops": burst["observations_per_second"],
+        "ratio": round(burst["observations_per_second"] / embedded_ops, 3),
+        "cpu_ms_per_observation": {**cpu, "total": round(sum(cpu.values()), 3),
+                                   "embedded": round(1000.0 * embedded_cpu / n, 3)},
+        "disk_bytes_per_observation": {**{k: round(v / n) for k, v in burst["disk_bytes"].items()},
+                                       "embedded": round(embedded_disk / n)},
+        "lag_ms": {"burst": burst["lag_ms"], "steady": {**steady["lag_ms"], "rate": steady["producer_rate"]}},
+        "runs": {"burst": burst, "steady": steady},
+    }

@@ -426,22 +426,42 @@ def bench_scale(observations: Annotated[int, typer.Option(help="Synthetic observ
 
 
 @bench_app.command("kafka")
-def bench_kafka(directory: Path, workers: int = 2,
+def bench_kafka(directory: Annotated[Path | None, typer.Argument(
+                    help="LoCoMo conversations (*.json); without it, the synthetic fan-in workload.")] = None,
+                workers: int = 2,
+                conversations: Annotated[int, typer.Option(help="Fan-in workload: conversations.")] = 200,
+                turns: Annotated[int, typer.Option(help="Fan-in workload: turns per conversation.")] = 10,
+                tenants: Annotated[int, typer.Option(help="Fan-in workload: tenants.")] = 10,
+                pid: Annotated[list[str] | None, typer.Option(
+                    help="Fan-in workload: a server's pid as ROLE=PID (broker, elasticsearch, qdrant; repeatable), "
+                         "besides the ones found through the scripts' pid files.")] = None,
                 rate: Annotated[float, typer.Option(help="Producer pace in observations/s (0: all at once).")] = 0.0,
                 vectors: Annotated[str | None, typer.Option(
                     help="Vectors in 'qdrant' (JEVMEM_QDRANT_URL), 'elastic', or 'both' (one run each). "
                          "Default: qdrant if configured, else elastic.")] = None,
                 as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object.")] = False) -> None:
     """Observations/s and end-to-end lag through Kafka + N Faust workers vs the embedded pipeline
-    (needs a running broker, Elasticsearch node and, for vectors in Qdrant, a Qdrant server)."""
-    from jevmem.bench_kafka import run_kafka, vector_stores
+    (needs a running broker, Elasticsearch node and, for vectors in Qdrant, a Qdrant server).
+    Without DIRECTORY: the fan-in workload, with CPU and disk per observation by component."""
+    from jevmem.bench_kafka import run_fanin, run_kafka, vector_stores
 
     settings = _settings()
     try:
         vector_stores(vectors, settings)
     except ValueError as exc:
         raise typer.BadParameter(str(exc)) from exc
-    out = _run(run_kafka(directory, settings, workers, rate, vectors=vectors))
+    if directory is None:
+        pids: dict[str, list[int]] = {}
+        for item in pid or []:
+            role, _, value = item.partition("=")
+            if role not in ("broker", "elasticsearch", "qdrant") or not value.isdigit():
+                raise typer.BadParameter(f"--pid {item!r}: expected ROLE=PID, ROLE one of broker, elasticsearch, qdrant")
+            pids.setdefault(role, []).append(int(value))
+        if vectors in ("elastic", "qdrant"):
+            settings = settings.model_copy(update={"qdrant_url": settings.qdrant_url if vectors == "qdrant" else None})
+        out = _run(run_fanin(settings, workers, conversations, turns, tenants, pids=pids or None))
+    else:
+        out = _run(run_kafka(directory, settings, workers, rate, vectors=vectors))
     if as_json:
         sys.stdout.write(orjson.dumps(out).decode() + "\n")
     else:

@@ -1,0 +1,98 @@
+"""What a benchmark run costs, by component: CPU seconds from each process's own accounting
+(``/proc/PID/stat``: user + system time of all its threads) and bytes on disk per store.
+
+The servers are the ones of the project's scripts, found through their pid files and data
+directories as those scripts name them (``KAFKA_DATA``, ``ES_HOME_DIR`` / ``ES_CACHE`` +
+``ES_PORT``, ``QDRANT_DATA`` / ``QDRANT_PORT``), or given as ``role=PID`` pairs.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from elasticsearch import AsyncElasticsearch
+
+TICKS = os.sysconf("SC_CLK_TCK")
+ROLES = ("broker", "elasticsearch", "qdrant")
+
+
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU seconds of ``pid`` so far (every thread); 0 if it is gone."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return 0.0
+    return (int(fields[11]) + int(fields[12])) / TICKS  # utime, stime (fields 14, 15 of stat)
+
+
+def allocated_bytes(paths: Iterable[Path]) -> int:
+    """Bytes allocated on disk (blocks, as ``du`` counts) by every file under ``paths``."""
+    total = 0
+    for root in paths:
+        files = [root] if root.is_file() else root.rglob("*") if root.is_dir() else []
+        for p in files:
+            try:
+                if p.is_file():
+                    total += p.stat().st_blocks * 512
+            except OSError:  # removed while walking (segment merges, log rolls)
+                continue
+    return total
+
+
+def _pid(path: Path) -> int | None:
+    try:
+        return int(path.read_text().strip())
+    except (OSError, ValueError):
+        return None
+
+
+@dataclass
+class Servers:
+    """The script-started servers' pids and data directories."""
+
+    pids: dict[str, list[int]] = field(default_factory=dict)
+    kafka_logs: Path | None = None
+    qdrant_storage: Path | None = None
+
+    @classmethod
+    def find(cls, given: Mapping[str, list[int]] | None = None) -> Servers:
+        env = os.environ
+        kafka = Path(env.get("KAFKA_DATA", "/tmp/jevmem-kafka"))
+        es_home = Path(env.get("ES_HOME_DIR", str(Path(env.get("ES_CACHE", str(Path.home() / ".cache" / "jevmem-es")))
+                                                 / f"node-{env.get('ES_PORT', '9200')}")))
+        qdrant = Path(env.get("QDRANT_DATA", f"/tmp/jevmem-qdrant-{env.get('QDRANT_PORT', '6333')}"))
+        found = {"broker": _pid(kafka / "kafka.pid"), "elasticsearch": _pid(es_home / "es.pid"),
+                 "qdrant": _pid(qdrant / "qdrant.pid")}
+        pids = {role: [pid] for role, pid in found.items() if pid is not None and cpu_seconds(pid) > 0}
+        pids.update(given or {})
+        return cls(pids, kafka / "logs", qdrant / "storage")
+
+    def cpu(self) -> dict[str, float]:
+        return {role: sum(cpu_seconds(p) for p in self.pids.get(role, [])) for role in ROLES}
+
+    def kafka_bytes(self, topics: Iterable[str]) -> int:
+        if self.kafka_logs is None:
+            return 0
+        names = set(topics)
+        return allocated_bytes(p for p in self.kafka_logs.glob("*") if p.name.rsplit("-", 1)[0] in names)
+
+    def qdrant_bytes(self, collection: str) -> int:
+        if self.qdrant_storage is None:
+            return 0
+        return allocated_bytes([self.qdrant_storage / "collections" / collection])
+
+
+async def elasticsearch_bytes(es: AsyncElasticsearch, prefix: str) -> int:
+    """Primary store size of every index of the store generation ``prefix`` (after a flush)."""
+    await es.indices.flush(index=f"{prefix}*", allow_no_indices=True)
+    rows: Any = await es.cat.indices(index=f"{prefix}*", bytes="b", format="json", h="index,pri.store.size")
+    return sum(int(r["pri.store.size"] or 0) for r in rows)
+
+
+def per_observation(values: Mapping[str, float], n: int, scale: float = 1.0) -> dict[str, float]:
+    """Each value divided by ``n`` and multiplied by ``scale`` (e.g. 1000: seconds -> ms), rounded."""
+    return {k: round(v * scale / n, 3) for k, v in values.items()}
