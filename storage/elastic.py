@@ -11,10 +11,12 @@ Layout, for an index prefix ``p`` (default ``jevmem-``):
   (``update`` + ``doc_as_upsert``), so the two writes commute and repeating either is a no-op.
   The lexical side owns ``content`` (BM25, standard tokenizer + lowercase + English stopwords) and
   ``tokens``; the node side owns ``event_id``, ``kind``, ``entity_ids``, ``body`` (the node JSON
-  without embedding, as a string: a partial update would deep-merge an object) and ``embedding``
-  (float32-rounded like the SQLite store; kept when a later upsert carries none). Both write the
-  scope fields, ``node_id`` and ``seq``.
-* ``p edges``: ``_id`` = edge id; ``p decisions``: ``_id`` = decision id (whole-document index).
+  without embedding, as a string: a partial update would deep-merge an object) and
+  ``embedding_f32`` (base64 of the float32 values, exact like the SQLite store; kept when a later
+  upsert carries none; documents of older releases carry a JSON float list, ``embedding``, read
+  the same). Both write the scope fields, ``node_id`` and ``seq``.
+* ``p edges``: ``_id`` = edge id, read back from ``body`` only (the indexed fields are not kept
+  twice in ``_source``); ``p decisions``: ``_id`` = decision id (whole-document index).
 * ``p forgotten``: forgotten-event records ``(scope, event_id, seq)`` (see ``streams.forget``).
 * An older generation's shared ``p memories`` index (BM25 over all tenants) is split into the
   per-tenant indices by :meth:`ElasticNodeStore.migrate_shared` (``jevmem.distributed.check_model``
@@ -40,6 +42,7 @@ distinct query token/entity), ties broken by seq descending, then node id.
 from __future__ import annotations
 
 import asyncio
+import base64
 import hashlib
 from collections.abc import Sequence
 from typing import Any, Self
@@ -70,8 +73,12 @@ _MEMORIES: dict[str, Any] = {"dynamic": "strict", "properties": {
     "seq": {"type": "integer"}, "entity_ids": _KW, "tokens": _KW,
     "content": {"type": "text", "analyzer": "jevmem_text"},
     "body": _OPAQUE, "embedding": {"type": "float", "index": False, "doc_values": False},
+    "embedding_f32": {"type": "binary"},
 }}
-_EDGES: dict[str, Any] = {"dynamic": "strict", "properties": {
+_EDGE_FIELDS = ("tenant_id", "conversation_id", "id", "view", "source", "target", "probability")
+#: Edges are read back from ``body`` only: the searchable fields are indexed (and sorted on) but
+#: not kept a second time in ``_source``.
+_EDGES: dict[str, Any] = {"dynamic": "strict", "_source": {"excludes": list(_EDGE_FIELDS)}, "properties": {
     "tenant_id": _KW, "conversation_id": _KW, "id": _KW, "view": _KW, "source": _KW, "target": _KW,
     "probability": {"type": "double"}, "body": _OPAQUE,
 }}
@@ -81,6 +88,17 @@ _DECISIONS: dict[str, Any] = {"dynamic": "strict", "properties": {
 _FORGOTTEN: dict[str, Any] = {"dynamic": "strict", "properties": {
     "tenant_id": _KW, "conversation_id": _KW, "event_id": _KW, "seq": {"type": "integer"},
 }}
+
+
+def encode_vector(vector: Sequence[float]) -> str:
+    """An embedding as base64 of its little-endian float32 values (what the models produce):
+    exact, and a quarter of the bytes of a JSON float list, which Elasticsearch also parses."""
+    return base64.b64encode(np.asarray(vector, dtype="<f4").tobytes()).decode("ascii")
+
+
+def decode_vector(text: str) -> list[float]:
+    values: list[float] = np.frombuffer(base64.b64decode(text), dtype="<f4").astype(float).tolist()
+    return values
 
 
 def memories_index(tenant_id: str) -> str:
@@ -258,10 +276,19 @@ class _Elastic:
                     if exc.error != "resource_already_exists_exception":
                         raise StoreUnavailable(f"elasticsearch create {index}: {exc}") from exc
                     await self._await_active(index)  # created by another process: maybe not started yet
+                    await self._add_fields(index, mappings)
                 except (ApiError, TransportError) as exc:
                     raise StoreUnavailable(f"elasticsearch create {index}: {exc}") from exc
                 self._ready.add(index)
         return index
+
+    async def _add_fields(self, index: str, mappings: dict[str, Any]) -> None:
+        """Add fields of ``mappings`` that an index made by an older release lacks (idempotent;
+        existing fields are left as they are)."""
+        try:
+            await self._client.indices.put_mapping(index=index, properties=mappings["properties"])
+        except (ApiError, TransportError) as exc:
+            raise StoreUnavailable(f"elasticsearch mapping of {index}: {exc}") from exc
 
     async def _await_active(self, index: str) -> None:
         """Wait until ``index``'s primary shard is started (an index another process has just
@@ -448,7 +475,7 @@ class ElasticNodeStore(_Memories):
                 "event_id": n.event_id, "kind": n.kind, "entity_ids": sorted({e.id for e in n.entities}),
                 "body": orjson.dumps(n.without_embedding().model_dump(mode="json")).decode()}
             if n.embedding is not None:
-                d["embedding"] = np.asarray(n.embedding, dtype=np.float32).astype(float).tolist()
+                d["embedding_f32"] = encode_vector(n.embedding)
             return d
         await self._write(nodes, doc)
 
@@ -460,7 +487,7 @@ class ElasticNodeStore(_Memories):
         await self._sent()
         try:
             res = await self._client.mget(index=index, ids=list(dict.fromkeys(ids)),
-                                          source=["tenant_id", "conversation_id", "body", "embedding"])
+                                          source=["tenant_id", "conversation_id", "body", "embedding_f32", "embedding"])
         except (ApiError, TransportError) as exc:
             raise StoreUnavailable(f"elasticsearch mget {index}: {exc}") from exc
         found: dict[str, MemoryNode] = {}
@@ -468,7 +495,8 @@ class ElasticNodeStore(_Memories):
             src = d.get("_source") or {}
             if (d.get("found") and "body" in src and src.get("tenant_id") == scope.tenant_id
                     and src.get("conversation_id") == scope.conversation_id):
-                found[d["_id"]] = MemoryNode.model_validate({**orjson.loads(src["body"]), "embedding": src.get("embedding")})
+                vector = decode_vector(src["embedding_f32"]) if "embedding_f32" in src else src.get("embedding")
+                found[d["_id"]] = MemoryNode.model_validate({**orjson.loads(src["body"]), "embedding": vector})
         return [found[i] for i in ids if i in found]
 
     async def seqs(self, scope: Scope, event_ids: Sequence[str]) -> dict[str, int]:
