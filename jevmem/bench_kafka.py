@@ -31,7 +31,7 @@ from confluent_kafka import Consumer, TopicPartition
 
 from jevmem import locomo
 from jevmem.bench import percentile
-from jevmem.bench_meter import Servers, cpu_seconds, elasticsearch_bytes
+from jevmem.bench_meter import Servers, cpu_seconds, elasticsearch_bytes, elasticsearch_sizes, elasticsearch_work
 from jevmem.settings import Settings
 from jevmem.wiring import build_embedded
 from streams.kafka_admin import ensure_topics, read_topic, watermarks
@@ -153,6 +153,7 @@ async def _distributed(obs: list[Observation], settings: Settings, workers: int,
     ensure_topics(kafka, tag, s.topic_layout())
     logdir = Path(tempfile.mkdtemp(prefix="jevmem-bench-"))
     env = worker_env(s)
+    es = s.elasticsearch()
     procs = [spawn_worker({**env, "JEVMEM_WORKER_DATADIR": str(logdir / f"w{i}")}, logdir / f"w{i}.log") for i in range(workers)]
     try:
         def ready() -> bool:
@@ -160,6 +161,7 @@ async def _distributed(obs: list[Observation], settings: Settings, workers: int,
 
         await _wait(ready, 180, "workers ready")
         cpu0 = _cpu(procs, servers)
+        es0 = await elasticsearch_work(es) if servers is not None else {}
         async with ObservationProducer(kafka, tag) as producer:
             if rate <= 0:
                 await producer.send(obs)
@@ -177,6 +179,7 @@ async def _distributed(obs: list[Observation], settings: Settings, workers: int,
                 last, stable_since = now, time.monotonic()
             await asyncio.sleep(0.5)
         cpu = {k: v - cpu0[k] for k, v in _cpu(procs, servers).items()}
+        es_work = {k: v - es0[k] for k, v in (await elasticsearch_work(es)).items()} if servers is not None else {}
     finally:
         stop_workers(procs)
 
@@ -195,12 +198,14 @@ async def _distributed(obs: list[Observation], settings: Settings, workers: int,
         "workers": workers, "partitions": s.partitions, "producer_rate": rate or None,
         "seconds": round(kafka_s, 2), "observations_per_second": round(len(obs) / kafka_s, 2),
         "lag_ms": {"p50": percentile(lags, 50), "p95": percentile(lags, 95)}}
-    if servers is not None:
-        es = s.elasticsearch()
-        try:
+    try:
+        if servers is not None:
             es_bytes = await elasticsearch_bytes(es, f"{tag}-")
-        finally:
-            await es.close()
+            out["elasticsearch_bytes"] = await elasticsearch_sizes(es, f"{tag}-")
+            out["elasticsearch_work"] = es_work
+    finally:
+        await es.close()
+    if servers is not None:
         out["cpu_s"] = {k: round(v, 3) for k, v in cpu.items()}
         out["disk_bytes"] = {"elasticsearch": es_bytes, "qdrant": servers.qdrant_bytes(f"{tag}_memories"),
                              "kafka": servers.kafka_bytes(t.name for t in spec.values())}

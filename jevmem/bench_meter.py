@@ -93,6 +93,34 @@ async def elasticsearch_bytes(es: AsyncElasticsearch, prefix: str) -> int:
     return sum(int(r["pri.store.size"] or 0) for r in rows)
 
 
+#: Where an Elasticsearch node's time goes: (stats section, counter) pairs of ``_nodes/stats``.
+ES_WORK = {"index_ops": ("indexing", "index_total"), "index_ms": ("indexing", "index_time_in_millis"),
+           "queries": ("search", "query_total"), "query_ms": ("search", "query_time_in_millis"),
+           "fetch_ms": ("search", "fetch_time_in_millis"), "refreshes": ("refresh", "total"),
+           "refresh_ms": ("refresh", "total_time_in_millis"), "merge_ms": ("merges", "total_time_in_millis"),
+           "flush_ms": ("flush", "total_time_in_millis"), "bulk_ops": ("bulk", "total_operations")}
+
+
+async def elasticsearch_work(es: AsyncElasticsearch) -> dict[str, int]:
+    """The node(s)' cumulative indexing, search, refresh, merge and flush counters (:data:`ES_WORK`)."""
+    res: Any = await es.nodes.stats(metric="indices")
+    out = dict.fromkeys(ES_WORK, 0)
+    for node in res["nodes"].values():
+        for name, (section, counter) in ES_WORK.items():
+            out[name] += int(node["indices"].get(section, {}).get(counter, 0))
+    return out
+
+
+async def elasticsearch_sizes(es: AsyncElasticsearch, prefix: str) -> dict[str, int]:
+    """Primary store bytes of the generation's indices by kind (memories of every tenant together)."""
+    rows: Any = await es.cat.indices(index=f"{prefix}*", bytes="b", format="json", h="index,pri.store.size")
+    out: dict[str, int] = {}
+    for r in rows:
+        kind = str(r["index"])[len(prefix):].split("-", 1)[0]
+        out[kind] = out.get(kind, 0) + int(r["pri.store.size"] or 0)
+    return out
+
+
 def per_observation(values: Mapping[str, float], n: int, scale: float = 1.0) -> dict[str, float]:
     """Each value divided by ``n`` and multiplied by ``scale`` (e.g. 1000: seconds -> ms), rounded."""
     return {k: round(v * scale / n, 3) for k, v in values.items()}
