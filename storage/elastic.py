@@ -62,6 +62,10 @@ _KW = {"type": "keyword"}
 _OPAQUE = {"type": "keyword", "index": False, "doc_values": False}
 _SETTINGS: dict[str, Any] = {
     "number_of_replicas": 0,
+    # every write path refreshes what it wrote itself (Visibility.sync, refresh=true): no
+    # periodic refresh on top (each one a new segment per index written)
+    "refresh_interval": "-1",
+    "codec": "best_compression",
     "analysis": {
         "filter": {"jevmem_stop": {"type": "stop", "stopwords": "_english_"}},
         "analyzer": {"jevmem_text": {"type": "custom", "tokenizer": "standard",
@@ -78,8 +82,11 @@ _MEMORIES: dict[str, Any] = {"dynamic": "strict", "properties": {
 _EDGE_FIELDS = ("tenant_id", "conversation_id", "id", "view", "source", "target", "probability")
 #: Edges are read back from ``body`` only: the searchable fields are indexed (and sorted on) but
 #: not kept a second time in ``_source``.
+#: A keyword that is only filtered on (no sort, no aggregation): no column of values on disk.
+_FILTER_KW = {"type": "keyword", "doc_values": False}
 _EDGES: dict[str, Any] = {"dynamic": "strict", "_source": {"excludes": list(_EDGE_FIELDS)}, "properties": {
-    "tenant_id": _KW, "conversation_id": _KW, "id": _KW, "view": _KW, "source": _KW, "target": _KW,
+    "tenant_id": _FILTER_KW, "conversation_id": _FILTER_KW, "id": _KW, "view": _FILTER_KW, "source": _FILTER_KW,
+    "target": _FILTER_KW,
     "probability": {"type": "double"}, "body": _OPAQUE,
 }}
 _DECISIONS: dict[str, Any] = {"dynamic": "strict", "properties": {
@@ -283,10 +290,14 @@ class _Elastic:
         return index
 
     async def _add_fields(self, index: str, mappings: dict[str, Any]) -> None:
-        """Add fields of ``mappings`` that an index made by an older release lacks (idempotent;
-        existing fields are left as they are)."""
+        """Add the fields of ``mappings`` that an index made by an older release lacks (fields it
+        has are left as they were made)."""
         try:
-            await self._client.indices.put_mapping(index=index, properties=mappings["properties"])
+            current: dict[str, Any] = dict((await self._client.indices.get_mapping(index=index)).body)
+            have = {k for spec in current.values() for k in spec.get("mappings", {}).get("properties", {})}
+            missing = {k: v for k, v in mappings["properties"].items() if k not in have}
+            if missing:
+                await self._client.indices.put_mapping(index=index, properties=missing)
         except (ApiError, TransportError) as exc:
             raise StoreUnavailable(f"elasticsearch mapping of {index}: {exc}") from exc
 
