@@ -278,7 +278,7 @@ async def test_deferred_writes_are_one_request_merged_per_document_and_read_back
     assert (await client.count(index=index))["count"] == 0  # sent, not yet refreshed
     assert await ns.observation_count(A) == len(CHAT)  # a count syncs first
     doc = (await client.get(index=index, id=nodes[2].id))["_source"]
-    assert doc["content"] == nodes[2].content and doc["event_id"] == nodes[2].event_id and "embedding" in doc
+    assert doc["content"] == nodes[2].content and doc["event_id"] == nodes[2].event_id and "embedding_f32" in doc
 
     # a failed flush raises from the call that sent it and drops the buffer (the batch is retried)
     await client.indices.create(index=prefix + elastic.memories_index(B.tenant_id), settings={"number_of_replicas": 0},
