@@ -44,6 +44,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import hashlib
+import logging
 from collections.abc import Sequence
 from typing import Any, Self
 
@@ -56,6 +57,8 @@ from storage.ports import Hit
 from topology import ids as idsmod
 from topology.errors import StoreUnavailable
 from topology.schemas import ConsolidationDecision, EdgeEvent, MemoryNode, Scope, View
+
+log = logging.getLogger("jevmem.elastic")
 
 _PAGE = 1000
 _KW = {"type": "keyword"}
@@ -291,13 +294,20 @@ class _Elastic:
 
     async def _add_fields(self, index: str, mappings: dict[str, Any]) -> None:
         """Add the fields of ``mappings`` that an index made by an older release lacks (fields it
-        has are left as they were made)."""
+        has are left as they were made). An index that cannot take them is left as it is: the
+        writes that need them fail and say so."""
         try:
             current: dict[str, Any] = dict((await self._client.indices.get_mapping(index=index)).body)
-            have = {k for spec in current.values() for k in spec.get("mappings", {}).get("properties", {})}
-            missing = {k: v for k, v in mappings["properties"].items() if k not in have}
-            if missing:
-                await self._client.indices.put_mapping(index=index, properties=missing)
+        except (ApiError, TransportError) as exc:
+            raise StoreUnavailable(f"elasticsearch mapping of {index}: {exc}") from exc
+        have = {k for spec in current.values() for k in spec.get("mappings", {}).get("properties", {})}
+        missing = {k: v for k, v in mappings["properties"].items() if k not in have}
+        if not missing:
+            return
+        try:
+            await self._client.indices.put_mapping(index=index, properties=missing)
+        except BadRequestError as exc:
+            log.warning("elasticsearch index %s lacks fields %s and cannot take them: %s", index, sorted(missing), exc)
         except (ApiError, TransportError) as exc:
             raise StoreUnavailable(f"elasticsearch mapping of {index}: {exc}") from exc
 

@@ -57,14 +57,32 @@ def ensure_topics(kafka: KafkaClient | str, prefix: str, layout: TopicLayout | N
                                 replication_factor=layout.replication_factor,
                                 config=s.config(layout.min_insync_replicas))
            for s in specs.values() if s.name not in existing]
+    raced: list[str] = []
     if new:
         for name, fut in admin.create_topics(new, request_timeout=ADMIN_TIMEOUT_S).items():
             try:
                 fut.result()
-            except KafkaException as exc:  # TOPIC_ALREADY_EXISTS is fine (another process raced us)
+            except KafkaException as exc:  # another process created it first (or our metadata was stale)
                 if "TOPIC_ALREADY_EXISTS" not in str(exc):
                     raise BrokerUnavailable(f"create topic {name}: {exc}") from exc
+                raced.append(name)
+    # A topic that already existed after all (another process made it, or the broker we asked
+    # did not list it yet) is checked like any existing one: it may have been made otherwise.
+    problems = [e for name in raced for e in layout_problems(layout, _state(admin, _described(admin, name)))[0]]
+    if problems:
+        raise TopicLayoutError("; ".join(problems))
     return warnings
+
+
+def _described(admin: kafka_admin.AdminClient, name: str, attempts: int = 20) -> TopicMetadata:
+    """The metadata of topic ``name``, which the cluster says exists, asked again until the broker
+    answering lists it (its metadata follows the controller's within moments)."""
+    for _ in range(attempts):
+        meta = admin.list_topics(topic=name, timeout=ADMIN_TIMEOUT_S).topics.get(name)
+        if meta is not None and meta.error is None and meta.partitions:
+            return meta
+        time.sleep(0.25)
+    raise BrokerUnavailable(f"topic {name} exists but no broker describes it")
 
 
 def _state(admin: kafka_admin.AdminClient, meta: TopicMetadata) -> TopicState:
