@@ -247,7 +247,9 @@ def create_app(config: AppConfig, services: Services) -> faust.App:
             with observe.timed("emit"):
                 await publish([
                     (memories, [(n.scope.key, encode(n)) for n in w.nodes + w.derived]),
-                    (candidates, [(c.node.scope.key, encode(c)) for c in w.candidates]),
+                    # the node travels whole on the memories topic; here it is named, not repeated
+                    (candidates, [(c.node.scope.key, encode(c.model_copy(update={"node": c.node.without_embedding()})))
+                                  for c in w.candidates]),
                     (judgments, [(_key(j.tenant_id, j.conversation_id), encode(j)) for j in w.judgments]),
                     (edges, [(_key(e.tenant_id, e.conversation_id), encode(e)) for e in w.edges + w.links]),
                     (consolidation, [(_key(d.tenant_id, d.conversation_id), encode(d)) for d in w.decisions]),

@@ -122,7 +122,7 @@ def topics(prefix: str = "jevmem") -> dict[str, TopicSpec]:
     return {spec.name.split(".")[1]: spec for spec in (
         TopicSpec(f"{prefix}.observations.v1", Observation, FOREVER, "observations and forget requests (system of record)"),
         TopicSpec(f"{prefix}.memories.v1", MemoryNode, FOREVER, "typed memory nodes with embeddings, and forget markers"),
-        TopicSpec(f"{prefix}.candidates.v1", CandidateSet, WEEK_MS, "candidate sets per new node"),
+        TopicSpec(f"{prefix}.candidates.v1", CandidateSet, WEEK_MS, "candidate sets per new node (its node without embedding)"),
         TopicSpec(f"{prefix}.judgments.v1", RelationJudgment, WEEK_MS, "System One relation judgments"),
         TopicSpec(f"{prefix}.edges.v1", EdgeEvent, FOREVER, "edge events of the four views, and forget markers"),
         TopicSpec(f"{prefix}.consolidation.v1", ConsolidationDecision, FOREVER, "consolidation decisions, and forget markers"),
