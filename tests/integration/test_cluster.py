@@ -23,7 +23,7 @@ import subprocess
 import sys
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -184,10 +184,10 @@ async def test_pipeline_end_to_end_on_the_secure_clusters(es_proxy: str, tmp_pat
     assert (info.config.params.shard_number, info.config.params.replication_factor) == (3, 2)
 
 
-async def wait(ready: object, worker: subprocess.Popen[bytes], tmp: Path, timeout: float = 180.0) -> None:
+async def wait(ready: Callable[[], bool], worker: subprocess.Popen[bytes], tmp: Path, timeout: float = 180.0) -> None:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        if ready():  # type: ignore[operator]
+        if ready():
             return
         assert worker.poll() is None, (tmp / "worker.log").read_text(errors="replace")[-3000:]
         await asyncio.sleep(0.5)
