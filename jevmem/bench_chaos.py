@@ -68,6 +68,7 @@ from confluent_kafka import Consumer, TopicPartition
 
 from jevmem import locomo
 from jevmem.bench_kafka import spawn_worker, stop_workers, worker_env
+from jevmem.bench_meter import server_dirs
 from jevmem.distributed import distributed_stores
 from jevmem.settings import Settings
 from jevmem.wiring import build_embedded
@@ -146,12 +147,7 @@ class Servers:
     """The broker, Elasticsearch node and Qdrant server of the project's scripts, found by their pid files."""
 
     def __init__(self) -> None:
-        self.kafka_data = Path(os.environ.get("KAFKA_DATA", "/tmp/jevmem-kafka"))
-        es_cache = Path(os.environ.get("ES_CACHE", str(Path.home() / ".cache" / "jevmem-es")))
-        es_port = os.environ.get("ES_PORT", "9200")
-        self.es_home = Path(os.environ.get("ES_HOME_DIR", str(es_cache / f"node-{es_port}")))
-        qdrant_port = os.environ.get("QDRANT_PORT", "6333")
-        self.qdrant_data = Path(os.environ.get("QDRANT_DATA", f"/tmp/jevmem-qdrant-{qdrant_port}"))
+        self.kafka_data, self.es_home, self.qdrant_data = server_dirs()
 
     @staticmethod
     def _pid(path: Path) -> int:

@@ -43,6 +43,16 @@ def allocated_bytes(paths: Iterable[Path]) -> int:
     return total
 
 
+def server_dirs() -> tuple[Path, Path, Path]:
+    """The data directories of the project's single-node Kafka broker, Elasticsearch node and
+    Qdrant server (their pid files live there), as their scripts name them from the environment."""
+    env = os.environ
+    es_cache = Path(env.get("ES_CACHE", str(Path.home() / ".cache" / "jevmem-es")))
+    return (Path(env.get("KAFKA_DATA", "/tmp/jevmem-kafka")),
+            Path(env.get("ES_HOME_DIR", str(es_cache / f"node-{env.get('ES_PORT', '9200')}"))),
+            Path(env.get("QDRANT_DATA", f"/tmp/jevmem-qdrant-{env.get('QDRANT_PORT', '6333')}")))
+
+
 def _pid(path: Path) -> int | None:
     try:
         return int(path.read_text().strip())
@@ -60,11 +70,7 @@ class Servers:
 
     @classmethod
     def find(cls, given: Mapping[str, list[int]] | None = None) -> Servers:
-        env = os.environ
-        kafka = Path(env.get("KAFKA_DATA", "/tmp/jevmem-kafka"))
-        es_home = Path(env.get("ES_HOME_DIR", str(Path(env.get("ES_CACHE", str(Path.home() / ".cache" / "jevmem-es")))
-                                                 / f"node-{env.get('ES_PORT', '9200')}")))
-        qdrant = Path(env.get("QDRANT_DATA", f"/tmp/jevmem-qdrant-{env.get('QDRANT_PORT', '6333')}"))
+        kafka, es_home, qdrant = server_dirs()
         found = {"broker": _pid(kafka / "kafka.pid"), "elasticsearch": _pid(es_home / "es.pid"),
                  "qdrant": _pid(qdrant / "qdrant.pid")}
         pids = {role: [pid] for role, pid in found.items() if pid is not None and cpu_seconds(pid) > 0}
