@@ -109,17 +109,22 @@ def _qdrant_vectors(settings: Settings, prefix: str, dim: int) -> QdrantVectorIn
     return settings.qdrant(dim, prefix.replace("-", "_") + "memories")
 
 
-def distributed_stores(settings: Settings, prefix: str, dim: int) -> Stores:
+def distributed_stores(settings: Settings, prefix: str, dim: int, owner: bool = False) -> Stores:
     """Elasticsearch (lexical, nodes, edges) + vectors in Qdrant (one collection per store
     generation, ``<prefix>memories``) when ``qdrant_url`` is set, else in Elasticsearch's exact
-    (flat) vector index. Dead letters live on their Kafka topic."""
+    (flat) vector index. Dead letters live on their Kafka topic.
+
+    Every read sees every write acknowledged before it began (``storage.elastic.Visibility``);
+    ``owner`` (a worker, or the service): only after :meth:`Stores.fresh_reads`, which the
+    owner calls when that matters (a partition assignment, a request), and always for what
+    this process wrote itself."""
     es = settings.elasticsearch()
-    seen = Visibility(es)  # one refresh of the written indices per sync, not one per bulk
+    seen = Visibility(es, strict_reads=not owner)  # one bulk per batch; reads refresh what they need
     vectors: VectorIndex = (_qdrant_vectors(settings, prefix, dim) if settings.qdrant_url
                             else ElasticVectorIndex(es, prefix, dim, seen))
     return Stores(nodes=ElasticNodeStore(es, prefix, seen), edges=ElasticEdgeStore(es, prefix, seen), vectors=vectors,
                   lexical=ElasticLexicalIndex(es, prefix, seen), dead_letters=TopicDeadLetters(settings),
-                  visibility=seen.sync)
+                  visibility=seen.flush, invalidate=seen.invalidate)
 
 
 class TopicDeadLetters:
@@ -178,7 +183,7 @@ class DistributedService:
         prefix = await resolve_prefix(self.settings)
         await check_model(self.settings, prefix, self.embedder.name)
         await check_vectors(self.settings)
-        self._stores = distributed_stores(self.settings, prefix, self.embedder.dim)
+        self._stores = distributed_stores(self.settings, prefix, self.embedder.dim, owner=True)
         self._producer = ObservationProducer(self.settings.kafka(), self.settings.topic_prefix)
         s = self._stores
         self._controller = RetrievalController(self.embedder, system_one(self.settings), s.vectors, s.lexical,
@@ -186,8 +191,11 @@ class DistributedService:
 
     @property
     def stores(self) -> Stores:
+        """The stores, refreshed for a request: each request reads every write acknowledged
+        before it began (one refresh per index it reads, and none where nothing changed)."""
         if self._stores is None:
             raise RuntimeError("service not started")
+        self._stores.fresh_reads()
         return self._stores
 
     async def stop(self) -> None:
@@ -208,6 +216,7 @@ class DistributedService:
 
     async def retrieve(self, scope: Scope, question: str, top_k: int) -> Retrieval:
         assert self._controller is not None
+        self.stores.fresh_reads()
         return await self._controller.retrieve(scope, question, top_k)
 
     async def answer(self, question: str, evidence: Sequence[str]) -> str | None:
@@ -263,7 +272,7 @@ def run_worker(settings: Settings) -> None:
     asyncio.run(check_model(settings, prefix, embedder.name))
     asyncio.run(prepare_indices(settings, prefix, embedder.dim))  # checks the Qdrant server's version too
     embedder.embed(["warm up"] * 4)  # first inferences allocate: not on the first batch's clock
-    stores = distributed_stores(settings, prefix, embedder.dim)
+    stores = distributed_stores(settings, prefix, embedder.dim, owner=True)
     config = AppConfig(kafka=settings.kafka(), app_id=settings.app_id, prefix=settings.topic_prefix,
                        layout=settings.topic_layout(), batch=settings.write_batch, within_s=settings.write_wait_s,
                        datadir=str(settings.worker_datadir))

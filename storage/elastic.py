@@ -33,7 +33,7 @@ until the search comes back empty.
 Contracts: every query filters on tenant AND conversation; every write refreshes the index
 (``refresh=true``, not ``wait_for``, which would hold each batch up to a refresh interval) so the
 next query sees it, except the write path's writes through a shared :class:`Visibility`, which
-are sent as one bulk and refreshed once per batch; indices are created lazily and idempotently;
+are sent as one bulk per batch and refreshed by the reads that need them (see there); indices are created lazily and idempotently;
 any transport, API or bulk-item failure raises :class:`StoreUnavailable`. Rankings equal the
 SQLite adapters': overlap and shared-entity counts are sums of ``constant_score`` clauses (one per
 distinct query token/entity), ties broken by seq descending, then node id.
@@ -165,35 +165,48 @@ def _failed(res: Any, conflicts_ok: bool = False) -> list[dict[str, Any]]:
 
 
 class Visibility:
-    """When the write path's documents are sent and become visible to search: a bulk request
-    with a refresh per write (``Visibility`` absent: every write is searchable when acknowledged),
-    or deferred: the write path's bulks (``deferred=True``) are buffered here, sent as one bulk
-    request by :meth:`flush`, and made searchable by :meth:`sync` (flush, then one refresh of
-    every index written since the last sync).
+    """When the write path's documents are sent, and when a search must refresh an index first.
 
-    Read-your-writes: every search or count through an adapter sharing it syncs first, every
-    get and every other request (a delete, a non-deferred write) flushes first
-    (:meth:`_Elastic._own_writes`, :meth:`_Elastic._sent`), so this process reads what it wrote
-    and its requests apply in the order it made them. The write path syncs before a batch is
-    acknowledged (``Stores.sync`` at the end of ``streams.embedded.write_batch``), so what a later
-    batch, another worker or a query reads is the same as with a request and a refresh per write.
-    Why: a batch made 5-8 bulk requests (vectors, lexical and node fields of the same documents,
-    edges, decisions), each an fsync'd translog write and, refreshed, a new segment per index;
-    one request and one refresh per batch carry the same documents. Partial updates of the same
-    document in the buffer (a node's lexical and canonical fields) are merged into one update.
+    Writes: without a ``Visibility`` every write is a bulk request with a refresh (searchable when
+    acknowledged). With one, the write path's bulks (``deferred=True``) are buffered here and sent
+    as one bulk request by :meth:`flush` (durable: fsync'd translog) without a refresh; the write
+    path flushes before a batch is acknowledged (``Stores.sync`` at the end of
+    ``streams.embedded.write_batch``). Partial updates of the same document in the buffer (a
+    node's lexical and canonical fields) are merged into one update.
+
+    Reads: a search or count through an adapter sharing it first sends the buffer, then refreshes
+    the index it reads (:meth:`fresh`) when
+
+    * ``strict_reads`` (the default): always, so each read sees every write acknowledged before it
+      began, by any process (a refresh of an index with nothing new is cheap);
+    * otherwise (an owner: the write path, or a service that calls :meth:`invalidate` per
+      request): when this process wrote the index since its last refresh, or when the index was
+      not refreshed since the last :meth:`invalidate`. The write path reads its own
+      conversations (one writer per conversation), so it refreshes only when it reads what it
+      wrote, and after :meth:`invalidate` on a partition assignment, which makes it read what the
+      previous owner acknowledged.
+
+    Gets (``mget``, realtime) and every other request (a delete, a non-deferred write) send the
+    buffer first (:meth:`_Elastic._sent`), so requests apply in the order this process made them.
 
     Failure: a flush that fails raises :class:`StoreUnavailable` from the call that triggered
     it and drops the buffer (the caller's batch is retried as a whole and writes it again; every
-    write is an idempotent upsert). Writes left unsynced by a crash are durable once flushed
-    (translog) and become visible with the next refresh; the batch's redelivery rewrites the same
-    documents (deterministic ids), so whichever appears first, the result is the same.
-    Not safe for concurrent batches: one write path (one worker process) owns it."""
+    write is an idempotent upsert); a failed refresh leaves the index to be refreshed by the
+    next read. Writes left unsent by a crash are rewritten by the batch's redelivery
+    (deterministic ids). One write path (one worker process) owns a ``Visibility``: the buffer is
+    not safe for concurrent batches; reads may run concurrently."""
 
-    def __init__(self, client: AsyncElasticsearch) -> None:
+    def __init__(self, client: AsyncElasticsearch, strict_reads: bool = True) -> None:
         self._client = client
-        self._pending: set[str] = set()
+        self._strict = strict_reads
+        self._pending: set[str] = set()                           # written since its last refresh
         self._ops: list[dict[str, Any]] = []
         self._updates: dict[tuple[str, str], dict[str, Any]] = {}  # (index, id) -> buffered partial doc
+        self._epoch = 0
+        #: index -> (epoch its latest refresh started in, that refresh)
+        self._refreshes: dict[str, tuple[int, asyncio.Future[None]]] = {}
+        #: refresh requests sent (for tests and benchmarks)
+        self.refreshes = 0
 
     def defer(self, index: str | None, ops: list[dict[str, Any]]) -> None:
         """Buffer bulk ``ops`` (action lines without ``_index`` go to ``index``); an
@@ -220,38 +233,58 @@ class Visibility:
                 self._ops.append(body)
 
     async def flush(self) -> None:
-        """Send the buffered writes as one bulk request (nothing when none are buffered)."""
-        self._pending |= await self._send(refresh=False)
-
-    async def _send(self, refresh: bool) -> set[str]:
-        """Send the buffer (``refresh``: and refresh the shards it wrote, in the same request);
-        returns the indices it wrote."""
+        """Send the buffered writes as one bulk request (nothing when none are buffered); they
+        are durable when this returns and searchable after the next refresh of their index."""
         if not self._ops:
-            return set()
+            return
         ops, self._ops, self._updates = self._ops, [], {}
         try:
-            res = await self._client.bulk(operations=ops, refresh=refresh)
+            res = await self._client.bulk(operations=ops)
         except (ApiError, TransportError) as exc:
             raise StoreUnavailable(f"elasticsearch bulk ({len(ops)} lines): {exc}") from exc
-        written = {str(i["_index"]) for item in res["items"] for i in item.values() if "_index" in i}
+        self._pending |= {str(i["_index"]) for item in res["items"] for i in item.values() if "_index" in i}
         bad = _failed(res)
         if bad:
-            self._pending |= written
             raise StoreUnavailable(f"elasticsearch bulk: {len(bad)} failed, first: {bad[0]['error']}")
-        return written
+
+    def invalidate(self) -> None:
+        """From now on, the first read of each index refreshes it (it then sees every write any
+        process acknowledged before this call)."""
+        self._epoch += 1
+
+    async def fresh(self, index: str) -> None:
+        """Send the buffer, then refresh ``index`` when the read about to be made needs it (see
+        the class contract); concurrent reads share a refresh started for their epoch."""
+        await self.flush()
+        if self._strict:
+            self.invalidate()
+        epoch = self._epoch
+        started = self._refreshes.get(index)
+        if started is not None and started[0] >= epoch and index not in self._pending:
+            await asyncio.shield(started[1])
+            return
+        self._pending.discard(index)
+        done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._refreshes[index] = (epoch, done)
+        self.refreshes += 1
+        try:
+            await self._client.indices.refresh(index=index)
+        except NotFoundError:
+            pass  # nothing to read there yet
+        except (ApiError, TransportError) as exc:
+            self._pending.add(index)
+            self._refreshes.pop(index, None)
+            done.set_exception(StoreUnavailable(f"elasticsearch refresh {index}: {exc}"))
+            done.exception()  # retrieved: a waiter re-raises it
+            raise StoreUnavailable(f"elasticsearch refresh {index}: {exc}") from exc
+        done.set_result(None)
 
     async def sync(self) -> None:
-        """Send the buffer and refresh every index written since the last sync (one request when
-        everything written is still buffered, the usual case)."""
-        self._pending -= await self._send(refresh=True)
-        if not self._pending:
-            return
-        names = sorted(self._pending)
-        try:
-            await self._client.indices.refresh(index=",".join(names))
-        except (ApiError, TransportError) as exc:
-            raise StoreUnavailable(f"elasticsearch refresh {names}: {exc}") from exc
-        self._pending.difference_update(names)
+        """Send the buffer and refresh every index this process wrote since its last refresh:
+        everything it acknowledged is searchable by anyone after this returns."""
+        await self.flush()
+        for index in sorted(self._pending):
+            await self.fresh(index)
 
 
 class _Elastic:
@@ -340,10 +373,10 @@ class _Elastic:
             return index
         return None
 
-    async def _own_writes(self) -> None:
-        """Make this process's deferred writes searchable before a search or count."""
+    async def _own_writes(self, index: str) -> None:
+        """Before a search or count of ``index``: see :meth:`Visibility.fresh`."""
         if self._visibility is not None:
-            await self._visibility.sync()
+            await self._visibility.fresh(index)
 
     async def _sent(self) -> None:
         """Send this process's buffered writes before a get or another request (order kept)."""
@@ -379,7 +412,7 @@ class _Elastic:
         if index is None:
             return 0
         deleted = 0
-        await self._own_writes()
+        await self._own_writes(index)
         while True:
             try:
                 res = await self._client.search(index=index, query=query, size=_PAGE, source=False,
@@ -399,7 +432,7 @@ class _Elastic:
         """Hits of ``query`` in ``sort`` order (up to ``limit``; all when None), paged by search_after."""
         out: list[dict[str, Any]] = []
         after: list[Any] | None = None
-        await self._own_writes()
+        await self._own_writes(index)
         while limit is None or len(out) < limit:
             size = _PAGE if limit is None else min(_PAGE, limit - len(out))
             try:
@@ -540,7 +573,7 @@ class ElasticNodeStore(_Memories):
         if index is None:
             return 0
         query = {"bool": {"filter": _scoped(scope, {"term": {"kind": "observation"}})}}
-        await self._own_writes()
+        await self._own_writes(index)
         try:
             res = await self._client.count(index=index, query=query)
         except (ApiError, TransportError) as exc:
@@ -566,7 +599,7 @@ class ElasticNodeStore(_Memories):
             return []
         aggs = {"convs": {"terms": {"field": "conversation_id", "size": 10_000, "order": {"_key": "asc"}}}}
         query = {"bool": {"filter": [{"term": {"tenant_id": tenant_id}}, {"exists": {"field": "event_id"}}]}}
-        await self._own_writes()
+        await self._own_writes(index)
         try:
             res = await self._client.search(index=index, query=query, aggs=aggs, size=0)
         except (ApiError, TransportError) as exc:
@@ -759,7 +792,7 @@ class ElasticVectorIndex(_Elastic):
     async def search(self, scope: Scope, vector: Sequence[float], limit: int, before_seq: int | None = None) -> list[Hit]:
         index = await self._ensure("vectors", self._mappings)
         extra = [{"range": {"seq": {"lt": before_seq}}}] if before_seq is not None else []
-        await self._own_writes()
+        await self._own_writes(index)
         try:
             res = await self._client.search(index=index, size=limit, source=False, knn={
                 "field": "vector", "query_vector": list(vector), "k": limit, "num_candidates": max(limit, 1000),

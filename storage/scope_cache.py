@@ -56,6 +56,8 @@ class _Conversation:
     tokens: dict[str, set[str]] = field(default_factory=dict)    # token -> node ids
     entities: dict[str, set[str]] = field(default_factory=dict)  # entity id -> node ids
     observations: list[tuple[int, str]] = field(default_factory=list)  # (seq, id), ascending
+    events: dict[str, int] = field(default_factory=dict)         # event id -> seq (every node)
+    forgotten: dict[str, int] = field(default_factory=dict)      # event id -> seq, as the store has them
     ids: list[str] = field(default_factory=list)                 # row order of ``matrix``
     matrix: np.ndarray | None = None                              # rows: embeddings (zeros when none)
     seqs: np.ndarray | None = None
@@ -80,6 +82,7 @@ class _Conversation:
         if n.embedding is None and old is not None:
             n = n.model_copy(update={"embedding": old.embedding})
         self.nodes[n.id] = n
+        self.events[n.event_id] = n.seq
         for t in set(n.tokens):
             self.tokens.setdefault(t, set()).add(n.id)
         for e in n.entities:
@@ -153,7 +156,7 @@ class ScopeCache:
         self._loading[scope] = fut
         try:
             listed = await self._store.scan(scope)
-            conv = _Conversation()
+            conv = _Conversation(forgotten=await self._store.forgotten(scope))
             for i in range(0, len(listed), 500):
                 for n in await self._store.get(scope, [m.id for m in listed[i: i + 500]]):
                     conv.add(n)
@@ -206,6 +209,25 @@ class ScopeCache:
         if conv is None or any(i not in conv.incoming for i in ids):
             return None
         return [e for i in ids if (e := conv.incoming[i]) is not None]
+
+    # -- SeqSource ------------------------------------------------------------------------------
+
+    async def seqs(self, scope: Scope, event_ids: Sequence[str]) -> dict[str, int]:
+        conv = await self._conv(scope)
+        return {e: conv.events[e] for e in event_ids if e in conv.events}
+
+    async def next_seq(self, scope: Scope) -> int:
+        conv = await self._conv(scope)
+        return conv.observations[-1][0] + 1 if conv.observations else 0
+
+    async def observation_count(self, scope: Scope) -> int:
+        return len((await self._conv(scope)).observations)
+
+    async def used_seqs(self, scope: Scope) -> list[int]:
+        return [s for s, _ in (await self._conv(scope)).observations]
+
+    async def forgotten(self, scope: Scope) -> dict[str, int]:
+        return dict((await self._conv(scope)).forgotten)
 
     # -- MemoryReader -------------------------------------------------------------------------
 

@@ -16,7 +16,7 @@ from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
-from storage.ports import DeadLetterSink, EdgeStore, LexicalIndex, NodeStore, VectorIndex
+from storage.ports import DeadLetterSink, EdgeStore, LexicalIndex, NodeStore, SeqSource, VectorIndex
 from storage.scope_cache import ScopeCache
 from streams import forget as forgetting
 from streams.forget import ForgetReport
@@ -57,10 +57,16 @@ class Stores:
     #: the write path's memory of recent links (:class:`storage.scope_cache.ScopeCache`): told
     #: every chunk's nodes and edges, asked for a consolidation window's incoming semantic edges
     links: LinkMemory | None = None
-    #: sends every buffered write and makes it visible to other processes' searches
-    #: (``storage.elastic.Visibility.sync``; this process's own reads sync by themselves);
-    #: None: writes are sent and visible when acknowledged (SQLite, a refresh per Elasticsearch bulk)
+    #: sends every buffered write (``storage.elastic.Visibility.flush``: durable; searchable by
+    #: the reads that refresh for it); None: writes are sent when acknowledged (SQLite, a refresh
+    #: per Elasticsearch bulk)
     visibility: Callable[[], Awaitable[None]] | None = None
+    #: makes the next read of each store see every write any process acknowledged before the call
+    #: (``storage.elastic.Visibility.invalidate``); None: every read already does (SQLite)
+    invalidate: Callable[[], None] | None = None
+    #: where the write path reads seqs (``streams.embedded.number``): the write path's in-memory
+    #: conversations once attached, else the node store
+    seq_source: SeqSource | None = None
 
     def attach(self, cache: ScopeCache) -> None:
         """Keep the write path's in-memory conversations (``cache``) in step with these stores:
@@ -68,11 +74,17 @@ class Stores:
         self.listeners.append(cache.add)
         self.on_forget.append(cache.drop)
         self.links = cache
+        self.seq_source = cache
 
     async def sync(self) -> None:
-        """Every write acknowledged so far is visible to reads and searches after this returns."""
+        """Every write made so far is sent and acknowledged (durable) when this returns."""
         if self.visibility is not None:
             await self.visibility()
+
+    def fresh_reads(self) -> None:
+        """The next read of each store sees every write acknowledged before this call."""
+        if self.invalidate is not None:
+            self.invalidate()
 
     async def materialise(self, nodes: Sequence[MemoryNode]) -> None:
         """Write nodes to every store that candidate discovery and queries read; the node store
@@ -129,7 +141,7 @@ def dead_letter(original: bytes | str, reason: str, source: str) -> DeadLetter:
     return DeadLetter.of(original, reason, source)
 
 
-async def number(nodes: NodeStore, obs: Sequence[Observation]) -> tuple[list[tuple[Observation, int]], int]:
+async def number(nodes: SeqSource, obs: Sequence[Observation]) -> tuple[list[tuple[Observation, int]], int]:
     """Seqs for a deduplicated batch, read from the node store (the authority: a conversation has
     one writer, its partition's owner, and nodes are acknowledged before the input offset is
     committed), and the number of events not stored before. Scopes are read concurrently.
@@ -220,7 +232,7 @@ async def write_batch(stores: Stores, wp: WritePath, obs: list[Observation],
     ahead: asyncio.Task[list[list[float]]] | None = asyncio.create_task(_vectors(wp, parts[0]))
     try:
         with observe.timed("numbering"):
-            numbered, out.new = await number(stores.nodes, obs)  # in the order of ``obs``
+            numbered, out.new = await number(stores.seq_source or stores.nodes, obs)  # in the order of ``obs``
         chunks = [numbered[i: i + size] for i in range(0, len(numbered), size)]
         for i in range(len(chunks)):
             assert ahead is not None
@@ -234,7 +246,7 @@ async def write_batch(stores: Stores, wp: WritePath, obs: list[Observation],
         if ahead is not None:
             ahead.cancel()
     with observe.timed("store_writes"):
-        await stores.sync()  # the batch is visible to whoever reads next (a query, the next batch's seqs)
+        await stores.sync()  # durable before the batch is acknowledged (readers refresh for it)
     observe.count("accepted", len(obs))
     observe.measure("controller_requests_per_write", out.write_calls / len(obs))
     return out

@@ -240,7 +240,7 @@ def create_app(config: AppConfig, services: Services) -> faust.App:
 
     async def write(obs: list[Observation]) -> None:
         # in chunks, pipelined: chunk i+1 is embedded while chunk i is linked and written (the
-        # stores refresh once per batch, see Stores.sync, so chunks cost no extra refreshes)
+        # stores take one bulk request per batch, see Stores.sync, so chunks cost no extra requests)
         t0 = time.perf_counter()
         with observe.tally() as stages:
             w = await write_batch(stores, wp, obs, chunk=config.batch)
@@ -260,14 +260,17 @@ def create_app(config: AppConfig, services: Services) -> faust.App:
                                   "events": [o.event_id for o in obs[:50]]})
 
     clear = getattr(wp.reader, "clear", None)
-    if clear is not None:
-        # the write path's in-memory conversations are only fresh while this worker owns their
-        # partitions: forget them whenever the assignment changes (reloaded from the store on use)
-        async def drop_views(_app: Any, /, *_args: Any, **_kw: Any) -> None:
-            clear()
 
-        app.on_partitions_revoked.connect(drop_views)
-        app.on_partitions_assigned.connect(drop_views)
+    # the write path's in-memory conversations are only fresh while this worker owns their
+    # partitions: forget them whenever the assignment changes (reloaded from the stores on use,
+    # which then read everything the previous owner acknowledged)
+    async def drop_views(_app: Any, /, *_args: Any, **_kw: Any) -> None:
+        if clear is not None:
+            clear()
+        stores.fresh_reads()
+
+    app.on_partitions_revoked.connect(drop_views)
+    app.on_partitions_assigned.connect(drop_views)
 
     @app.agent(observations)
     async def write_agent(stream: faust.StreamT[bytes]) -> AsyncIterator[None]:

@@ -276,7 +276,7 @@ async def test_deferred_writes_are_one_request_merged_per_document_and_read_back
     got = await ns.get(A, [nodes[2].id])  # a get sends the buffer first (realtime get)
     assert [n.id for n in got] == [nodes[2].id] and seen._ops == []
     assert (await client.count(index=index))["count"] == 0  # sent, not yet refreshed
-    assert await ns.observation_count(A) == len(CHAT)  # a count syncs first
+    assert await ns.observation_count(A) == len(CHAT)  # a count refreshes what this process wrote first
     doc = (await client.get(index=index, id=nodes[2].id))["_source"]
     assert doc["content"] == nodes[2].content and doc["event_id"] == nodes[2].event_id and "embedding_f32" in doc
 
@@ -288,6 +288,41 @@ async def test_deferred_writes_are_one_request_merged_per_document_and_read_back
         await seen.sync()
     assert seen._ops == []
     await seen.sync()  # nothing left to send
+
+
+async def test_an_owner_refreshes_for_its_own_writes_and_after_invalidate_only(
+        es: tuple[AsyncElasticsearch, str]) -> None:
+    """The write path's reads: what this process wrote is searchable without a refresh per
+    batch; another process's writes become searchable for it after ``invalidate`` (a partition
+    assignment), and a strict reader sees every acknowledged write at once."""
+    client, prefix = es
+    owner = elastic.Visibility(client, strict_reads=False)
+    other = elastic.Visibility(client, strict_reads=False)
+    strict = elastic.Visibility(client)
+    mine, theirs, reader = (ElasticNodeStore(client, prefix, v) for v in (owner, other, strict))
+    index = prefix + elastic.memories_index(A.tenant_id)
+    nodes = make_nodes(A)
+    await mine.upsert(nodes[:4])
+    await owner.flush()  # the end of a batch: sent, durable, nothing refreshed
+    assert owner.refreshes == 0 and (await client.count(index=index))["count"] == 0
+    assert await mine.observation_count(A) == 4  # its own writes: one refresh of the index it reads
+    assert await mine.observation_count(A) == 4 and owner.refreshes == 1  # nothing new: no second one
+
+    await theirs.upsert(nodes[4:8])
+    await other.flush()  # acknowledged by another process
+    assert await mine.observation_count(A) == 4  # not refreshed for: an owner reads its own writes
+    owner.invalidate()  # e.g. a partition assignment
+    assert await mine.observation_count(A) == 8 and owner.refreshes == 2
+    await theirs.upsert(nodes[8:10])
+    await other.flush()
+    assert await reader.observation_count(A) == 10  # a strict reader refreshes before each read
+    assert await reader.observation_count(A) == 10 and strict.refreshes == 2
+
+    # writes between a refresh's start and the next read are refreshed for again
+    await mine.upsert(nodes[10:])
+    await owner.flush()
+    assert await mine.observation_count(A) == len(CHAT) and owner.refreshes == 3
+    assert len(await mine.scan(A)) == len(nodes)
 
 
 async def test_errors_become_store_unavailable(es: tuple[AsyncElasticsearch, str]) -> None:
