@@ -31,7 +31,14 @@ from confluent_kafka import Consumer, TopicPartition
 
 from jevmem import locomo
 from jevmem.bench import percentile
-from jevmem.bench_meter import Servers, cpu_seconds, elasticsearch_bytes, elasticsearch_sizes, elasticsearch_work
+from jevmem.bench_meter import (
+    Servers,
+    cpu_seconds,
+    elasticsearch_bytes,
+    elasticsearch_sizes,
+    elasticsearch_work,
+    worker_stages,
+)
 from jevmem.settings import Settings
 from jevmem.wiring import build_embedded
 from streams.kafka_admin import ensure_topics, read_topic, watermarks
@@ -182,6 +189,7 @@ async def _distributed(obs: list[Observation], settings: Settings, workers: int,
         es_work = {k: v - es0[k] for k, v in (await elasticsearch_work(es)).items()} if servers is not None else {}
     finally:
         stop_workers(procs)
+    stages = worker_stages(line for i in range(workers) for line in (logdir / f"w{i}.log").read_bytes().splitlines())
 
     sent = {}
     for r in read_topic(kafka, spec["observations"].name):
@@ -197,7 +205,7 @@ async def _distributed(obs: list[Observation], settings: Settings, workers: int,
     out: dict[str, Any] = {
         "workers": workers, "partitions": s.partitions, "producer_rate": rate or None,
         "seconds": round(kafka_s, 2), "observations_per_second": round(len(obs) / kafka_s, 2),
-        "lag_ms": {"p50": percentile(lags, 50), "p95": percentile(lags, 95)}}
+        "lag_ms": {"p50": percentile(lags, 50), "p95": percentile(lags, 95)}, "stages": stages}
     try:
         if servers is not None:
             es_bytes = await elasticsearch_bytes(es, f"{tag}-")

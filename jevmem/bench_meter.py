@@ -8,6 +8,7 @@ directories as those scripts name them (``KAFKA_DATA``, ``ES_HOME_DIR`` / ``ES_C
 
 from __future__ import annotations
 
+import json
 import os
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
@@ -130,3 +131,26 @@ async def elasticsearch_sizes(es: AsyncElasticsearch, prefix: str) -> dict[str, 
 def per_observation(values: Mapping[str, float], n: int, scale: float = 1.0) -> dict[str, float]:
     """Each value divided by ``n`` and multiplied by ``scale`` (e.g. 1000: seconds -> ms), rounded."""
     return {k: round(v * scale / n, 3) for k, v in values.items()}
+
+
+def worker_stages(lines: Iterable[bytes]) -> dict[str, Any]:
+    """Where the workers' time went, from their JSON log lines (``stored``: one per batch, with
+    ``observations`` and ``stage_ms``; other lines are skipped): the number of batches, mean
+    observations per batch, and each stage's mean milliseconds per batch and per observation."""
+    batches, observations, totals = 0, 0, dict[str, float]()
+    for line in lines:
+        if b'"msg":"stored"' not in line:
+            continue
+        try:
+            rec = json.loads(line)
+        except ValueError:
+            continue
+        batches += 1
+        observations += int(rec.get("observations", 0))
+        for stage, ms in rec.get("stage_ms", {}).items():
+            totals[stage] = totals.get(stage, 0.0) + float(ms)
+    if not batches:
+        return {"batches": 0}
+    return {"batches": batches, "observations_per_batch": round(observations / batches, 2),
+            "ms_per_batch": {k: round(v / batches, 2) for k, v in sorted(totals.items())},
+            "ms_per_observation": {k: round(v / max(1, observations), 3) for k, v in sorted(totals.items())}}

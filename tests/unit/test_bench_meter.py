@@ -6,7 +6,7 @@ import os
 import time
 from pathlib import Path
 
-from jevmem.bench_meter import allocated_bytes, cpu_seconds, per_observation
+from jevmem.bench_meter import allocated_bytes, cpu_seconds, per_observation, worker_stages
 
 
 def test_cpu_seconds_grow_with_work_and_a_gone_process_reads_zero() -> None:
@@ -29,3 +29,15 @@ def test_allocated_bytes_count_blocks_of_every_file_under_the_paths(tmp_path: Pa
 
 def test_per_observation() -> None:
     assert per_observation({"workers": 2.0, "broker": 0.5}, 1000, 1000.0) == {"workers": 2.0, "broker": 0.5}
+
+
+def test_worker_stages_average_the_stored_lines_per_batch_and_observation() -> None:
+    lines = [b'{"msg":"Ready"}',
+             b'{"msg":"stored","observations":2,"stage_ms":{"embed":10.0,"store_writes":4.0}}',
+             b'not json, "msg":"stored"',
+             b'{"msg":"stored","observations":6,"stage_ms":{"embed":30.0}}']
+    got = worker_stages(lines)
+    assert got == {"batches": 2, "observations_per_batch": 4.0,
+                   "ms_per_batch": {"embed": 20.0, "store_writes": 2.0},
+                   "ms_per_observation": {"embed": 5.0, "store_writes": 0.5}}
+    assert worker_stages([]) == {"batches": 0}
