@@ -276,7 +276,8 @@ def run_worker(settings: Settings) -> None:
     config = AppConfig(kafka=settings.kafka(), app_id=settings.app_id, prefix=settings.topic_prefix,
                        layout=settings.topic_layout(), batch=settings.write_batch, within_s=settings.write_wait_s,
                        datadir=str(settings.worker_datadir))
-    output = ObservationProducer(settings.kafka(), settings.topic_prefix)
+    output = ObservationProducer(settings.kafka(), settings.topic_prefix,
+                                 **{"compression.type": settings.kafka_output_compression})
     app = create_app(config, Services(write_path(settings, stores, embedder), stores, output.publish))
 
     @app.timer(5.0)  # type: ignore[untyped-decorator]

@@ -88,6 +88,9 @@ class Settings(BaseSettings):
     kafka_ssl_key_password: SecretStr | None = None
     kafka_replication_factor: int = 3  # 1 only on a single broker (the project's development scripts)
     kafka_min_insync_replicas: int = 2
+    #: how the workers compress what they log to the output topics (memories, candidates, judgments,
+    #: edges, consolidation); the observations topic, which the workers read, is left uncompressed
+    kafka_output_compression: Literal["none", "gzip", "snappy", "lz4", "zstd"] = "lz4"
     kafka_retention_ms: dict[str, int] = {}  # per topic role, e.g. {"candidates": 86400000}; -1 forever
     topic_prefix: str = "jevmem"
     partitions: int = 12

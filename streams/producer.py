@@ -41,7 +41,9 @@ def producer_config(kafka: KafkaClient | str, **extra: Any) -> dict[str, Any]:
         "enable.idempotence": True,
         "acks": "all",
         "linger.ms": 5,
-        "compression.type": "none",  # consumers (aiokafka in the Faust workers) read none/gzip natively
+        # the observations topic's consumers (aiokafka in the Faust workers) read none/gzip
+        # natively; the workers' output producer compresses (Settings.kafka_output_compression)
+        "compression.type": "none",
         "message.timeout.ms": 30_000,
         # the Java client's (and aiokafka's, so Faust's) partitioner: a key lands on the same
         # partition whichever client wrote it (librdkafka's default, consistent_random, is CRC32)
