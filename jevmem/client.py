@@ -3,13 +3,15 @@
 ``MemoryClient`` (blocking) and ``AsyncMemoryClient`` (asyncio) wrap the endpoints an agent needs:
 ``remember`` (``POST /v1/observations``), ``recall`` (``POST /v1/recall``, one question over
 several or all of the key's conversations), ``query`` (``POST /v1/query``, one conversation, with
-the full trace), ``forget`` (``DELETE``), ``conversations``. The tenant comes from the API key.
+the full trace), ``forget`` (``DELETE``), ``conversations``, ``nodes`` (a conversation's memories in
+order). The tenant comes from the API key.
 
 Contract: results are the API's JSON as plain dicts. ``remember`` returns the per-item report
 (``accepted``, ``rejected``, ``errors``) whether or not some items were refused (HTTP 422 with a
 report is not an error here); ``forget`` returns the API's result, ``{"status": "not_found"}``
 included. Every other non-2xx answer raises :class:`MemoryApiError` carrying the status, the
-API's ``detail`` and, for 502/503, the ``Retry-After`` seconds. Observations may be dicts or
+API's ``detail`` and, for 502/503, the ``Retry-After`` seconds; ``nodes`` of a conversation the
+tenant does not have is an empty list. Observations may be dicts or
 :class:`~topology.schemas.Observation` models; ``tenant_id`` is dropped from them (the key decides).
 """
 
@@ -52,6 +54,13 @@ def _result(r: httpx.Response, ok: tuple[int, ...] = ()) -> Any:
         detail = r.text
     retry = r.headers.get("retry-after")
     raise MemoryApiError(r.status_code, detail, float(retry) if retry and retry.isdigit() else None)
+
+
+def _nodes(r: httpx.Response) -> list[dict[str, Any]]:
+    if r.status_code == 404:
+        return []
+    out: list[dict[str, Any]] = _result(r)
+    return out
 
 
 def _conv(conversation_id: str) -> str:
@@ -109,6 +118,10 @@ class MemoryClient:
         """``[{"conversation_id", "nodes"}]`` of the key's tenant."""
         return _result(self._http.get("/v1/conversations"))
 
+    def nodes(self, conversation_id: str) -> list[dict[str, Any]]:
+        """The conversation's memory nodes by seq (without embeddings); [] when it has none."""
+        return _nodes(self._http.get(f"/v1/conversations/{_conv(conversation_id)}/nodes"))
+
 
 class AsyncMemoryClient:
     """The asyncio twin of :class:`MemoryClient` (same methods, awaited)."""
@@ -141,3 +154,6 @@ class AsyncMemoryClient:
 
     async def conversations(self) -> Any:
         return _result(await self._http.get("/v1/conversations"))
+
+    async def nodes(self, conversation_id: str) -> list[dict[str, Any]]:
+        return _nodes(await self._http.get(f"/v1/conversations/{_conv(conversation_id)}/nodes"))
