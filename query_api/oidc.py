@@ -75,7 +75,9 @@ class OidcVerifier:
     async def _client(self) -> jwt.PyJWKClient:
         async with self._lock:
             if self._jwks is None:
-                url: str = self.config.jwks_url or await asyncio.to_thread(_discover, self.config.issuer)
+                url = self.config.jwks_url
+                if not url:
+                    url = await asyncio.to_thread(_discover, self.config.issuer)
                 self._jwks = jwt.PyJWKClient(url, lifespan=self.config.jwks_cache_s,
                                              cooldown_duration=self.config.refetch_cooldown_s)
             return self._jwks
