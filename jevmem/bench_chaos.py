@@ -43,8 +43,13 @@ The servers are the ones named by ``JEVMEM_KAFKA_BOOTSTRAP`` / ``JEVMEM_ELASTICS
 ``scripts/elasticsearch/es.sh`` and ``scripts/qdrant/qdrant.sh`` found through their pid files
 (``KAFKA_DATA``, ``ES_HOME_DIR``/``ES_CACHE``+``ES_PORT``, ``QDRANT_DATA``/``QDRANT_PORT``, as
 those scripts read them), and through the cluster scripts' own commands (``KAFKA_CLUSTER_DATA``,
-``QDRANT_CLUSTER_DATA``). The faults act on these scripts' processes, so the benchmark runs from a
-checkout of the repository (``scripts/`` is not part of the installed package).
+``QDRANT_CLUSTER_DATA``).
+
+The faults that restart a server run the scripts themselves (:data:`FAULT_SCRIPTS`), which live in
+``scripts/`` of a source checkout and are not installed with the package: with an installed
+package those faults are refused up front (:class:`SourceCheckoutNeeded`, naming the scripts and
+the faults that need none), and ``kill``, ``double_kill``, ``es_outage`` and ``scale`` still run
+against servers the scripts started.
 """
 
 from __future__ import annotations
@@ -60,6 +65,7 @@ import tempfile
 import time
 import uuid
 from collections import Counter
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -90,10 +96,45 @@ QDRANT_FAULTS = ("qdrant_kill", "qdrant_node_loss")
 #: Faults on a single server (one broker, one Qdrant node) and on a cluster of three.
 SINGLE_FAULTS = ("broker_restart", "qdrant_kill")
 CLUSTER_FAULTS = ("broker_loss", "broker_rolling", "qdrant_node_loss")
-REPO = Path(__file__).resolve().parents[1]
+#: ``scripts/`` of the source checkout this module runs from (absent in an installed package).
+SCRIPTS = Path(__file__).resolve().parents[1] / "scripts"
+#: The script (under :data:`SCRIPTS`) each fault runs to restart or stop a server; the other faults
+#: only signal processes found through the scripts' pid files.
+FAULT_SCRIPTS = {"broker_restart": "kafka/kafka.sh", "qdrant_kill": "qdrant/qdrant.sh", "broker_loss": "kafka/cluster.sh",
+                 "broker_rolling": "kafka/cluster.sh", "qdrant_node_loss": "qdrant/cluster.sh"}
 READY = b"[^Worker]: Ready"
 #: Observations sent per producer call while streaming (and the pause between calls).
 CHUNK, PACE_S = 6, 0.4
+
+
+class SourceCheckoutNeeded(FileNotFoundError):
+    """A chosen fault runs a server script that is not there (the package is installed, not checked out)."""
+
+
+def missing_scripts(faults: Sequence[str], scripts: Path | None = None) -> dict[str, list[str]]:
+    """The scripts ``faults`` need that ``scripts`` (default :data:`SCRIPTS`) lacks, each with the
+    faults that need it."""
+    scripts = SCRIPTS if scripts is None else scripts
+    out: dict[str, list[str]] = {}
+    for f in faults:
+        script = FAULT_SCRIPTS.get(f)
+        if script is not None and not (scripts / script).is_file():
+            out.setdefault(script, []).append(f)
+    return out
+
+
+def require_scripts(faults: Sequence[str], scripts: Path | None = None) -> None:
+    """Raise :class:`SourceCheckoutNeeded` when ``faults`` need scripts that ``scripts`` (default
+    :data:`SCRIPTS`) lacks; the message names them and the faults that run without a checkout."""
+    scripts = SCRIPTS if scripts is None else scripts
+    missing = missing_scripts(faults, scripts)
+    if not missing:
+        return
+    needs = "; ".join(f"{', '.join(dict.fromkeys(fs))} run scripts/{script}" for script, fs in missing.items())
+    free = " ".join(f"--fault {f}" for f in FAULTS if f not in FAULT_SCRIPTS)
+    raise SourceCheckoutNeeded(
+        f"{needs}, which is part of a source checkout of jevmem, not of the installed package (looked in {scripts}). "
+        f"Run the benchmark from a checkout, or choose faults that need no script: {free}")
 
 
 @dataclass
@@ -159,7 +200,7 @@ class Servers:
     @staticmethod
     async def _script(path: str) -> None:
         env = {k: v for k, v in os.environ.items() if k not in ("ES_FRESH", "QDRANT_FRESH")}
-        proc = await asyncio.create_subprocess_exec("bash", str(REPO / "scripts" / path), "start",
+        proc = await asyncio.create_subprocess_exec("bash", str(SCRIPTS / path), "start",
                                                     env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
         _, err = await proc.communicate()
         if proc.returncode != 0:
@@ -180,7 +221,7 @@ class Servers:
     @staticmethod
     async def cluster(script: str, *args: str) -> None:
         """``scripts/<script> <args>`` of a cluster script (``kafka/cluster.sh``, ``qdrant/cluster.sh``)."""
-        proc = await asyncio.create_subprocess_exec("bash", str(REPO / "scripts" / script), *args,
+        proc = await asyncio.create_subprocess_exec("bash", str(SCRIPTS / script), *args,
                                                     stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
         _, err = await proc.communicate()
         if proc.returncode != 0:
@@ -454,13 +495,15 @@ async def run_chaos(directory: Path, settings: Settings, rounds: int = 10, turns
                     timeout_s: float = 420.0, es_outage_s: float = 30.0) -> dict[str, Any]:
     """``rounds`` rounds cycling through ``faults`` (default: every fault the configured stores
     allow) over the first ``turns`` turns of each conversation in ``directory``; returns the
-    summary and each round's result."""
+    summary and each round's result. Raises ValueError for Qdrant faults without Qdrant and
+    :class:`SourceCheckoutNeeded` for faults whose scripts are missing, before any round starts."""
     if faults is None:
         cluster = len(settings.kafka().check().brokers) >= 3
         faults = tuple(f for f in FAULTS if (settings.qdrant_url or f not in QDRANT_FAULTS)
                        and f not in (SINGLE_FAULTS if cluster else CLUSTER_FAULTS))
     if not settings.qdrant_url and set(faults) & set(QDRANT_FAULTS):
         raise ValueError(f"faults {sorted(set(faults) & set(QDRANT_FAULTS))} need vectors in Qdrant (JEVMEM_QDRANT_URL)")
+    require_scripts(faults)
     seed = random.randrange(2**32) if seed is None else seed
     rng = random.Random(seed)
     embedder = load_embedder(settings.embedder, settings.model_cache)

@@ -1,16 +1,24 @@
-"""``jevmem``: ingest, query, serve, bench (and, in distributed mode, worker/produce/replay)."""
+"""``jevmem``: ingest, query, conversations, serve, mcp, bench (and, in distributed mode,
+worker/produce/replay).
+
+Help is rendered as plain text (no Rich markup), so option help may name settings as
+``[env JEVMEM_...]`` and every non-flag option names its value (``DIR``, ``TENANT``, ``ID``)
+instead of its Python type. Messages name what was written or read and where."""
 
 from __future__ import annotations
 
 import asyncio
 import sys
-from collections.abc import Coroutine
+from collections import Counter
+from collections.abc import Awaitable, Callable, Coroutine, Sequence
+from enum import StrEnum
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, TypeVar
 
 import orjson
 import typer
 from rich.console import Console
+from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
@@ -21,17 +29,54 @@ from jevmem.settings import Settings
 if TYPE_CHECKING:
     from query_api.http import MemoryService
 
-app = typer.Typer(help="Streaming System-One memory for AI agents.", no_args_is_help=True)
+# rich_markup_mode=None: plain help text, so "[env JEVMEM_DATA_DIR]" is printed as written (Rich
+# markup would swallow it) and flags show no "<bool>" type column.
+app = typer.Typer(help="Streaming System-One memory for AI agents.", no_args_is_help=True, rich_markup_mode=None)
 bench_app = typer.Typer(help="Benchmarks.", no_args_is_help=True)
 app.add_typer(bench_app, name="bench")
-models_app = typer.Typer(help="Embedding models (files from Maven Central, cached, verified).", no_args_is_help=True)
+models_app = typer.Typer(help="Embedding models (files from package registries, Maven Central or PyPI as each model "
+                              "names; cached, verified).", no_args_is_help=True)
 app.add_typer(models_app, name="models")
 app.add_typer(keys_app, name="keys")
 console = Console(stderr=True)
 T = TypeVar("T")
 
-DataDir = Annotated[Path | None, typer.Option("--data-dir", help="Embedded store directory [env JEVMEM_DATA_DIR].")]
-Tenant = Annotated[str | None, typer.Option("--tenant", help="Tenant id [env JEVMEM_TENANT].")]
+DataDir = Annotated[Path | None, typer.Option(
+    "--data-dir", metavar="DIR", help="Embedded store directory [env JEVMEM_DATA_DIR, default .jevmem].")]
+Tenant = Annotated[str | None, typer.Option("--tenant", metavar="TENANT", help="Tenant id [env JEVMEM_TENANT, default 'default'].")]
+Json = Annotated[bool, typer.Option("--json", help="Print one JSON object.")]
+#: How many conversations a message lists before pointing at ``jevmem conversations``.
+SHOWN_CONVERSATIONS = 10
+
+
+class Fault(StrEnum):
+    """``jevmem bench chaos --fault``: the names of :data:`jevmem.bench_chaos.FAULTS` (kept equal by a test;
+    listed here so the CLI need not import the benchmark to print its help)."""
+
+    kill = "kill"
+    double_kill = "double_kill"
+    broker_restart = "broker_restart"
+    es_outage = "es_outage"
+    scale = "scale"
+    qdrant_kill = "qdrant_kill"
+    broker_loss = "broker_loss"
+    broker_rolling = "broker_rolling"
+    qdrant_node_loss = "qdrant_node_loss"
+
+
+class ReplaySource(StrEnum):
+    """``jevmem replay --from``: the topics a rebuild reads."""
+
+    edges = "edges"
+    observations = "observations"
+
+
+class Vectors(StrEnum):
+    """``jevmem bench kafka --vectors``: where the workers keep vectors."""
+
+    qdrant = "qdrant"
+    elastic = "elastic"
+    both = "both"
 
 
 def _settings(data_dir: Path | None = None, tenant: str | None = None) -> Settings:
@@ -94,46 +139,103 @@ def read_observation_payloads(path: Path, tenant: str, conversation: str | None)
     return out
 
 
+def written_summary(written: Counter[tuple[str, str]]) -> str:
+    """Where an ingest wrote: each tenant with its conversations and their observation counts,
+    e.g. ``tenant 'acme': conversation 'locomo-26' (419 observations)``; at most
+    :data:`SHOWN_CONVERSATIONS` conversations per tenant are named."""
+    if not written:
+        return "nothing written"
+    parts = []
+    for tenant in sorted({t for t, _ in written}):
+        convs = sorted((c, n) for (t, c), n in written.items() if t == tenant)
+        shown = ", ".join(f"{c!r} ({n} observation{'' if n == 1 else 's'})" for c, n in convs[:SHOWN_CONVERSATIONS])
+        more = f" and {len(convs) - SHOWN_CONVERSATIONS} more" if len(convs) > SHOWN_CONVERSATIONS else ""
+        parts.append(f"tenant {tenant!r}: conversation{'' if len(convs) == 1 else 's'} {shown}{more}")
+    return "; ".join(parts)
+
+
 @app.command()
-def ingest(path: Path, data_dir: DataDir = None, tenant: Tenant = None,
-           conversation: Annotated[str | None, typer.Option(help="Conversation id for lines without one.")] = None) -> None:
-    """Ingest JSONL observations or a LoCoMo conversation file into the embedded memory."""
+def ingest(path: Annotated[Path, typer.Argument(metavar="FILE", help="JSONL observations, or a LoCoMo .json file.")],
+           data_dir: DataDir = None, tenant: Tenant = None,
+           conversation: Annotated[str | None, typer.Option(
+               metavar="ID", help="Conversation id for lines without one (a LoCoMo file: default locomo-<file name>).")
+           ] = None) -> None:
+    """Ingest JSONL observations or a LoCoMo conversation file into the embedded memory, and say
+    which tenant and conversations were written."""
     from jevmem.wiring import build_embedded
 
     settings = _settings(data_dir, tenant)
     payloads = read_observation_payloads(path, settings.tenant, conversation)
 
-    async def go() -> None:
+    async def go() -> Counter[tuple[str, str]]:
         mem = build_embedded(settings)
         accepted = new = edges = dead = 0
+        written: Counter[tuple[str, str]] = Counter()
         try:
             with _progress() as bar:
                 task = bar.add_task(f"ingest {path.name}", total=len(payloads))
                 for i in range(0, len(payloads), settings.write_batch):
                     rep = await mem.pipeline.ingest_raw(payloads[i: i + settings.write_batch], source=str(path.name))
                     accepted, new, edges = accepted + rep.accepted, new + rep.new_nodes, edges + rep.edges
+                    written.update((r.node.tenant_id, r.node.conversation_id) for r in rep.results
+                                   if r.node.kind == "observation")
                     dead += len(rep.dead_letters)
                     for d in rep.dead_letters:
-                        console.print(f"[yellow]dead letter[/] {d.source}: {d.reason}")
+                        console.print(f"[yellow]dead letter[/] {escape(d.source)}: {escape(d.reason)}")
                     bar.update(task, advance=len(payloads[i: i + settings.write_batch]))
         finally:
             await mem.close()
-        console.print(f"accepted {accepted} ({new} new nodes), {edges} edges, {dead} dead letters "
-                      f"-> {settings.data_dir}")
+        console.print(escape(f"accepted {accepted} ({new} new nodes), {edges} edges, {dead} dead letters "
+                             f"-> {written_summary(written)} in {settings.data_dir}"))
+        return written
 
-    _run(go())
+    written = _run(go())
+    if len(written) == 1:
+        (t, c), = written
+        console.print(escape(f'ask it: jevmem query "..." -c {c} --tenant {t}'))
+
+
+def unknown_conversations(tenant: str, asked: Sequence[str], known: Sequence[tuple[str, int]],
+                          where: str) -> str | None:
+    """The message for conversations in ``asked`` that ``tenant`` does not have (``known``: its
+    conversations with node counts, in the store at ``where``), naming the known ones (at most
+    :data:`SHOWN_CONVERSATIONS`) or how to list or create them; None when all are known."""
+    have = {c for c, _ in known}
+    missing = [c for c in dict.fromkeys(asked) if c not in have]
+    if not missing:
+        return None
+    names = ", ".join(repr(c) for c in missing)
+    head = f"tenant {tenant!r} has no conversation{'' if len(missing) == 1 else 's'} {names} in {where}"
+    if not known:
+        return f"{head}; it has no conversations yet (add some: jevmem ingest FILE --tenant {tenant})"
+    listed = ", ".join(f"{c!r} ({n} nodes)" for c, n in sorted(known)[:SHOWN_CONVERSATIONS])
+    more = (f" and {len(known) - SHOWN_CONVERSATIONS} more (all of them: jevmem conversations --tenant {tenant})"
+            if len(known) > SHOWN_CONVERSATIONS else "")
+    return f"{head}; its conversations: {listed}{more}"
+
+
+async def _require_known(tenant: str, asked: Sequence[str], where: str,
+                         conversations: Callable[[str], Awaitable[list[tuple[str, int]]]]) -> None:
+    """Stop the command (exit 1, the message on stderr) when ``asked`` names a conversation the
+    tenant does not have."""
+    message = unknown_conversations(tenant, asked, await conversations(tenant), where)
+    if message is not None:
+        console.print(f"[red]{escape(message)}[/]")
+        raise typer.Exit(1)
 
 
 @app.command()
-def query(question: str,
+def query(question: Annotated[str, typer.Argument(metavar="QUESTION", help="The question, in plain words.")],
           conversation: Annotated[list[str] | None, typer.Option(
-              "--conversation", "-c", help="Conversation id (repeat it to search several).")] = None,
+              "--conversation", "-c", metavar="ID", help="Conversation id (repeat it to search several).")] = None,
           all_conversations: Annotated[bool, typer.Option(
               "--all-conversations", help="Search all the tenant's conversations (at most 50, the largest).")] = False,
-          data_dir: DataDir = None, tenant: Tenant = None, top_k: int = 10,
-          as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object.")] = False) -> None:
+          data_dir: DataDir = None, tenant: Tenant = None,
+          top_k: Annotated[int, typer.Option(metavar="N", help="Evidence items to return.")] = 10,
+          as_json: Json = False) -> None:
     """Retrieve evidence for QUESTION from a conversation (and an answer if System Two is set);
-    from several (-c repeated) or all (--all-conversations) of the tenant's, merged by score."""
+    from several (-c repeated) or all (--all-conversations) of the tenant's, merged by score.
+    A conversation the tenant does not have is an error that lists the ones it has."""
     from jevmem.wiring import build_embedded, system_two
     from topology.schemas import Scope
 
@@ -147,8 +249,9 @@ def query(question: str,
 
     async def go() -> dict[str, Any]:
         mem = build_embedded(settings)
-        s2 = system_two(settings)
         try:
+            await _require_known(settings.tenant, conversation, str(settings.data_dir), mem.stores.nodes.conversations)
+            s2 = system_two(settings)
             res = await mem.controller.retrieve(Scope(tenant_id=settings.tenant, conversation_id=conversation[0]),
                                                 question, top_k=top_k)
             out: dict[str, Any] = res.model_dump(mode="json")
@@ -189,13 +292,15 @@ def _print_answer(out: dict[str, Any]) -> None:
 
 
 @app.command()
-def serve(host: str = "127.0.0.1", port: int = 8080, data_dir: DataDir = None,
+def serve(host: Annotated[str, typer.Option(metavar="HOST", help="Address to listen on.")] = "127.0.0.1",
+          port: Annotated[int, typer.Option(metavar="PORT", help="Port to listen on.")] = 8080,
+          data_dir: DataDir = None,
           distributed: Annotated[bool, typer.Option(help="Ingest to Kafka; query Elasticsearch/Qdrant.")] = False,
           dev_ui: Annotated[bool, typer.Option(help="Loopback only: the /ui page signs itself in with an in-memory "
                                                     "query+admin key for --tenant.")] = False,
           tenant: Tenant = None) -> None:
     """Run the HTTP API (OpenAPI at /docs, the memory page at /ui/) over the embedded pipeline or the
-    distributed stack. Every call but /healthz and /ui needs an API key: ``jevmem keys create --tenant T``."""
+    distributed stack. Every call but /healthz and /ui needs an API key: jevmem keys create --tenant T."""
     import uvicorn
 
     from jevmem.wiring import key_store
@@ -220,14 +325,16 @@ def serve(host: str = "127.0.0.1", port: int = 8080, data_dir: DataDir = None,
     shown = f"[{host}]" if ":" in host else host
     if sign_in is not None:
         enable_dev_ui(api, sign_in)
-        console.print(f"dev UI: http://{shown}:{port}/ui/ signs in as tenant {sign_in.tenant_id!r} "
-                      "(query+admin key, in memory for this process only)")
+        console.print(escape(f"dev UI: http://{shown}:{port}/ui/ signs in as tenant {sign_in.tenant_id!r} "
+                             "(query+admin key, in memory for this process only)"))
     else:
-        console.print(f"memory page: http://{shown}:{port}/ui/ (sign in with an API key)")
+        console.print(escape(f"memory page: http://{shown}:{port}/ui/ (sign in with an API key)"))
     uvicorn.run(api, host=host, port=port, log_config=None)
 
+
 def _recall(settings: Settings, question: str, conversations: list[str] | None, top_k: int, as_json: bool) -> None:
-    """``query`` over several conversations (:func:`query_api.recall.recall`) of the embedded store."""
+    """``query`` over several conversations (:func:`query_api.recall.recall`) of the embedded store;
+    a named conversation the tenant does not have stops it (:func:`unknown_conversations`)."""
     from jevmem.wiring import EmbeddedService
     from query_api.recall import recall
 
@@ -235,6 +342,8 @@ def _recall(settings: Settings, question: str, conversations: list[str] | None, 
         service = EmbeddedService(settings)
         await service.start()
         try:
+            if conversations is not None:
+                await _require_known(settings.tenant, conversations, str(settings.data_dir), service.conversations)
             res = await recall(service, settings.tenant, question, top_k, conversations)
             out: dict[str, Any] = res.model_dump(mode="json")
             answer = await service.answer(question, [e.for_prompt() for e in res.evidence])
@@ -255,13 +364,41 @@ def _recall(settings: Settings, question: str, conversations: list[str] | None, 
 
 
 @app.command()
+def conversations(tenant: Tenant = None, data_dir: DataDir = None,
+                  distributed: Annotated[bool, typer.Option(
+                      help="Read the distributed stores (also with JEVMEM_MODE=distributed).")] = False,
+                  as_json: Json = False) -> None:
+    """List the tenant's conversations with their node counts (one "ID<tab>NODES" line each, by id)."""
+    settings = _settings(data_dir, tenant)
+
+    async def go() -> tuple[str, list[tuple[str, int]]]:
+        settings_used, service = _service(settings, distributed)
+        where = "the distributed stores" if settings_used.mode == "distributed" else str(settings.data_dir)
+        await service.start()
+        try:
+            return where, sorted(await service.conversations(settings.tenant))
+        finally:
+            await service.stop()
+
+    where, found = _run(go())
+    if as_json:
+        sys.stdout.write(orjson.dumps({"tenant": settings.tenant, "conversations": [
+            {"conversation_id": c, "nodes": n} for c, n in found]}).decode() + "\n")
+        return
+    for c, n in found:
+        sys.stdout.write(f"{c}\t{n}\n")
+    console.print(escape(f"tenant {settings.tenant!r}: {len(found)} conversation{'' if len(found) == 1 else 's'} in {where}"
+                         + ("" if found else f" (add some: jevmem ingest FILE --tenant {settings.tenant})")))
+
+
+@app.command()
 def mcp(key: Annotated[str | None, typer.Option(
-            "--key", envvar="JEVMEM_API_KEY", show_envvar=False,
+            "--key", metavar="KEY", envvar="JEVMEM_API_KEY", show_envvar=False,
             help="API key of the tenant; prefer env JEVMEM_API_KEY (a flag shows in the process list).")] = None,
         data_dir: DataDir = None,
         distributed: Annotated[bool, typer.Option(help="Ingest to Kafka; query Elasticsearch/Qdrant.")] = False) -> None:
     """Serve the memory tools (remember, recall, forget, graph, conversations) to an agent over MCP stdio,
-    for the tenant of the API key. Over HTTP, `jevmem serve` has them at /mcp."""
+    for the tenant of the API key. Over HTTP, jevmem serve has them at /mcp."""
     from jevmem.wiring import key_store
     from query_api.auth import Authenticator, Unauthenticated
     from query_api.mcp_server import serve_stdio
@@ -291,8 +428,10 @@ def worker() -> None:
 
 
 @app.command()
-def produce(path: Path, tenant: Tenant = None,
-            conversation: Annotated[str | None, typer.Option(help="Conversation id for lines without one.")] = None) -> None:
+def produce(path: Annotated[Path, typer.Argument(metavar="FILE", help="JSONL observations, or a LoCoMo .json file.")],
+            tenant: Tenant = None,
+            conversation: Annotated[str | None, typer.Option(metavar="ID", help="Conversation id for lines without one.")
+                                    ] = None) -> None:
     """Publish JSONL observations or a LoCoMo file to the observations topic (idempotent producer)."""
     from streams.kafka_admin import ensure_topics
     from streams.producer import ObservationProducer
@@ -328,8 +467,9 @@ def partition_key(raw: bytes) -> str:
 
 
 @app.command()
-def forget(conversation: Annotated[str, typer.Option("--conversation", "-c", help="Conversation id.")],
-           event: Annotated[str | None, typer.Option("--event", help="Forget only this observation.")] = None,
+def forget(conversation: Annotated[str, typer.Option("--conversation", "-c", metavar="ID", help="Conversation id.")],
+           event: Annotated[str | None, typer.Option("--event", metavar="EVENT_ID", help="Forget only this observation.")
+                            ] = None,
            tenant: Tenant = None, data_dir: DataDir = None,
            distributed: Annotated[bool, typer.Option(help="Publish the forget to Kafka (the workers apply it).")] = False,
            ) -> None:
@@ -354,8 +494,11 @@ def forget(conversation: Annotated[str, typer.Option("--conversation", "-c", hel
 
 
 @app.command()
-def replay(source: Annotated[str, typer.Option("--from", help="'edges' (no System One calls) or 'observations'.")] = "edges",
-           to_prefix: Annotated[str | None, typer.Option(help="Store prefix of the rebuilt generation.")] = None,
+def replay(source: Annotated[ReplaySource, typer.Option(
+               "--from", help="edges: the memories, edges and consolidation topics (no System One calls); "
+                              "observations: recompute from the observations topic.")] = ReplaySource.edges,
+           to_prefix: Annotated[str | None, typer.Option(
+               metavar="PREFIX", help="Store prefix of the rebuilt generation [default: jevmem-g<unix time>-].")] = None,
            switch: Annotated[bool, typer.Option(help="Make the rebuilt stores active if identical.")] = False) -> None:
     """Rebuild memory into fresh stores from the Kafka log, verify it equals the active graph, switch over."""
     import time
@@ -363,15 +506,15 @@ def replay(source: Annotated[str, typer.Option("--from", help="'edges' (no Syste
     from jevmem.distributed import replay as do_replay
 
     prefix = to_prefix or f"jevmem-g{int(time.time())}-"
-    out = _run(do_replay(_settings(), source, prefix, switch))
+    out = _run(do_replay(_settings(), source.value, prefix, switch))
     sys.stdout.write(orjson.dumps(out).decode() + "\n")
     if not out["identical"]:
         raise typer.Exit(1)
 
 
 @bench_app.command("locomo")
-def bench_locomo(directory: Path,
-                 as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object.")] = False,
+def bench_locomo(directory: Annotated[Path, typer.Argument(metavar="DIR", help="LoCoMo conversations (*.json).")],
+                 as_json: Json = False,
                  ablate: Annotated[bool, typer.Option(
                      "--ablate", help="Also report jevmem_no_graph (expansion rounds off), same run.")] = False) -> None:
     """Evidence recall@5/10/20 of jevmem vs bm25/vector/hybrid_rrf on LoCoMo conversation files."""
@@ -405,10 +548,12 @@ def bench_locomo(directory: Path,
 
 
 @bench_app.command("scale")
-def bench_scale(observations: Annotated[int, typer.Option(help="Synthetic observations to ingest.")] = 100_000,
-                conversations: int = 1000, tenants: int = 10,
-                active: Annotated[int, typer.Option(help="Conversations in flight at once (0: all of them).")] = 20,
-                as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object.")] = False) -> None:
+def bench_scale(observations: Annotated[int, typer.Option(metavar="N", help="Synthetic observations to ingest.")] = 100_000,
+                conversations: Annotated[int, typer.Option(metavar="N", help="Conversations.")] = 1000,
+                tenants: Annotated[int, typer.Option(metavar="N", help="Tenants.")] = 10,
+                active: Annotated[int, typer.Option(metavar="N", help="Conversations in flight at once (0: all of them).")
+                                  ] = 20,
+                as_json: Json = False) -> None:
     """Ingest rate per tenth of a synthetic multi-tenant stream, then query latency, peak RSS, disk."""
     from jevmem.bench_scale import run_scale
     from topology.embedding import load_embedder
@@ -427,27 +572,31 @@ def bench_scale(observations: Annotated[int, typer.Option(help="Synthetic observ
 
 @bench_app.command("kafka")
 def bench_kafka(directory: Annotated[Path | None, typer.Argument(
-                    help="LoCoMo conversations (*.json); without it, the synthetic fan-in workload.")] = None,
-                workers: int = 2,
-                conversations: Annotated[int, typer.Option(help="Fan-in workload: conversations.")] = 200,
-                turns: Annotated[int, typer.Option(help="Fan-in workload: turns per conversation.")] = 10,
-                tenants: Annotated[int, typer.Option(help="Fan-in workload: tenants.")] = 10,
+                    metavar="DIR", help="LoCoMo conversations (*.json); without it, the synthetic fan-in workload.")
+                ] = None,
+                workers: Annotated[int, typer.Option(metavar="N", help="Faust worker processes.")] = 2,
+                conversations: Annotated[int, typer.Option(metavar="N", help="Fan-in workload: conversations.")] = 200,
+                turns: Annotated[int, typer.Option(metavar="N", help="Fan-in workload: turns per conversation.")] = 10,
+                tenants: Annotated[int, typer.Option(metavar="N", help="Fan-in workload: tenants.")] = 10,
                 pid: Annotated[list[str] | None, typer.Option(
+                    metavar="ROLE=PID",
                     help="Fan-in workload: a server's pid as ROLE=PID (broker, elasticsearch, qdrant; repeatable), "
                          "besides the ones found through the scripts' pid files.")] = None,
-                rate: Annotated[float, typer.Option(help="Producer pace in observations/s (0: all at once).")] = 0.0,
-                vectors: Annotated[str | None, typer.Option(
-                    help="Vectors in 'qdrant' (JEVMEM_QDRANT_URL), 'elastic', or 'both' (one run each). "
+                rate: Annotated[float, typer.Option(metavar="OBS_PER_S",
+                                                    help="Producer pace in observations/s (0: all at once).")] = 0.0,
+                vectors: Annotated[Vectors | None, typer.Option(
+                    help="Vectors in qdrant (JEVMEM_QDRANT_URL), elastic, or both (one run each). "
                          "Default: qdrant if configured, else elastic.")] = None,
-                as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object.")] = False) -> None:
+                as_json: Json = False) -> None:
     """Observations/s and end-to-end lag through Kafka + N Faust workers vs the embedded pipeline
     (needs a running broker, Elasticsearch node and, for vectors in Qdrant, a Qdrant server).
-    Without DIRECTORY: the fan-in workload, with CPU and disk per observation by component."""
+    Without DIR: the fan-in workload, with CPU and disk per observation by component."""
     from jevmem.bench_kafka import run_fanin, run_kafka, vector_stores
 
     settings = _settings()
+    where = None if vectors is None else vectors.value
     try:
-        vector_stores(vectors, settings)
+        vector_stores(where, settings)
     except ValueError as exc:
         raise typer.BadParameter(str(exc)) from exc
     if directory is None:
@@ -457,11 +606,11 @@ def bench_kafka(directory: Annotated[Path | None, typer.Argument(
             if role not in ("broker", "elasticsearch", "qdrant") or not value.isdigit():
                 raise typer.BadParameter(f"--pid {item!r}: expected ROLE=PID, ROLE one of broker, elasticsearch, qdrant")
             pids.setdefault(role, []).append(int(value))
-        if vectors in ("elastic", "qdrant"):
-            settings = settings.model_copy(update={"qdrant_url": settings.qdrant_url if vectors == "qdrant" else None})
+        if where in ("elastic", "qdrant"):
+            settings = settings.model_copy(update={"qdrant_url": settings.qdrant_url if where == "qdrant" else None})
         out = _run(run_fanin(settings, workers, conversations, turns, tenants, pids=pids or None))
     else:
-        out = _run(run_kafka(directory, settings, workers, rate, vectors=vectors))
+        out = _run(run_kafka(directory, settings, workers, rate, vectors=where))
     if as_json:
         sys.stdout.write(orjson.dumps(out).decode() + "\n")
     else:
@@ -469,8 +618,10 @@ def bench_kafka(directory: Annotated[Path | None, typer.Argument(
 
 
 @models_app.command("fetch")
-def models_fetch(name: Annotated[str | None, typer.Option(help="Model name (default: the configured one).")] = None,
-                 archives: Annotated[Path | None, typer.Option(help="A folder of already downloaded archives.")] = None,
+def models_fetch(name: Annotated[str | None, typer.Option(
+                     metavar="MODEL", help="Model name [default: the configured one, env JEVMEM_EMBEDDER].")] = None,
+                 archives: Annotated[Path | None, typer.Option(
+                     metavar="DIR", help="A folder of already downloaded archives.")] = None,
                  ) -> None:
     """Download (once), verify and extract an embedding model's files into the model cache."""
     from jevmem.models import fetch
@@ -498,22 +649,28 @@ def models_list() -> None:
 
 
 @bench_app.command("chaos")
-def bench_chaos(directory: Path,
-                rounds: Annotated[int, typer.Option(help="Rounds, cycling through the faults.")] = 10,
-                turns: Annotated[int, typer.Option(help="Turns per conversation.")] = 30,
-                fault: Annotated[list[str] | None, typer.Option(help="Only these faults (repeatable).")] = None,
-                seed: Annotated[int | None, typer.Option(help="Random seed (kill points, victims).")] = None,
-                as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object.")] = False) -> None:
+def bench_chaos(directory: Annotated[Path, typer.Argument(metavar="DIR", help="LoCoMo conversations (*.json).")],
+                rounds: Annotated[int, typer.Option(metavar="N", help="Rounds, cycling through the faults.")] = 10,
+                turns: Annotated[int, typer.Option(metavar="N", help="Turns per conversation.")] = 30,
+                fault: Annotated[list[Fault] | None, typer.Option(
+                    help="Only these faults (repeatable) [default: every fault the configured servers allow].")] = None,
+                seed: Annotated[int | None, typer.Option(metavar="N", help="Random seed (kill points, victims).")] = None,
+                as_json: Json = False) -> None:
     """Worker kills, a second kill during recovery, a broker restart, an Elasticsearch outage,
     scaling mid-stream and (vectors in Qdrant) a Qdrant server SIGKILL + restart, on real servers:
-    nothing lost, duplicated or stalled, same graph as embedded."""
-    from jevmem.bench_chaos import FAULTS, run_chaos
+    nothing lost, duplicated or stalled, same graph as embedded.
 
-    faults = tuple(fault) if fault else None
-    unknown = set(faults or ()) - set(FAULTS)
-    if unknown:
-        raise typer.BadParameter(f"unknown faults {sorted(unknown)}; choose from {FAULTS}")
-    out = _run(run_chaos(directory, _settings(), rounds, turns, faults, seed))
+    Needs a source checkout of jevmem for the faults that restart a server (broker_restart,
+    qdrant_kill, broker_loss, broker_rolling, qdrant_node_loss run its scripts/); kill,
+    double_kill, es_outage and scale also run from an installed package."""
+    from jevmem.bench_chaos import SourceCheckoutNeeded, run_chaos
+
+    faults = tuple(f.value for f in fault) if fault else None
+    try:
+        out = _run(run_chaos(directory, _settings(), rounds, turns, faults, seed))
+    except SourceCheckoutNeeded as exc:
+        console.print(f"[red]{escape(str(exc))}[/]")
+        raise typer.Exit(2) from exc
     if as_json:
         sys.stdout.write(orjson.dumps(out).decode() + "\n")
     else:

@@ -94,13 +94,19 @@ def typing(state: Mapping[str, Any]) -> Answer:
     })
 
 
+#: Cosine at which a pair sharing no words or entities is even odds semantic: above MiniLM's unrelated pairs (0.27 +- 0.13).
+SEMANTIC_COSINE_MIDPOINT = 0.42
+#: Logit per unit of cosine around the midpoint: 0.25 above it is 95% semantic on cosine alone.
+SEMANTIC_COSINE_SLOPE = 12.0
+
+
 def relation(state: Mapping[str, Any]) -> Answer:
     """Pair (older -> newer) features: cosine, lexical (Dice), entity (Jaccard), turn gap."""
     st = parse(RelationState, state)
     cos, lex, ent = st.cosine, st.lexical, st.entity
     adjacent = 1.0 if st.gap <= 1 else 0.0
     new_text, old_text = st.newer, st.older
-    topical = 12.0 * (cos - 0.42) + 2.5 * lex + 1.0 * ent
+    topical = SEMANTIC_COSINE_SLOPE * (cos - SEMANTIC_COSINE_MIDPOINT) + 2.5 * lex + 1.0 * ent
     return Answer(nouls={
         "semantic": sigmoid(topical),
         "caused_by": sigmoid(-3.2 + 2.2 * _cause_cue(new_text) + 0.5 * topical / 4 + 1.0 * adjacent),
