@@ -14,7 +14,7 @@ from topology.params import Params
 from topology.ports import Embedder
 from topology.schemas import MemoryNode
 from topology.stages import consolidation
-from topology.stages.typing import embedding_text
+from topology.stages.memory_nodes import embedding_text
 from topology.systemone.features import SCORE_FEATURES, ConsolidationState
 from topology.systemone.learned import SHIPPED_EMBEDDER, ScoreModel
 from topology.systemone.local import LocalSystemOne

@@ -197,7 +197,7 @@ async def test_consolidation_reads_recent_links_from_memory_as_the_store_has_the
 
 
 def test_chunks_pipeline_a_batch_that_fits_one_chunk() -> None:
-    from streams.embedded import PIPELINE_MIN, chunk_size
+    from streams.write_path import PIPELINE_MIN, chunk_size
 
     assert chunk_size(300, 64) == 64  # several chunks already
     assert chunk_size(40, 64) == 20 and chunk_size(41, None) == 21  # one chunk: halves
