@@ -1,5 +1,10 @@
 """Small storage ports. Every call is scoped by tenant and conversation.
 
+An adapter implements the whole port of its store (:class:`NodeStore`, :class:`EdgeStore`,
+:class:`VectorIndex`, ...); a caller asks only for the part it uses (:class:`NodeReader`,
+:class:`SeqSource`, :class:`EdgeReader`, :class:`VectorSearch`, ...). In-memory fakes of the node
+and edge stores and the dead-letter sink are in :mod:`storage.memory`.
+
 Writes are idempotent upserts keyed by deterministic ids; a write returns only once the store
 has acknowledged it (so a caller may commit its input offset afterwards).
 
