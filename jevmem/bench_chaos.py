@@ -79,11 +79,11 @@ from jevmem.distributed import distributed_stores
 from jevmem.settings import Settings
 from jevmem.wiring import build_embedded
 from storage.qdrant import QdrantVectorIndex
-from streams.embedded import Stores
 from streams.kafka_admin import ensure_topics, read_topic, watermarks
 from streams.kafka_client import KafkaClient
 from streams.producer import ObservationProducer
 from streams.replay import Graph, graph_of
+from streams.write_path import Stores
 from topology.embedding import load_embedder
 from topology.errors import BrokerUnavailable
 from topology.ports import Embedder

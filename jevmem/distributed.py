@@ -24,9 +24,9 @@ from storage.elastic import (
 from storage.ports import VectorIndex
 from storage.qdrant import QdrantVectorIndex, check_server
 from storage.scope_cache import ScopeCache
-from streams.embedded import Stores
 from streams.kafka_admin import ensure_topics, read_topic
 from streams.producer import ObservationProducer
+from streams.write_path import Stores
 from topology.embedding import load_embedder
 from topology.errors import ModelMismatch, StoreUnavailable
 from topology.pipeline import WritePath

@@ -16,7 +16,8 @@ from storage.keys import ElasticKeyStore, KeyStore, SqliteKeyStore
 from storage.qdrant_edge import QdrantEdgeVectorIndex
 from storage.scope_cache import ScopeCache
 from storage.sqlite import SqliteDeadLetters, SqliteEdgeStore, SqliteLexicalIndex, SqliteNodeStore, check_model, connect
-from streams.embedded import EmbeddedPipeline, Stores
+from streams.embedded import EmbeddedPipeline
+from streams.write_path import Stores
 from topology.embedding import load_embedder
 from topology.errors import StoreUnavailable
 from topology.pipeline import WritePath

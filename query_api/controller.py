@@ -9,6 +9,10 @@ the ranking of anchors as well as bringing new candidates. With ``limits.depth =
 read and the graph features stay 0 (the ``jevmem_no_graph`` ablation). Hard limits (depth, visited
 nodes, examined edges, controller calls, time) are enforced here whatever the controller answers.
 Gold answers and benchmark labels never enter any state sent to System One.
+
+The controller reads through small ports (vector and lexical search, node lookup, edge
+neighbours) and scores through a :class:`~query_api.scoring.Scorer` chosen where the deployment
+is built (default: through ``ask``).
 """
 
 from __future__ import annotations
@@ -25,12 +29,13 @@ from pydantic import BaseModel
 
 from query_api import features as qf
 from query_api import formulas, scoring
+from query_api.features import ScoreRow
 from query_api.nodeinfo import NodeInfoCache
-from storage.ports import EdgeStore, Hit, LabelledNeighbours, LexicalIndex, NodeStore, VectorIndex
+from storage.ports import EdgeReader, Hit, LexicalIndex, NodeReader, VectorSearch
 from topology import text
 from topology.params import Params
 from topology.ports import Embedder
-from topology.schemas import MemoryNode, Scope, TemporalRef
+from topology.schemas import MemoryNode, Scope, TemporalRef, View
 from topology.systemone.catalog import ASSESS, ROUTE, SCORE
 from topology.systemone.features import AssessState, ScoreState
 from topology.systemone.port import CountingSystemOne, Item, SystemOne
@@ -107,15 +112,25 @@ class _Cand:
     score: float = 0.0
     relevance: float = 0.0
     expanded: bool = False
-    #: the candidate's own score features: expanded, view_probability, edge_probability
-    own: tuple[float, float, float] = field(init=False)
-
-    def __post_init__(self) -> None:
-        self.own = (0.0 if self.via == "anchor" else 1.0, round(self.p_g, 6), round(self.pi_e, 6))
 
 
-#: (cosine_in_pool .. causal_match in SCORE_FEATURES order, is_question, length) of a node for a query
-_Static = tuple[tuple[float, ...], float, float]
+@dataclass(frozen=True)
+class _Static:
+    """The score features of a node that depend only on the node and the query (not rounded)."""
+
+    cosine_in_pool: float
+    lexical: float
+    entity: float
+    speaker_match: float
+    anchor: float
+    bm25: float
+    vector_rank: float
+    lexical_rank: float
+    temporal_match: float
+    date_match: float
+    causal_match: float
+    is_question: float
+    length: float
 
 
 @dataclass
@@ -143,6 +158,28 @@ class _QueryState:
     reply: dict[str, float] = field(default_factory=dict)
 
 
+@dataclass
+class _Run:
+    """One query in progress: the plan the route gave, the pool, and what the trace reports."""
+
+    so: CountingSystemOne
+    st: _QueryState
+    views: list[View]
+    budgets: dict[View, int]
+    depth: int
+    t0: float
+    lex_hits: list[Hit]
+    timings: dict[str, float] = field(default_factory=dict)
+    anchors: int = 0
+    #: the latest observation time of the anchors (the recency reference t*)
+    t_star: datetime | None = None
+    rounds: list[RoundTrace] = field(default_factory=list)
+    #: expansion budget left per view
+    remaining: dict[View, int] = field(default_factory=dict)
+    examined: int = 0
+    stop: str = "depth"
+
+
 #: Called with the states of the final scoring of a query's pool (for training and inspection).
 Recorder = Callable[[str, Sequence[MemoryNode], Sequence[ScoreState]], None]
 
@@ -160,12 +197,18 @@ def query_names(question: str) -> set[str]:
     return {w.lower() for w in _NAME.findall(question) if w.lower() not in text.STOPWORDS}
 
 
+def _ms(since: float) -> float:
+    return (time.perf_counter() - since) * 1000
+
+
 class RetrievalController:
-    def __init__(self, embedder: Embedder, so: SystemOne, vectors: VectorIndex, lexical: LexicalIndex,
-                 nodes: NodeStore, edges: EdgeStore, params: Params) -> None:
+    def __init__(self, embedder: Embedder, so: SystemOne, vectors: VectorSearch, lexical: LexicalIndex,
+                 nodes: NodeReader, edges: EdgeReader, params: Params, scorer: scoring.Scorer | None = None) -> None:
         self.embedder, self.so = embedder, so
         self.vectors, self.lexical, self.nodes, self.edges = vectors, lexical, nodes, edges
         self.params = params
+        #: how candidates are scored (:class:`scoring.LocalScorer` for the in-process backend)
+        self.scorer: scoring.Scorer = scorer or scoring.AskScorer()
         self.recorder: Recorder | None = None
         #: query-independent facts about the nodes queries read (see :mod:`query_api.nodeinfo`)
         self.info = NodeInfoCache(embedder.dim)
@@ -175,22 +218,200 @@ class RetrievalController:
         vec, lex = await asyncio.gather(self.vectors.search(scope, qvec, pool), self.lexical.search(scope, question, pool))
         return vec, lex
 
+    async def retrieve(self, scope: Scope, question: str, top_k: int | None = None) -> Retrieval:
+        """The best ``top_k`` (default ``Params.top_k``) memories of ``scope`` for ``question``,
+        with the trace of how they were found. The steps, each a method:
+
+        1. :meth:`_route`: one route request while the question is embedded and BM25-searched;
+           the route gives the active views, their expansion budgets and the depth.
+        2. :meth:`_anchor`: vector and lexical hits fused by RRF start the pool, scored (one request).
+        3. :meth:`_round`, at most ``depth`` times: one assess request, then stop, or expand the
+           frontier along each active view and rescore the pool (one request).
+        4. :meth:`_evidence`: the pool's best ``top_k``, each with what superseded it, and the trace.
+
+        The hard limits (time, controller calls, visited nodes, examined edges) hold whatever
+        System One answers. Store and System One errors propagate."""
+        run = await self._route(scope, question)
+        await self._anchor(scope, run)
+        for rnd in range(1, run.depth + 1):
+            if not await self._round(scope, run, rnd):
+                break
+        run.timings["total"] = _ms(run.t0)
+        return await self._evidence(scope, run, top_k or self.params.top_k)
+
+    async def _route(self, scope: Scope, question: str) -> _Run:
+        """Step 1: the route and the query state; the BM25 hits are kept for the anchors."""
+        p, t0 = self.params, time.perf_counter()
+        so = CountingSystemOne(self.so)
+        # the question's embedding runs in a worker thread while the route and the BM25 search
+        # (which need no vector) run here
+        embedding = asyncio.ensure_future(asyncio.to_thread(self.embedder.embed_query, [question]))
+        try:
+            route_ans = (await so.ask([Item(ROUTE, {"question": question})]))[0]
+            lex_hits = await self.lexical.search(scope, question, p.anchor_pool)
+            qvec = (await embedding)[0]
+        finally:
+            _settle(embedding)
+        embed_ms = _ms(t0)
+        route = {q.key: route_ans.p(q.key) for q in ROUTE.nouls()}
+        views = formulas.active_views(route, p.theta_act)
+        budgets = formulas.allocate_budget({v: route[v] for v in views}, p.budget_total, p.budget_min, p.budget_gamma)
+        st = _QueryState(question, qvec, np.asarray(qvec, dtype=np.float64), set(text.tokens(question)),
+                         query_names(question), route, dates=qf.question_dates(question))
+        return _Run(so, st, views, budgets, formulas.depth(route["multi_hop"], p.depth_max, p.limits.depth), t0,
+                    lex_hits, timings={"embed": embed_ms}, remaining=dict(budgets))
+
+    async def _anchor(self, scope: Scope, run: _Run) -> None:
+        """Step 2: the anchors (RRF of the vector and BM25 rankings) as the first pool, scored."""
+        p, st, t1 = self.params, run.st, time.perf_counter()
+        vec_hits = await self.vectors.search(scope, st.qvec, p.anchor_pool)
+        lex_hits = run.lex_hits
+        fused = formulas.rrf([[h.id for h in vec_hits], [h.id for h in lex_hits]], p.rrf_kappa)
+        top_bm25 = max((h.score for h in lex_hits), default=0.0)
+        st.bm25 = {h.id: h.score / top_bm25 for h in lex_hits} if top_bm25 > 0 else {}
+        st.vec_rank, st.lex_rank = qf.rank_scores([h.id for h in vec_hits]), qf.rank_scores([h.id for h in lex_hits])
+        anchor_ids = formulas.fused_order(fused)[: min(p.anchors, p.limits.visited_nodes)]
+        best = 2.0 / (p.rrf_kappa + 1)  # the fused score of an id first in both rankings
+        st.anchor_strength = {i: fused[i] / best for i in anchor_ids}
+        nodes = await self.nodes.get(scope, anchor_ids)
+        cosines = self.info.rows(nodes) @ st.q
+        if len(cosines):
+            st.cos_range = (float(cosines.min()), float(cosines.max()))
+        run.t_star = max((n.observed_at for n in nodes if n.observed_at), default=None)
+        for n in nodes:
+            st.pool[n.id] = _Cand(n, "anchor", 1.0, st.anchor_strength[n.id])
+            st.by_seq[n.seq] = st.pool[n.id]
+        run.anchors = len(anchor_ids)
+        run.timings["anchors"] = _ms(t1)
+        await self._score(run, list(st.pool.values()))
+
+    def _out_of_budget(self, run: _Run) -> str | None:
+        """Why no further round may start (time, controller calls), or None."""
+        lim = self.params.limits
+        if time.perf_counter() - run.t0 > lim.seconds:
+            return "time_limit"
+        # a round is one assess request and one score request over at most the node limit
+        need = 1 + run.so.requests_for([len(SCORE.questions)] * lim.visited_nodes)
+        if run.so.calls + need > lim.controller_calls:
+            return "controller_call_limit"
+        return None
+
+    async def _round(self, scope: Scope, run: _Run, rnd: int) -> bool:
+        """Step 3, round ``rnd``: assess the pool, then expand and rescore it; whether another
+        round may follow (``run.stop`` says why not)."""
+        limited = self._out_of_budget(run)
+        if limited is not None:
+            run.stop = limited
+            return False
+        ranked = sorted(run.st.pool.values(), key=lambda c: -c.score)
+        assessed = await self._assess(run, rnd, ranked)
+        reason = formulas.stop_reason(assessed, self.params)
+        if reason is not None:
+            run.rounds.append(RoundTrace(round=rnd, assess=assessed, expanded=[], examined_edges=0, added=0, stop=reason))
+            run.stop = reason
+            return False
+        frontier = [c for c in ranked if not c.expanded][: self.params.beam_width]
+        for c in frontier:
+            c.expanded = True
+        added, seen_edges = await self._expand(scope, run, frontier)
+        run.examined += seen_edges
+        for c in added:
+            run.st.pool[c.node.id] = c
+            run.st.by_seq.setdefault(c.node.seq, c)
+        if seen_edges:
+            # new edges change every pool member's graph features: rescore the pool (one request)
+            await self._score(run, list(run.st.pool.values()))
+        run.rounds.append(RoundTrace(round=rnd, assess=assessed, expanded=[c.node.id for c in frontier],
+                                     examined_edges=seen_edges, added=len(added)))
+        if not added:
+            run.stop = "exhausted"
+            return False
+        return True
+
+    async def _assess(self, run: _Run, rnd: int, ranked: Sequence[_Cand]) -> dict[str, float]:
+        """One assess request about the evidence so far (``ranked``: the pool, best first)."""
+        p = self.params
+        strong = sum(1 for c in ranked if c.relevance >= 0.7)
+        gain = run.rounds[-1].added / max(1, p.beam_width) if run.rounds else 1.0
+        top_info = [self.info.get(c.node) for c in ranked[:5]]
+        state = AssessState(
+            question=run.st.question, round=rnd - 1,
+            best_relevance=round(max((c.relevance for c in ranked), default=0.0), 6),
+            strong=strong, last_gain=round(gain, 6), multi_hop=round(run.st.route["multi_hop"], 6),
+            negation_mix=round(qf.negation_mix_sets([i.content_tokens for i in top_info], [i.negated for i in top_info]), 6),
+            evidence=[i.node.content for i in top_info])
+        a = (await run.so.ask([Item(ASSESS, state.model_dump())]))[0]
+        return {q.key: a.p(q.key) for q in ASSESS.nouls()}
+
+    async def _expand(self, scope: Scope, run: _Run, frontier: Sequence[_Cand]) -> tuple[list[_Cand], int]:
+        """The new candidates along each active view's edges from ``frontier`` (within its
+        budget, the visited-node and examined-edge limits), and the number of edges read."""
+        lim, st = self.params.limits, run.st
+        added: list[_Cand] = []
+        seen_edges = 0
+        strength = {c.node.id: max(0.0, c.score) for c in frontier}
+        for view in run.views:
+            room = lim.visited_nodes - len(st.pool) - len(added)
+            if run.remaining.get(view, 0) <= 0 or run.examined + seen_edges >= lim.examined_edges:
+                continue
+            limit = min(lim.examined_edges - run.examined - seen_edges, 4 * run.remaining[view] + 40)
+            edges = await self.edges.neighbours(scope, list(strength), [view], limit)
+            seen_edges += len(edges)
+            st.graph.add(edges)
+            if room <= 0:
+                continue
+            # a neighbour is worth what its best edge from the frontier carries: p(edge) * score
+            want: dict[str, float] = {}
+            prob: dict[str, float] = {}
+            taken = {x.node.id for x in added}
+            for e in edges:
+                src, other = (e.source, e.target) if e.source in strength else (e.target, e.source)
+                if other in st.pool or other in taken:
+                    continue
+                v = e.probability * strength.get(src, 0.0)
+                if v > want.get(other, -1.0):
+                    want[other], prob[other] = v, e.probability
+            chosen = sorted(want, key=lambda i: (-want[i], i))[: min(run.remaining[view], room)]
+            for n in await self.nodes.get(scope, chosen):
+                added.append(_Cand(n, view, st.route[view], prob[n.id]))
+            run.remaining[view] -= len(chosen)
+        return added, seen_edges
+
+    async def _evidence(self, scope: Scope, run: _Run, k: int) -> Retrieval:
+        """Step 4: the pool's best ``k`` (score, then earlier seq first) and the trace."""
+        st = run.st
+        final = sorted(st.pool.values(), key=lambda c: (-c.score, c.node.seq))[:k]
+        newer = await self._superseding(scope, [c.node.id for c in final])
+        return Retrieval(
+            question=st.question,
+            evidence=[Evidence(
+                node_id=c.node.id, event_id=c.node.event_id, content=c.node.content, speaker=c.node.speaker,
+                score=round(c.score, 6), relevance=round(c.relevance, 6), via=c.via, seq=c.node.seq,
+                observed_at=c.node.observed_at, event_time=c.node.event_time.isoformat() if c.node.event_time else None,
+                temporal_refs=c.node.temporal_refs, provenance=c.node.provenance,
+                superseded_by=newer.get(c.node.id, [])) for c in final],
+            trace=Trace(route={k_: round(v, 6) for k_, v in st.route.items()}, active_views=list(run.views),
+                        budgets={str(k_): v for k_, v in run.budgets.items()}, depth=run.depth, anchors=run.anchors,
+                        rounds=run.rounds, stop_reason=run.stop, controller_calls=run.so.calls, visited=len(st.pool),
+                        examined_edges=run.examined, timings_ms={k_: round(v, 3) for k_, v in run.timings.items()}),
+        )
+
     def _static(self, st: _QueryState, n: MemoryNode) -> _Static:
         """The features of ``n`` that depend only on the node and the query (computed once a
         query, after its ``cos_in_pool`` is set)."""
         info = self.info.get(n)
         route, nid = st.route, n.id
-        return (
-            (round(st.cos_in_pool.get(nid, 0.0), 6),
-             round(len(st.qtokens & info.tokens) / len(st.qtokens) if st.qtokens else 0.0, 6),
-             round(len(st.qnames & info.names) / len(st.qnames) if st.qnames else 0.0, 6),
-             1.0 if info.speaker is not None and info.speaker in st.qnames else 0.0,
-             round(st.anchor_strength.get(nid, 0.0), 6), round(st.bm25.get(nid, 0.0), 6),
-             round(st.vec_rank.get(nid, 0.0), 6), round(st.lex_rank.get(nid, 0.0), 6),
-             round(route["temporal"] * (1.0 if info.has_temporal else 0.0), 6),
-             qf.date_match_dates(info.dates, *st.dates),
-             round(route["causal"] * (1.0 if info.causal else 0.0), 6)),
-            1.0 if info.is_question else 0.0, info.length,
+        return _Static(
+            cosine_in_pool=st.cos_in_pool.get(nid, 0.0),
+            lexical=len(st.qtokens & info.tokens) / len(st.qtokens) if st.qtokens else 0.0,
+            entity=len(st.qnames & info.names) / len(st.qnames) if st.qnames else 0.0,
+            speaker_match=1.0 if info.speaker is not None and info.speaker in st.qnames else 0.0,
+            anchor=st.anchor_strength.get(nid, 0.0), bm25=st.bm25.get(nid, 0.0),
+            vector_rank=st.vec_rank.get(nid, 0.0), lexical_rank=st.lex_rank.get(nid, 0.0),
+            temporal_match=route["temporal"] * (1.0 if info.has_temporal else 0.0),
+            date_match=qf.date_match_dates(info.dates, *st.dates),
+            causal_match=route["causal"] * (1.0 if info.causal else 0.0),
+            is_question=1.0 if info.is_question else 0.0, length=info.length,
         )
 
     def _reply(self, st: _QueryState, n: MemoryNode) -> float:
@@ -208,10 +429,10 @@ class RetrievalController:
         st.reply[n.id] = reply = round(reply, 6)
         return reply
 
-    def _rows(self, st: _QueryState, cands: Sequence[_Cand]) -> list[list[float]]:
-        """Every candidate's score features (a row in :data:`SCORE_FEATURES` order); cosines
-        come from two matrix products: to the question, and to the (up to 5) strongest other
-        evidence nodes (``max_evidence_cosine``, ``support``)."""
+    def _rows(self, st: _QueryState, cands: Sequence[_Cand]) -> list[ScoreRow]:
+        """Every candidate's score features; cosines come from two matrix products: to the
+        question, and to the (up to 5) strongest other evidence nodes (``max_evidence_cosine``,
+        ``support``)."""
         ranked = sorted(st.pool.values(), key=lambda c: -c.score)[:6]
         rid = {e.node.id: j for j, e in enumerate(ranked)}
         m = self.info.rows([c.node for c in cands])
@@ -223,7 +444,6 @@ class RetrievalController:
         pool = qf.pool_view({i: st.anchor_strength.get(i, 0.0) for i in st.pool}, st.cos_in_pool,
                             {i: x.relevance for i, x in st.pool.items()})
         route, adj = st.route, st.graph.adj
-        fixed = (round(route["temporal"], 6), round(route["causal"], 6), round(route["multi_hop"], 6))
         out = []
         for i, c in enumerate(cands):
             n = c.node
@@ -231,31 +451,34 @@ class RetrievalController:
             stat = st.static.get(nid)
             if stat is None:
                 stat = st.static[nid] = self._static(st, n)
-            head, question, length = stat
             sims = sim[i]
             j = rid.get(nid)
             if j is not None:
                 sims = sims[:j] + sims[j + 1:]
             sims = sims[:5]
-            out.append([
-                round(z[i], 6), *head, self._reply(st, n), question, *fixed, *c.own,
-                round(max(sims, default=0.0), 6), round(sum(sims) / len(sims), 6) if sims else 0.0,
-                *(qf.graph_row(nid, st.graph, pool) if nid in adj else qf.NO_GRAPH), length])
+            graph = qf.graph_row(nid, st.graph, pool) if nid in adj else qf.NO_GRAPH
+            out.append(ScoreRow.of({
+                "cosine": z[i], **stat.__dict__, "reply_to_match": self._reply(st, n),
+                "route_temporal": route["temporal"], "route_causal": route["causal"], "route_multi_hop": route["multi_hop"],
+                "expanded": 0.0 if c.via == "anchor" else 1.0, "view_probability": c.p_g, "edge_probability": c.pi_e,
+                "max_evidence_cosine": max(sims, default=0.0), "support": sum(sims) / len(sims) if sims else 0.0,
+                **dict(zip(qf.GRAPH_FEATURES, graph, strict=True))}))
         return out
 
-    async def _score(self, so: CountingSystemOne, st: _QueryState, cands: Sequence[_Cand],
-                     t_star: datetime | None) -> None:
+    async def _score(self, run: _Run, cands: Sequence[_Cand]) -> None:
+        """Score ``cands`` (one request) and set their combined, recency-adjusted scores."""
+        st = run.st
         rows = self._rows(st, cands)
 
         def texts() -> list[scoring.Texts]:
             return [scoring.Texts(c.node.content, c.node.speaker or "", c.via) for c in cands]
 
-        judged = await scoring.judge(so, st.question, rows, texts)
+        judged = await self.scorer.judge(run.so, st.question, rows, texts)
         w, r = self.params.weights, st.route["recency"]
         for c, row, (relevance, useful, novelty, supports) in zip(cands, rows, judged, strict=True):
             s = formulas.combined_score(
-                z=row[0], a=relevance, p_g=c.p_g, l=useful, n=novelty, pi_e=c.pi_e, c=supports, w=w)
-            rho = formulas.recency_rho(t_star, c.node.observed_at)
+                z=row.cosine, a=relevance, p_g=c.p_g, l=useful, n=novelty, pi_e=c.pi_e, c=supports, w=w)
+            rho = formulas.recency_rho(run.t_star, c.node.observed_at)
             c.score = formulas.recency_adjust(s, r, rho, self.params.recency_weight)
             c.relevance = relevance
         if self.recorder is not None and len(cands) == len(st.pool):
@@ -265,11 +488,8 @@ class RetrievalController:
     async def _superseding(self, scope: Scope, ids: Sequence[str]) -> dict[str, list[str]]:
         """For each of ``ids`` made obsolete by a newer memory: the newer memories' contents."""
         wanted, limit = set(ids), 100 * len(ids) + 100
-        if isinstance(self.edges, LabelledNeighbours):
-            found = await self.edges.labelled(scope, ids, ["temporal"], limit, "supersedes")
-        else:
-            found = [e for e in await self.edges.neighbours(scope, ids, ["temporal"], limit) if e.label == "supersedes"]
-        edges = [e for e in found if e.target in wanted]
+        found = await self.edges.neighbours(scope, ids, ["temporal"], limit)
+        edges = [e for e in found if e.label == "supersedes" and e.target in wanted]
         if not edges:
             return {}
         by_id = {n.id: n.content for n in await self.nodes.get(scope, sorted({e.source for e in edges}))}
@@ -278,136 +498,3 @@ class RetrievalController:
             if e.source in by_id:
                 out.setdefault(e.target, []).append(by_id[e.source])
         return out
-
-    async def retrieve(self, scope: Scope, question: str, top_k: int | None = None) -> Retrieval:
-        p, lim = self.params, self.params.limits
-        k = top_k or p.top_k
-        t0 = time.perf_counter()
-        so = CountingSystemOne(self.so)
-        timings: dict[str, float] = {}
-        # the question's embedding runs in a worker thread while the route and the BM25 search
-        # (which need no vector) run here
-        embedding = asyncio.ensure_future(asyncio.to_thread(self.embedder.embed_query, [question]))
-        try:
-            route_ans = (await so.ask([Item(ROUTE, {"question": question})]))[0]
-            lex_hits = await self.lexical.search(scope, question, p.anchor_pool)
-            qvec = (await embedding)[0]
-        finally:
-            _settle(embedding)
-        timings["embed"] = (time.perf_counter() - t0) * 1000
-        route = {q.key: route_ans.p(q.key) for q in ROUTE.nouls()}
-        views = formulas.active_views(route, p.theta_act)
-        budgets = formulas.allocate_budget({v: route[v] for v in views}, p.budget_total, p.budget_min, p.budget_gamma)
-        d = formulas.depth(route["multi_hop"], p.depth_max, lim.depth)
-        st = _QueryState(question, qvec, np.asarray(qvec, dtype=np.float64), set(text.tokens(question)),
-                         query_names(question), route, dates=qf.question_dates(question))
-
-        t1 = time.perf_counter()
-        vec_hits = await self.vectors.search(scope, qvec, p.anchor_pool)
-        fused = formulas.rrf([[h.id for h in vec_hits], [h.id for h in lex_hits]], p.rrf_kappa)
-        top_bm25 = max((h.score for h in lex_hits), default=0.0)
-        st.bm25 = {h.id: h.score / top_bm25 for h in lex_hits} if top_bm25 > 0 else {}
-        st.vec_rank, st.lex_rank = qf.rank_scores([h.id for h in vec_hits]), qf.rank_scores([h.id for h in lex_hits])
-        anchor_ids = formulas.fused_order(fused)[: min(p.anchors, lim.visited_nodes)]
-        best = 2.0 / (p.rrf_kappa + 1)
-        st.anchor_strength = {i: fused[i] / best for i in anchor_ids}
-        nodes = await self.nodes.get(scope, anchor_ids)
-        cosines = self.info.rows(nodes) @ st.q
-        if len(cosines):
-            st.cos_range = (float(cosines.min()), float(cosines.max()))
-        t_star = max((n.observed_at for n in nodes if n.observed_at), default=None)
-        for n in nodes:
-            st.pool[n.id] = _Cand(n, "anchor", 1.0, st.anchor_strength[n.id])
-            st.by_seq[n.seq] = st.pool[n.id]
-        timings["anchors"] = (time.perf_counter() - t1) * 1000
-        await self._score(so, st, list(st.pool.values()), t_star)
-
-        rounds: list[RoundTrace] = []
-        examined, stop = 0, "depth"
-        remaining = dict(budgets)
-        for rnd in range(1, d + 1):
-            if time.perf_counter() - t0 > lim.seconds:
-                stop = "time_limit"
-                break
-            # a round is one assess request and one score request over at most the node limit
-            need = 1 + so.requests_for([len(SCORE.questions)] * lim.visited_nodes)
-            if so.calls + need > lim.controller_calls:
-                stop = "controller_call_limit"
-                break
-            ranked = sorted(st.pool.values(), key=lambda c: -c.score)
-            strong = sum(1 for c in ranked if c.relevance >= 0.7)
-            gain = rounds[-1].added / max(1, p.beam_width) if rounds else 1.0
-            top_info = [self.info.get(c.node) for c in ranked[:5]]
-            top = [i.node.content for i in top_info]
-            a = (await so.ask([Item(ASSESS, AssessState(
-                question=question, round=rnd - 1, best_relevance=round(max((c.relevance for c in ranked), default=0.0), 6),
-                strong=strong, last_gain=round(gain, 6), multi_hop=round(route["multi_hop"], 6),
-                negation_mix=round(qf.negation_mix_sets([i.content_tokens for i in top_info],
-                                                        [i.negated for i in top_info]), 6),
-                evidence=top).model_dump())]))[0]
-            assessed = {q.key: a.p(q.key) for q in ASSESS.nouls()}
-            reason = formulas.stop_reason(assessed, p)
-            if reason is not None:
-                rounds.append(RoundTrace(round=rnd, assess=assessed, expanded=[], examined_edges=0, added=0, stop=reason))
-                stop = reason
-                break
-            frontier = [c for c in ranked if not c.expanded][: p.beam_width]
-            for c in frontier:
-                c.expanded = True
-            added: list[_Cand] = []
-            seen_edges = 0
-            strength = {c.node.id: max(0.0, c.score) for c in frontier}
-            for view in views:
-                room = lim.visited_nodes - len(st.pool) - len(added)
-                if remaining.get(view, 0) <= 0 or examined + seen_edges >= lim.examined_edges:
-                    continue
-                edges = await self.edges.neighbours(scope, list(strength), [view],
-                                                    min(lim.examined_edges - examined - seen_edges, 4 * remaining[view] + 40))
-                seen_edges += len(edges)
-                st.graph.add(edges)
-                if room <= 0:
-                    continue
-                # a neighbour is worth what its best edge from the frontier carries: p(edge) * score
-                want: dict[str, float] = {}
-                prob: dict[str, float] = {}
-                taken = {x.node.id for x in added}
-                for e in edges:
-                    src, other = (e.source, e.target) if e.source in strength else (e.target, e.source)
-                    if other in st.pool or other in taken:
-                        continue
-                    v = e.probability * strength.get(src, 0.0)
-                    if v > want.get(other, -1.0):
-                        want[other], prob[other] = v, e.probability
-                chosen = sorted(want, key=lambda i: (-want[i], i))[: min(remaining[view], room)]
-                for n in await self.nodes.get(scope, chosen):
-                    added.append(_Cand(n, view, route[view], prob[n.id]))
-                remaining[view] -= len(chosen)
-            examined += seen_edges
-            for c in added:
-                st.pool[c.node.id] = c
-                st.by_seq.setdefault(c.node.seq, c)
-            if seen_edges:
-                # new edges change every pool member's graph features: rescore the pool (one request)
-                await self._score(so, st, list(st.pool.values()), t_star)
-            rounds.append(RoundTrace(round=rnd, assess=assessed, expanded=[c.node.id for c in frontier],
-                                     examined_edges=seen_edges, added=len(added)))
-            if not added:
-                stop = "exhausted"
-                break
-        timings["total"] = (time.perf_counter() - t0) * 1000
-        final = sorted(st.pool.values(), key=lambda c: (-c.score, c.node.seq))[:k]
-        newer = await self._superseding(scope, [c.node.id for c in final])
-        return Retrieval(
-            question=question,
-            evidence=[Evidence(
-                node_id=c.node.id, event_id=c.node.event_id, content=c.node.content, speaker=c.node.speaker,
-                score=round(c.score, 6), relevance=round(c.relevance, 6), via=c.via, seq=c.node.seq,
-                observed_at=c.node.observed_at, event_time=c.node.event_time.isoformat() if c.node.event_time else None,
-                temporal_refs=c.node.temporal_refs, provenance=c.node.provenance,
-                superseded_by=newer.get(c.node.id, [])) for c in final],
-            trace=Trace(route={k_: round(v, 6) for k_, v in route.items()}, active_views=list(views),
-                        budgets={str(k_): v for k_, v in budgets.items()}, depth=d, anchors=len(anchor_ids),
-                        rounds=rounds, stop_reason=stop, controller_calls=so.calls, visited=len(st.pool),
-                        examined_edges=examined, timings_ms={k_: round(v, 3) for k_, v in timings.items()}),
-        )
-

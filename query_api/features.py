@@ -15,6 +15,7 @@ from datetime import date
 
 from topology import text
 from topology.schemas import EdgeEvent, MemoryNode
+from topology.systemone.features import SCORE_FEATURES
 
 _YEAR = re.compile(r"\b(19\d{2}|20\d{2}|21\d{2})\b")
 _MONTHS = {name.lower(): i for i, name in enumerate(calendar.month_name) if name}
@@ -99,7 +100,8 @@ def pool_view(pool: Mapping[str, float], cos_in_pool: Mapping[str, float],
 
 
 def graph_row(node_id: str, graph: GraphView, pool: Mapping[str, tuple[float, float, float]]) -> tuple[float, ...]:
-    """:func:`graph_features` as a tuple in :data:`GRAPH_FEATURES` order, over :func:`pool_view`."""
+    """:func:`graph_features` as a tuple in :data:`GRAPH_FEATURES` order, over :func:`pool_view`
+    (not rounded: :meth:`ScoreRow.of` rounds)."""
     degree = 0
     g_anchor = g_cos = adjacent = g_rel = 0.0
     entity = semantic = 0
@@ -119,8 +121,7 @@ def graph_row(node_id: str, graph: GraphView, pool: Mapping[str, tuple[float, fl
                 entity += 1
             elif view == "semantic":
                 semantic += 1
-    return (min(1.0, degree / 10), round(g_anchor, 6), round(g_cos, 6), round(g_rel, 6), round(adjacent, 6),
-            min(1.0, entity / 5), min(1.0, semantic / 5))
+    return (min(1.0, degree / 10), g_anchor, g_cos, g_rel, adjacent, min(1.0, entity / 5), min(1.0, semantic / 5))
 
 
 def rank_scores(ids: Sequence[str]) -> dict[str, float]:
@@ -142,3 +143,65 @@ def negation_mix_sets(toks: Sequence[AbstractSet[str]], negated: Sequence[bool])
                 pairs += 1
                 mixed += negated[i] != negated[j]
     return mixed / pairs if pairs else 0.0
+
+
+#: Decimals of a rounded score feature: what a state's JSON carries, so the in-process matrix and a
+#: remote backend see the same numbers.
+DECIMALS = 6
+#: Score features passed on exactly: flags (0/1), counts scaled to [0, 1] and the length fraction
+#: (rounding them would change the learned model's inputs).
+EXACT = frozenset({"speaker_match", "date_match", "is_question", "expanded", "graph_degree", "entity_neighbours",
+                   "semantic_neighbours", "length"})
+
+
+@dataclass(frozen=True, slots=True)
+class ScoreRow:
+    """One retrieval candidate's numeric score features, fields in
+    :data:`~topology.systemone.features.SCORE_FEATURES` order (what the learned scorer reads).
+    Build it with :meth:`of`, which rounds every feature but the :data:`EXACT` ones."""
+
+    cosine: float
+    cosine_in_pool: float
+    lexical: float
+    entity: float
+    speaker_match: float
+    anchor: float
+    bm25: float
+    vector_rank: float
+    lexical_rank: float
+    temporal_match: float
+    date_match: float
+    causal_match: float
+    reply_to_match: float
+    is_question: float
+    route_temporal: float
+    route_causal: float
+    route_multi_hop: float
+    expanded: float
+    view_probability: float
+    edge_probability: float
+    max_evidence_cosine: float
+    support: float
+    graph_degree: float
+    graph_anchor: float
+    graph_cosine: float
+    graph_relevance: float
+    adjacent_anchor: float
+    entity_neighbours: float
+    semantic_neighbours: float
+    length: float
+
+    @classmethod
+    def of(cls, features: Mapping[str, float]) -> ScoreRow:
+        """The row of ``features`` (every field by name), rounded to :data:`DECIMALS` but for
+        :data:`EXACT`."""
+        return cls(**{k: v if k in EXACT else round(v, DECIMALS) for k, v in features.items()})
+
+    def values(self) -> list[float]:
+        """The features in :data:`SCORE_FEATURES` order."""
+        return [getattr(self, name) for name in SCORE_FEATURES]
+
+    def as_dict(self) -> dict[str, float]:
+        """Feature name -> value (the numeric fields of a ``ScoreState``)."""
+        return {name: getattr(self, name) for name in SCORE_FEATURES}
+

@@ -1,5 +1,10 @@
 """Small storage ports. Every call is scoped by tenant and conversation.
 
+An adapter implements the whole port of its store (:class:`NodeStore`, :class:`EdgeStore`,
+:class:`VectorIndex`, ...); a caller asks only for the part it uses (:class:`NodeReader`,
+:class:`SeqSource`, :class:`EdgeReader`, :class:`VectorSearch`, ...). In-memory fakes of the node
+and edge stores and the dead-letter sink are in :mod:`storage.memory`.
+
 Writes are idempotent upserts keyed by deterministic ids; a write returns only once the store
 has acknowledged it (so a caller may commit its input offset afterwards).
 
@@ -12,7 +17,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Protocol, runtime_checkable
+from typing import Protocol
 
 from topology.schemas import ConsolidationDecision, DeadLetter, EdgeEvent, MemoryNode, Scope, View
 
@@ -23,13 +28,24 @@ class Hit:
     score: float
 
 
-class VectorIndex(Protocol):
-    async def upsert(self, nodes: Sequence[MemoryNode]) -> None:
-        """Index each node's embedding (nodes without one are skipped)."""
-        ...
-
+class VectorSearch(Protocol):
     async def search(self, scope: Scope, vector: Sequence[float], limit: int, before_seq: int | None = None) -> list[Hit]:
         """Nearest nodes by cosine, best first; ``before_seq`` keeps only earlier nodes."""
+        ...
+
+
+class BatchVectorSearch(VectorSearch, Protocol):
+    """A vector index that answers many searches in one round trip (the Qdrant adapters)."""
+
+    async def search_many(self, queries: Sequence[tuple[Scope, Sequence[float], int | None]],
+                          limit: int) -> list[list[Hit]]:
+        """``[await search(scope, vector, limit, before_seq) for scope, vector, before_seq in queries]``."""
+        ...
+
+
+class VectorIndex(VectorSearch, Protocol):
+    async def upsert(self, nodes: Sequence[MemoryNode]) -> None:
+        """Index each node's embedding (nodes without one are skipped)."""
         ...
 
     async def delete(self, scope: Scope, ids: Sequence[str]) -> None:
@@ -65,28 +81,26 @@ class LexicalIndex(Protocol):
     async def close(self) -> None: ...
 
 
-class SeqSource(Protocol):
-    """What seq assignment (``streams.embedded.number``) reads of a scope: the node store, or the
-    write path's in-memory copy of it (:class:`storage.scope_cache.ScopeCache`); both answer the
-    same for a scope this process writes."""
-
-    async def seqs(self, scope: Scope, event_ids: Sequence[str]) -> dict[str, int]: ...
-
-    async def next_seq(self, scope: Scope) -> int: ...
-
-    async def observation_count(self, scope: Scope) -> int: ...
-
-    async def used_seqs(self, scope: Scope) -> list[int]: ...
-
-    async def forgotten(self, scope: Scope) -> dict[str, int]: ...
-
-
-class NodeStore(Protocol):
-    async def upsert(self, nodes: Sequence[MemoryNode]) -> None: ...
+class NodeReader(Protocol):
+    """What the read path and the write path's in-memory conversations read of a scope's nodes."""
 
     async def get(self, scope: Scope, ids: Sequence[str]) -> list[MemoryNode]:
         """Nodes (with embeddings) in the order of ``ids``; unknown ids are skipped."""
         ...
+
+    async def scan(self, scope: Scope) -> list[MemoryNode]:
+        """All nodes of the scope by seq (without embeddings)."""
+        ...
+
+    async def forgotten(self, scope: Scope) -> dict[str, int]:
+        """event_id -> seq of the scope's forgotten observations."""
+        ...
+
+
+class SeqSource(Protocol):
+    """What seq assignment (``streams.write_path.number``) reads of a scope: the node store, or
+    the write path's in-memory copy of it (:class:`storage.scope_cache.ScopeCache`); both answer
+    the same for a scope this process writes."""
 
     async def seqs(self, scope: Scope, event_ids: Sequence[str]) -> dict[str, int]:
         """event_id -> seq for the events already stored."""
@@ -94,7 +108,7 @@ class NodeStore(Protocol):
 
     async def next_seq(self, scope: Scope) -> int:
         """One past the largest observation seq of the scope (0 when empty). Forgotten events'
-        seqs are not counted here: see :meth:`forgotten` (``streams.embedded.number`` merges them)."""
+        seqs are not counted here: see :meth:`forgotten` (``streams.write_path.number`` merges them)."""
         ...
 
     async def observation_count(self, scope: Scope) -> int:
@@ -105,17 +119,30 @@ class NodeStore(Protocol):
         """Every observation seq of the scope, ascending (read only when there are holes)."""
         ...
 
-    async def scan(self, scope: Scope) -> list[MemoryNode]:
-        """All nodes of the scope by seq (without embeddings)."""
+    async def forgotten(self, scope: Scope) -> dict[str, int]:
+        """event_id -> seq of the scope's forgotten observations."""
         ...
 
-    async def conversations(self, tenant_id: str) -> list[tuple[str, int]]:
-        """The tenant's conversations that hold nodes, with their node counts, by conversation id."""
+
+class EarlierNodes(Protocol):
+    """Candidate discovery's store reads that are not vector or lexical searches."""
+
+    async def sharing_entities_before(self, scope: Scope, entity_ids: Sequence[str], before_seq: int,
+                                      limit: int) -> list[str]:
+        """Ids of the latest nodes before ``before_seq`` mentioning any of ``entity_ids``."""
         ...
 
-    async def sharing_entities_before(self, scope: Scope, entity_ids: Sequence[str], before_seq: int, limit: int) -> list[str]: ...
+    async def preceding(self, scope: Scope, before_seq: int, limit: int) -> list[str]:
+        """Ids of the ``limit`` observation nodes right before ``before_seq``, latest first."""
+        ...
 
-    async def preceding(self, scope: Scope, before_seq: int, limit: int) -> list[str]: ...
+
+class NodeWriter(Protocol):
+    async def upsert(self, nodes: Sequence[MemoryNode]) -> None: ...
+
+
+class NodeEraser(Protocol):
+    """What forgetting (``streams.forget``) writes to the node store."""
 
     async def delete(self, scope: Scope, ids: Sequence[str]) -> int:
         """Remove nodes ``ids`` of ``scope``; returns how many existed."""
@@ -131,30 +158,27 @@ class NodeStore(Protocol):
         event (idempotent)."""
         ...
 
-    async def forgotten(self, scope: Scope) -> dict[str, int]:
-        """event_id -> seq of the scope's forgotten observations."""
+
+class TenantConversations(Protocol):
+    async def conversations(self, tenant_id: str) -> list[tuple[str, int]]:
+        """The tenant's conversations that hold nodes, with their node counts, by conversation id."""
         ...
+
+
+class NodeStore(NodeReader, SeqSource, EarlierNodes, NodeWriter, NodeEraser, TenantConversations, Protocol):
+    """Every node-store port: what an adapter implements (callers ask for the small ones)."""
 
     async def close(self) -> None: ...
 
 
-@runtime_checkable
-class LabelledNeighbours(Protocol):
-    """An edge store that can answer "the neighbours with one label" without materialising the
-    others (optional: the read path falls back to filtering :meth:`EdgeStore.neighbours`)."""
-
-    async def labelled(self, scope: Scope, node_ids: Sequence[str], views: Sequence[View], limit: int,
-                       label: str) -> list[EdgeEvent]:
-        """Exactly ``[e for e in await neighbours(scope, node_ids, views, limit) if e.label == label]``."""
-        ...
-
-
-class EdgeStore(Protocol):
-    async def upsert(self, edges: Sequence[EdgeEvent]) -> None: ...
-
+class EdgeReader(Protocol):
     async def neighbours(self, scope: Scope, node_ids: Sequence[str], views: Sequence[View], limit: int) -> list[EdgeEvent]:
         """Edges of ``views`` touching any of ``node_ids`` (either end), strongest first."""
         ...
+
+
+class EdgeStore(EdgeReader, Protocol):
+    async def upsert(self, edges: Sequence[EdgeEvent]) -> None: ...
 
     async def scan(self, scope: Scope) -> list[EdgeEvent]: ...
 

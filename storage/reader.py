@@ -1,16 +1,23 @@
-"""The write path's read-your-writes view (:class:`topology.ports.MemoryReader`) over the stores."""
+"""The write path's read-your-writes view (:class:`topology.ports.MemoryReader`) straight over the
+stores: the reference that the in-memory :class:`storage.scope_cache.ScopeCache` must agree with."""
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Sequence
+from typing import Protocol
 
-from storage.ports import LexicalIndex, NodeStore, VectorIndex
+from storage.ports import BatchVectorSearch, EarlierNodes, LexicalIndex, NodeReader
 from topology.schemas import MemoryNode, Scope
 
 
+class ReaderNodes(NodeReader, EarlierNodes, Protocol):
+    """What :class:`StoreReader` reads of the node store."""
+
+
 class StoreReader:
-    def __init__(self, vectors: VectorIndex, lexical: LexicalIndex, nodes: NodeStore) -> None:
+    """Every :class:`~topology.ports.MemoryReader` call answered by one store call."""
+
+    def __init__(self, vectors: BatchVectorSearch, lexical: LexicalIndex, nodes: ReaderNodes) -> None:
         self.vectors, self.lexical, self.nodes = vectors, lexical, nodes
 
     async def similar_before(self, scope: Scope, vector: Sequence[float], before_seq: int, limit: int) -> list[str]:
@@ -18,11 +25,7 @@ class StoreReader:
 
     async def similar_before_many(self, queries: Sequence[tuple[Scope, Sequence[float], int]],
                                   limit: int) -> list[list[str]]:
-        many = getattr(self.vectors, "search_many", None)
-        if many is not None:
-            hits = await many(list(queries), limit)
-        else:
-            hits = await asyncio.gather(*(self.vectors.search(s, v, limit, before_seq=b) for s, v, b in queries))
+        hits = await self.vectors.search_many(queries, limit)
         return [[h.id for h in hs] for hs in hits]
 
     async def overlapping_before(self, scope: Scope, tokens: Sequence[str], before_seq: int, limit: int) -> list[str]:

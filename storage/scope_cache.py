@@ -8,10 +8,11 @@ one matrix product over the conversation, lexical and entity overlap come from i
 Contracts:
 
 * Read-your-writes: :meth:`ScopeCache.add` is called with every node the writer materialises
-  (``Stores.materialise`` notifies it), after the stores took them (see ``Stores.listeners``).
+  (``streams.write_path.Stores.materialise`` notifies it), after the stores took them (see ``Stores.listeners``).
 * A conversation not in memory is loaded from the node store (every acknowledged node, with its
   embedding) on first use. :meth:`clear` drops everything; the Faust worker calls it whenever its
-  partitions change, so a conversation that comes back after another worker wrote it is reloaded.
+  partitions change (``Stores.reassigned``), so a conversation that comes back after another
+  worker wrote it is reloaded.
   :meth:`drop` forgets one conversation (``Stores.on_forget`` calls it after a deletion).
   Reloaded nodes equal the in-memory ones bit for bit: embeddings are float32-exact
   (:func:`topology.embedding.rounded`), which is what the stores keep.
@@ -40,7 +41,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from storage.ports import NodeStore
+from storage.ports import NodeReader
 from topology.schemas import EdgeEvent, MemoryNode, Scope
 
 #: Nodes kept in memory across conversations (about 2 KB each with a 384-d float32 vector).
@@ -121,7 +122,11 @@ def _top(counts: Counter[str], nodes: dict[str, MemoryNode], before_seq: int, li
 
 
 class ScopeCache:
-    def __init__(self, nodes: NodeStore, max_nodes: int = MAX_NODES) -> None:
+    """The in-memory conversations (see the module): a :class:`~topology.ports.MemoryReader`, a
+    :class:`~storage.ports.SeqSource` and a :class:`~topology.ports.LinkMemory`, loading from
+    ``nodes`` (:class:`~storage.ports.NodeReader`)."""
+
+    def __init__(self, nodes: NodeReader, max_nodes: int = MAX_NODES) -> None:
         self._store = nodes
         self._max = max_nodes
         self._convs: OrderedDict[Scope, _Conversation] = OrderedDict()

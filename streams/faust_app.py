@@ -15,7 +15,7 @@ Contracts (what makes a worker's death harmless, see README "Guarantees"):
 
 * One consumed topic, no Faust Table. A conversation (the record key) lives on one partition, so
   it has one writer at a time: the partition's owner.
-* A batch's seqs come from the node store (``streams.embedded.number``), the same authority the
+* A batch's seqs come from the node store (``streams.write_path.number``), the same authority the
   embedded driver uses. Nodes are materialised (acknowledged, read-your-writes) before the batch's
   offsets can be committed, so whoever owns the partition next reads the seqs the previous owner
   wrote; a crash mid-batch leaves holes that redelivery refills with the same seqs
@@ -50,8 +50,8 @@ from typing import Any
 import faust
 
 from streams import forget as forgetting
-from streams.embedded import Stores, dead_letter, write_batch
 from streams.kafka_client import KafkaClient
+from streams.write_path import Stores, dead_letter, write_batch
 from topology import observe
 from topology.errors import InvalidEvent
 from topology.pipeline import WritePath, dedupe
@@ -259,15 +259,11 @@ def create_app(config: AppConfig, services: Services) -> faust.App:
                                   "stage_ms": {k: round(1000 * v, 1) for k, v in sorted(stages.items())},
                                   "events": [o.event_id for o in obs[:50]]})
 
-    clear = getattr(wp.reader, "clear", None)
-
     # the write path's in-memory conversations are only fresh while this worker owns their
     # partitions: forget them whenever the assignment changes (reloaded from the stores on use,
     # which then read everything the previous owner acknowledged)
     async def drop_views(_app: Any, /, *_args: Any, **_kw: Any) -> None:
-        if clear is not None:
-            clear()
-        stores.fresh_reads()
+        stores.reassigned()
 
     app.on_partitions_revoked.connect(drop_views)
     app.on_partitions_assigned.connect(drop_views)

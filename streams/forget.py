@@ -15,7 +15,9 @@ A forget is two steps, so that every driver deletes exactly the same things:
   and consolidation topics *before* applying it, and a rebuild from that derived log applies each
   topic's share of it (``parts``) at the same point of that topic.
 
-Seq rule (see ``streams.embedded.number``): a forgotten observation's seq is kept in a
+Both take the stores as :class:`ForgetTargets` (what :class:`streams.write_path.Stores` offers).
+
+Seq rule (see ``streams.write_path.number``): a forgotten observation's seq is kept in a
 forgotten-event record ``(scope, event_id, seq)``, so later events never reuse it and "earlier"
 keeps meaning what it meant. Sending a forgotten ``event_id`` again re-adds it at its old seq,
 like any redelivery of a known event. Forgetting a whole conversation removes the records too:
@@ -25,15 +27,36 @@ nothing and records nothing.
 
 from __future__ import annotations
 
-from collections.abc import Collection, Sequence
+from collections.abc import Awaitable, Callable, Collection, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Literal
+from typing import Any, Literal, Protocol
 
+from storage.ports import EdgeStore, LexicalIndex, NodeEraser, NodeReader, VectorIndex
 from topology import ids
-from topology.schemas import Forget, Forgotten, MemoryNode, Observation
+from topology.schemas import Forget, Forgotten, MemoryNode, Observation, Scope
 
-if TYPE_CHECKING:
-    from streams.embedded import Stores
+
+class ForgetNodes(NodeReader, NodeEraser, Protocol):
+    """What forgetting reads (the scope's nodes, its forgotten events) and deletes of the node store."""
+
+
+class ForgetTargets(Protocol):
+    """The stores a forget deletes from, and who is told after it (:class:`streams.write_path.Stores`)."""
+
+    @property
+    def nodes(self) -> ForgetNodes: ...
+
+    @property
+    def edges(self) -> EdgeStore: ...
+
+    @property
+    def vectors(self) -> VectorIndex: ...
+
+    @property
+    def lexical(self) -> LexicalIndex: ...
+
+    @property
+    def on_forget(self) -> list[Callable[[Scope], Awaitable[None]]]: ...
 
 Part = Literal["nodes", "edges", "decisions"]
 ALL_PARTS: tuple[Part, ...] = ("nodes", "edges", "decisions")
@@ -71,7 +94,7 @@ def derived_closure(root: str, nodes: Sequence[MemoryNode]) -> list[str]:
     return out
 
 
-async def plan(stores: Stores, forget: Forget) -> Forgotten:
+async def plan(stores: ForgetTargets, forget: Forget) -> Forgotten:
     """The :class:`Forgotten` marker for ``forget`` against the stores' current contents."""
     base = {"tenant_id": forget.tenant_id, "conversation_id": forget.conversation_id,
             "event_id": forget.event_id, "requested_at": forget.requested_at}
@@ -86,7 +109,7 @@ async def plan(stores: Stores, forget: Forget) -> Forgotten:
     return Forgotten(**base, seq=seq, node_ids=derived_closure(root, nodes))
 
 
-async def apply(stores: Stores, marker: Forgotten, parts: Collection[Part] = ALL_PARTS) -> ForgetReport:
+async def apply(stores: ForgetTargets, marker: Forgotten, parts: Collection[Part] = ALL_PARTS) -> ForgetReport:
     """Delete what ``marker`` describes from the stores named by ``parts`` ("nodes": the
     forgotten-event record, vectors, lexical entries and nodes; "edges"; "decisions"), then tell
     ``stores.on_forget`` (in-memory views drop the conversation). Idempotent."""

@@ -31,7 +31,8 @@ from typing import TypeVar
 from pydantic import BaseModel
 
 from streams import forget as forgetting
-from streams.embedded import EmbeddedPipeline, Stores
+from streams.embedded import EmbeddedPipeline
+from streams.write_path import Stores
 from topology.errors import InvalidEvent
 from topology.schemas import (
     ConsolidationDecision,

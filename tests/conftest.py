@@ -1,5 +1,10 @@
-"""Shared fixtures: the real embedding model (loaded once), fresh in-memory embedded stacks, and
-a helper to serve an ASGI app over real HTTP on a free loopback port."""
+"""Shared fixtures: embedders, fresh in-memory embedded stacks, and a helper to serve an ASGI app
+over real HTTP on a free loopback port.
+
+Unit tests run on the deterministic hashing embedder (:class:`topology.fakes.HashingEmbedder`):
+:func:`embedder` and :func:`memory`. A test that needs the real model asks for
+:func:`model_embedder` or :func:`model_memory` and is marked ``model`` (a test asking for them is
+marked here too), so ``pytest -m "not model"`` runs every other test without the model's files."""
 
 from __future__ import annotations
 
@@ -18,21 +23,51 @@ from fastapi import FastAPI, Request
 from jevmem.settings import Settings
 from jevmem.wiring import Embedded, build_embedded
 from topology.embedding import default_embedder
+from topology.fakes import HashingEmbedder
 from topology.params import Params
 from topology.ports import Embedder
 from topology.schemas import Observation
 
+_MODEL_FIXTURES = {"model_embedder", "model_memory"}
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """A test that asks for the real model is a ``model`` test, marked or not."""
+    for item in items:
+        if _MODEL_FIXTURES.intersection(getattr(item, "fixturenames", ())):
+            item.add_marker(pytest.mark.model)
+
 
 @pytest.fixture(scope="session")
 def embedder() -> Embedder:
+    """The deterministic hashing embedder: no model files, texts that share words are close."""
+    return HashingEmbedder()
+
+
+@pytest.fixture(scope="session")
+def model_embedder() -> Embedder:
+    """The real (default) embedding model, loaded once."""
     return default_embedder()
+
+
+async def _stack(embedder: Embedder) -> AsyncIterator[Embedded]:
+    mem = build_embedded(Settings(params=Params()), embedder=embedder, data_dir=":memory:")
+    yield mem
+    await mem.close()
 
 
 @pytest.fixture
 async def memory(embedder: Embedder) -> AsyncIterator[Embedded]:
-    mem = build_embedded(Settings(params=Params()), embedder=embedder, data_dir=":memory:")
-    yield mem
-    await mem.close()
+    """A fresh in-memory embedded stack over the hashing embedder."""
+    async for mem in _stack(embedder):
+        yield mem
+
+
+@pytest.fixture
+async def model_memory(model_embedder: Embedder) -> AsyncIterator[Embedded]:
+    """A fresh in-memory embedded stack over the real model."""
+    async for mem in _stack(model_embedder):
+        yield mem
 
 
 CHAT = [

@@ -1,11 +1,15 @@
-"""The write path over ports: the stage sequence both drivers (embedded, Faust) share.
+"""The write path over ports: the stages both drivers (embedded, Faust) run, and seq assignment.
 
-``WritePath.write`` takes validated observations of any scopes and returns one
-:class:`WriteResult` per distinct event. It is idempotent (redelivered events keep their seq and
-produce the same node and edges) and batch-invariant (candidates only ever look at earlier seqs).
+:class:`WritePath` holds what the stages need (embedder, System One, the read-your-writes
+reader, parameters) and offers one method per stage: numbered observations -> :meth:`~WritePath.nodes`
+(with :meth:`~WritePath.vectors`) -> :meth:`~WritePath.type` -> (the driver materialises them) ->
+:meth:`~WritePath.discover` -> :meth:`~WritePath.judge` -> (the driver writes the edges) ->
+:meth:`~WritePath.consolidate`. The driver that sequences them, numbers the batch and writes to the
+stores is :func:`streams.write_path.write_batch`.
 
-The Faust agents call the same stage functions one topic hop at a time; this class wires them
-for in-process use and for tests.
+The pure pieces live here too: :func:`dedupe` (one event per id), :func:`assign_seqs` (idempotent
+numbering: a redelivered event keeps its seq) and :func:`consolidation_runs`. Discovery only ever
+looks at earlier seqs, so the graph does not depend on batching.
 """
 
 from __future__ import annotations
@@ -25,8 +29,8 @@ from topology.schemas import (
     RelationJudgment,
     Scope,
 )
-from topology.stages import candidates, consolidation, relations, typing
-from topology.systemone.port import SystemOne
+from topology.stages import candidates, consolidation, memory_nodes, relations
+from topology.systemone.port import CountingSystemOne
 
 
 def dedupe(observations: Sequence[Observation]) -> list[Observation]:
@@ -75,7 +79,7 @@ def assign_seqs(observations: Sequence[Observation], known: Mapping[tuple[str, s
     missing events exactly the seqs they had, because those are the holes, ascending. So seqs
     stay ``0..n-1`` and a conversation's graph does not depend on where a worker died.
     A seq held by a known event of the batch is never drawn for a new one: ``states`` may be read
-    *before* ``known`` (see ``streams.embedded.number``), so a write of this same batch that lands
+    *before* ``known`` (see ``streams.write_path.number``), so a write of this same batch that lands
     late (a request that timed out but was applied afterwards) cannot make two events share a seq.
     Forgotten events: the caller passes them in ``known`` (a re-sent forgotten event gets its old
     seq back) and their seqs as ``SeqState.of(..., reserved=...)`` (never drawn for a new event).
@@ -115,34 +119,37 @@ def consolidation_runs(nodes: Sequence[MemoryNode], every: int) -> list[tuple[Sc
 
 
 class WritePath:
-    def __init__(self, embedder: Embedder, so: SystemOne, reader: MemoryReader, params: Params,
+    """The write-path stages over ports. ``so`` counts its requests (its ``calls`` are what the
+    driver reports as the write path's controller requests)."""
+
+    def __init__(self, embedder: Embedder, so: CountingSystemOne, reader: MemoryReader, params: Params,
                  summariser: consolidation.Summariser | None = None) -> None:
         self.embedder, self.so, self.reader, self.params = embedder, so, reader, params
         self.summariser = summariser
 
     async def build_nodes(self, numbered: Sequence[tuple[Observation, int]]) -> list[MemoryNode]:
         """Describe, embed and type (one embedding call, one typing request)."""
-        return await typing.type_nodes([typing.describe(o, s) for o, s in numbered], self.embedder, self.so)
+        return await memory_nodes.type_nodes([memory_nodes.describe(o, s) for o, s in numbered], self.embedder, self.so)
 
     async def vectors(self, observations: Sequence[Observation]) -> list[list[float]]:
         """The observations' embeddings (off the event loop): the CPU-heavy half of
         :meth:`build_nodes`, safe to run ahead of numbering and of earlier batches' linking
         because it needs no seq and reads no store."""
-        return await typing.embed_texts([typing.embedding_text(o.speaker, o.content) for o in observations],
+        return await memory_nodes.embed_texts([memory_nodes.embedding_text(o.speaker, o.content) for o in observations],
                                         self.embedder)
 
     @staticmethod
     def nodes(numbered: Sequence[tuple[Observation, int]], vectors: Sequence[list[float]]) -> list[MemoryNode]:
         """The described nodes with their :meth:`vectors` (same order), not yet typed."""
-        return typing.with_vectors([typing.describe(o, s) for o, s in numbered], vectors)
+        return memory_nodes.with_vectors([memory_nodes.describe(o, s) for o, s in numbered], vectors)
 
     async def type(self, nodes: Sequence[MemoryNode]) -> list[MemoryNode]:
         """Type embedded nodes (one request): the other half of :meth:`build_nodes`."""
-        return await typing.type_only(nodes, self.so)
+        return await memory_nodes.type_only(nodes, self.so)
 
     async def build_nodes_from(self, derived: Sequence[MemoryNode]) -> list[MemoryNode]:
         """Embed and type System-Two-derived nodes (one embedding call, one typing request)."""
-        return await typing.type_nodes(derived, self.embedder, self.so)
+        return await memory_nodes.type_nodes(derived, self.embedder, self.so)
 
     async def discover(self, nodes: Sequence[MemoryNode]) -> list[CandidateSet]:
         """Candidate sets for (already materialised) observation nodes, in (scope, seq) order."""
@@ -160,12 +167,6 @@ class WritePath:
         judgments, so_edges = await relations.judge(csets, earlier, self.so, self.params.theta_rel)
         edges = [e for cs in csets for e in relations.rule_edges(cs, earlier, self.params.theta_rel)] + so_edges
         return judgments, edges
-
-    async def link(self, nodes: Sequence[MemoryNode]) -> tuple[list[CandidateSet], list[RelationJudgment], list[EdgeEvent]]:
-        """``discover`` then ``judge``: what the embedded driver runs after materialising nodes."""
-        csets = await self.discover(nodes)
-        judgments, edges = await self.judge(csets)
-        return csets, judgments, edges
 
     async def consolidate(self, scope: Scope, run: int, last_seq: int,
                           neighbours: Callable[[Scope, Sequence[str]], Awaitable[list[EdgeEvent]]]

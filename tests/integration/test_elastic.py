@@ -30,7 +30,7 @@ from storage.sqlite import SqliteEdgeStore, SqliteLexicalIndex, SqliteNodeStore,
 from topology import ids  # noqa: E402
 from topology.errors import StoreUnavailable  # noqa: E402
 from topology.schemas import VIEWS, ConsolidationDecision, EdgeEvent, MemoryNode, Observation, Scope  # noqa: E402
-from topology.stages.typing import describe  # noqa: E402
+from topology.stages.memory_nodes import describe  # noqa: E402
 
 A = Scope(tenant_id="tenant-a", conversation_id="conv-1")
 B = Scope(tenant_id="tenant-b", conversation_id="conv-1")
@@ -478,7 +478,7 @@ async def test_retrieval_of_a_tenant_ignores_other_tenants_writes(es: tuple[Asyn
     from query_api.controller import RetrievalController
     from storage.elastic import ElasticVectorIndex
     from streams.embedded import EmbeddedPipeline
-    from streams.embedded import Stores as AllStores
+    from streams.write_path import Stores as AllStores
     from topology.embedding import default_embedder
     from topology.systemone.local import LocalSystemOne
     from topology.systemone.port import CountingSystemOne

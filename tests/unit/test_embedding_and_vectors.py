@@ -20,24 +20,26 @@ from topology.schemas import MemoryNode, Scope
 from topology.stages import candidates
 
 
-def test_vectors_do_not_depend_on_the_batch(embedder: Embedder) -> None:
+@pytest.mark.model
+def test_vectors_do_not_depend_on_the_batch(model_embedder: Embedder) -> None:
     texts = [t for _, t in CHAT]
-    together = embedder.embed(texts)
-    alone = [embedder.embed([t])[0] for t in texts]
+    together = model_embedder.embed(texts)
+    alone = [model_embedder.embed([t])[0] for t in texts]
     assert together == alone
     v = np.asarray(together)
-    assert v.shape == (len(texts), embedder.dim)
+    assert v.shape == (len(texts), model_embedder.dim)
     assert np.allclose(np.linalg.norm(v, axis=1), 1.0, atol=1e-5)
     # asymmetric model: a question is embedded as a query, not as a passage
-    assert embedder.embed_query(["Where does Ana live?"]) != embedder.embed(["Where does Ana live?"])
+    assert model_embedder.embed_query(["Where does Ana live?"]) != model_embedder.embed(["Where does Ana live?"])
     # one question runs on the multi-threaded query session: the same vector as in a batch
     questions = ["Where does Ana live?", "Why did Ben pause his marathon training?", "What is the puppy's name?"]
-    assert [embedder.embed_query([q])[0] for q in questions] == embedder.embed_query(questions)
+    assert [model_embedder.embed_query([q])[0] for q in questions] == model_embedder.embed_query(questions)
 
 
-def test_related_texts_are_closer(embedder: Embedder) -> None:
-    q = np.asarray(embedder.embed_query(["What is the name of the dog?"])[0])
-    near, far = (np.asarray(v) for v in embedder.embed(["Our puppy is called Biscuit.", "Taxes are due in April."]))
+@pytest.mark.model
+def test_related_texts_are_closer(model_embedder: Embedder) -> None:
+    q = np.asarray(model_embedder.embed_query(["What is the name of the dog?"])[0])
+    near, far = (np.asarray(v) for v in model_embedder.embed(["Our puppy is called Biscuit.", "Taxes are due in April."]))
     assert q @ near > q @ far
 
 
@@ -231,3 +233,17 @@ def test_bench_kafka_vector_store_choice() -> None:
     for bad, settings in (("qdrant", without), ("both", without), ("faiss", with_q)):
         with pytest.raises(ValueError):
             vector_stores(bad, settings)
+
+
+def test_the_hashing_fake_is_deterministic_unit_length_and_batch_invariant() -> None:
+    from topology.fakes import HashingEmbedder
+
+    fake = HashingEmbedder()
+    texts = [t for _, t in CHAT] + ["", "the"]
+    together = fake.embed(texts)
+    assert together == [fake.embed([t])[0] for t in texts] == HashingEmbedder().embed(texts)
+    assert fake.embed_query(texts) == together
+    assert all(len(v) == fake.dim and abs(float(np.linalg.norm(v)) - 1.0) < 1e-5 for v in together)
+    q = np.asarray(fake.embed_query(["Biscuit the puppy"])[0])
+    near, far = (np.asarray(v) for v in fake.embed(["Our puppy is called Biscuit.", "Taxes are due in April."]))
+    assert q @ near > q @ far

@@ -78,3 +78,16 @@ def test_stop_rules() -> None:
     assert formulas.stop_reason({**done, "missing": 0.2}, p) is None
     assert formulas.stop_reason({**done, "contradiction": 0.2}, p) is None
     assert formulas.stop_reason({**done, "sufficient": 0.5, "continue_useful": 0.1}, p) == "not_useful"
+
+
+def test_a_score_row_has_the_scorers_features_in_order_and_rounds_once() -> None:
+    from dataclasses import fields
+
+    from query_api.features import EXACT, ScoreRow
+    from topology.systemone.features import SCORE_FEATURES
+
+    assert tuple(f.name for f in fields(ScoreRow)) == SCORE_FEATURES
+    assert set(SCORE_FEATURES) >= EXACT
+    row = ScoreRow.of({name: 1 / 3 for name in SCORE_FEATURES})
+    assert row.values() == [1 / 3 if name in EXACT else 0.333333 for name in SCORE_FEATURES]
+    assert list(row.as_dict()) == list(SCORE_FEATURES)

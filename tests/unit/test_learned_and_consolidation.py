@@ -14,7 +14,7 @@ from topology.params import Params
 from topology.ports import Embedder
 from topology.schemas import MemoryNode
 from topology.stages import consolidation
-from topology.stages.typing import embedding_text
+from topology.stages.memory_nodes import embedding_text
 from topology.systemone.features import SCORE_FEATURES, ConsolidationState
 from topology.systemone.learned import SHIPPED_EMBEDDER, ScoreModel
 from topology.systemone.local import LocalSystemOne
@@ -124,11 +124,12 @@ class _Summariser:
         return "Ana: " + " / ".join(texts)
 
 
-async def test_consolidation_writes_supersedes_edges_and_gated_derived_nodes(embedder: Embedder) -> None:
-    denver = _node(embedder, 0, "I live in Denver with my two cats.")
-    boston = _node(embedder, 1, "I moved to Boston last month, I love the harbour.")
-    puppy = _node(embedder, 2, "I adopted a puppy named Biscuit last week, he is a golden retriever.")
-    again = _node(embedder, 3, "I adopted a puppy named Biscuit last week; he is a golden retriever!")
+@pytest.mark.model
+async def test_consolidation_writes_supersedes_edges_and_gated_derived_nodes(model_embedder: Embedder) -> None:
+    denver = _node(model_embedder, 0, "I live in Denver with my two cats.")
+    boston = _node(model_embedder, 1, "I moved to Boston last month, I love the harbour.")
+    puppy = _node(model_embedder, 2, "I adopted a puppy named Biscuit last week, he is a golden retriever.")
+    again = _node(model_embedder, 3, "I adopted a puppy named Biscuit last week; he is a golden retriever!")
     s2 = _Summariser()
     decisions, edges, derived = await consolidation.consolidate(
         1, [(boston, denver), (again, puppy)], LocalSystemOne(), Params(), s2)

@@ -19,6 +19,7 @@ from jevmem.settings import Settings
 from jevmem.wiring import Embedded, build_embedded
 from query_api.controller import RetrievalController
 from query_api.nodeinfo import NodeInfoCache
+from query_api.scoring import AskScorer, LocalScorer
 from storage.sqlite import ADJACENCY_AFTER, SqliteEdgeStore
 from tests.conftest import chat_observations
 from topology.params import Params
@@ -26,7 +27,6 @@ from topology.ports import Embedder
 from topology.schemas import MemoryNode, Scope
 from topology.systemone.features import ScoreState
 from topology.systemone.local import LocalSystemOne
-from topology.systemone.port import Answer, Item
 
 SCOPE = Scope(tenant_id="t1", conversation_id="c1")
 QUESTIONS = ["What is the name of Ana's puppy?", "Why did Ben pause his training?",
@@ -100,24 +100,13 @@ async def test_the_edge_index_ranks_as_sql(memory: Embedded) -> None:
             assert await edges.labelled(SCOPE, some, vs, limit, label) == [e for e in all_edges if e.label == label]
 
 
-class _ViaAsk:
-    """The local backend behind a type the controller does not recognise: every score goes
-    through ``ask`` with the full, validated states."""
-
-    def __init__(self) -> None:
-        self.inner = LocalSystemOne()
-
-    async def ask(self, items: Sequence[Item]) -> list[Answer]:
-        return await self.inner.ask(items)
-
-    async def aclose(self) -> None:
-        return None
-
-
 async def test_in_process_scoring_equals_scoring_through_ask(memory: Embedded) -> None:
     await memory.pipeline.ingest(chat_observations())
-    c = memory.controller
-    slow = RetrievalController(c.embedder, _ViaAsk(), c.vectors, c.lexical, c.nodes, c.edges, c.params)
+    c, backend = memory.controller, LocalSystemOne()
+    fast = RetrievalController(c.embedder, backend, c.vectors, c.lexical, c.nodes, c.edges, c.params,
+                               scorer=LocalScorer(backend))
+    slow = RetrievalController(c.embedder, backend, c.vectors, c.lexical, c.nodes, c.edges, c.params,
+                               scorer=AskScorer())
     recorded: dict[str, list[list[dict[str, Any]]]] = {"fast": [], "slow": []}
 
     def recorder(key: str) -> Any:
@@ -125,9 +114,9 @@ async def test_in_process_scoring_equals_scoring_through_ask(memory: Embedded) -
             recorded[key].append([s.model_dump() for s in states])
         return keep
 
-    c.recorder, slow.recorder = recorder("fast"), recorder("slow")
+    fast.recorder, slow.recorder = recorder("fast"), recorder("slow")
     for q in QUESTIONS:
-        a, b = (await c.retrieve(SCOPE, q, 10)).model_dump(), (await slow.retrieve(SCOPE, q, 10)).model_dump()
+        a, b = (await fast.retrieve(SCOPE, q, 10)).model_dump(), (await slow.retrieve(SCOPE, q, 10)).model_dump()
         a["trace"].pop("timings_ms")
         b["trace"].pop("timings_ms")
         assert a == b

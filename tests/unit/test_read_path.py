@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import pytest
+
 from jevmem.settings import Settings
 from jevmem.wiring import Embedded, build_embedded
 from query_api.baselines import StaticRetriever
@@ -91,12 +93,13 @@ async def test_static_baselines_rank_the_same_indexes(memory: Embedded) -> None:
     assert all(len(v) == 3 for v in got.values())
 
 
-async def test_an_obsolete_memory_is_shown_with_what_superseded_it(embedder: Embedder) -> None:
+@pytest.mark.model
+async def test_an_obsolete_memory_is_shown_with_what_superseded_it(model_embedder: Embedder) -> None:
     from datetime import UTC, datetime
 
     from topology.schemas import Observation
 
-    mem = build_embedded(Settings(params=Params(consolidate_every=2)), embedder=embedder, data_dir=":memory:")
+    mem = build_embedded(Settings(params=Params(consolidate_every=2)), embedder=model_embedder, data_dir=":memory:")
     texts = ["I live in Denver with my two cats.", "I moved to Boston last month, I love the harbour."]
     try:
         await mem.pipeline.ingest([Observation(

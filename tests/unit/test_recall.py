@@ -81,6 +81,7 @@ async def test_a_failure_fails_the_call_and_no_conversations_is_empty() -> None:
     assert empty.evidence == [] and empty.searched == 0
 
 
+@pytest.mark.model  # the CLI loads the configured model
 def test_cli_query_across_conversations(tmp_path: Path) -> None:
     lines = [o.model_dump_json(exclude={"tenant_id", "conversation_id"}) for o in chat_observations()]
     (tmp_path / "pets.jsonl").write_text("\n".join(lines[:6]) + "\n")

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import itertools
 
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -132,8 +133,9 @@ async def test_tenants_are_isolated(memory: Embedded) -> None:
     assert {e.node_id for e in res.evidence} <= b_ids
 
 
-async def test_consolidation_runs_every_twenty_writes(embedder: Embedder) -> None:
-    mem = build_embedded(Settings(params=Params(consolidate_every=5)), embedder=embedder, data_dir=":memory:")
+@pytest.mark.model
+async def test_consolidation_runs_every_twenty_writes(model_embedder: Embedder) -> None:
+    mem = build_embedded(Settings(params=Params(consolidate_every=5)), embedder=model_embedder, data_dir=":memory:")
     try:
         report = await mem.pipeline.ingest(chat_observations())
         decisions = await mem.stores.edges.decisions(SCOPE)
@@ -186,7 +188,7 @@ async def test_consolidation_reads_recent_links_from_memory_as_the_store_has_the
         searched_whole.clear()
 
         await split.pipeline.ingest(obs[:8])
-        split.pipeline.write_path.reader.clear()  # type: ignore[attr-defined]  # a rebalance: nothing remembered
+        split.stores.reassigned()  # a rebalance, as the Faust app reports it: nothing remembered
         await split.pipeline.ingest(obs[8:])  # the run at write 10 spans writes 5-7, linked before
         assert searched_split == [1]
         assert await split.stores.edges.decisions(SCOPE) == await whole.stores.edges.decisions(SCOPE)
@@ -197,7 +199,7 @@ async def test_consolidation_reads_recent_links_from_memory_as_the_store_has_the
 
 
 def test_chunks_pipeline_a_batch_that_fits_one_chunk() -> None:
-    from streams.embedded import PIPELINE_MIN, chunk_size
+    from streams.write_path import PIPELINE_MIN, chunk_size
 
     assert chunk_size(300, 64) == 64  # several chunks already
     assert chunk_size(40, 64) == 20 and chunk_size(41, None) == 21  # one chunk: halves

@@ -1,0 +1,302 @@
+"""The write path's driver, shared by both deployments: numbering, the stages, the stores.
+
+:func:`write_batch` runs the whole write path for one deduplicated batch of observations, as the
+embedded pipeline (:mod:`streams.embedded`) and the Faust agent (:mod:`streams.faust_app`) both do:
+seqs (:func:`number`) -> nodes (embedding, typing) -> materialise -> candidates -> relations ->
+edges -> consolidation, in pipelined chunks (:func:`write_chunk`), and returns what it wrote
+(:class:`Written`). :class:`Stores` are the stores it writes, with the in-memory views kept in step
+with them and the forget that deletes from all of them (:mod:`streams.forget`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+
+from storage.ports import DeadLetterSink, EdgeStore, LexicalIndex, NodeStore, SeqSource, VectorIndex
+from storage.scope_cache import ScopeCache
+from streams import forget as forgetting
+from streams.forget import ForgetReport
+from topology import observe
+from topology.pipeline import SeqState, WritePath, assign_seqs, consolidation_runs
+from topology.ports import LinkMemory
+from topology.schemas import (
+    CandidateSet,
+    ConsolidationDecision,
+    DeadLetter,
+    EdgeEvent,
+    Forget,
+    MemoryNode,
+    Observation,
+    RelationJudgment,
+    Scope,
+)
+
+
+@dataclass
+class Stores:
+    """The stores a deployment writes (and its queries read), and the in-memory views of them
+    that the write path keeps in step: told every materialised batch, every forget, and every
+    change of the conversations this process owns."""
+
+    nodes: NodeStore
+    edges: EdgeStore
+    vectors: VectorIndex
+    lexical: LexicalIndex
+    dead_letters: DeadLetterSink
+
+    #: called with every materialised batch once the stores took it (acknowledged, or buffered by a
+    #: deferred ``visibility``: sent before the batch is acknowledged, and a failed batch is
+    #: retried until written), e.g. the write path's in-memory reader, :class:`storage.scope_cache.ScopeCache`
+    listeners: list[Callable[[Sequence[MemoryNode]], Awaitable[None]]] = field(default_factory=list)
+    #: called with a scope after a forget deleted some of it (in-memory views drop the scope)
+    on_forget: list[Callable[[Scope], Awaitable[None]]] = field(default_factory=list)
+    #: the write path's memory of recent links (:class:`storage.scope_cache.ScopeCache`): told
+    #: every chunk's nodes and edges, asked for a consolidation window's incoming semantic edges
+    links: LinkMemory | None = None
+    #: sends every buffered write (``storage.elastic.Visibility.flush``: durable; searchable by
+    #: the reads that refresh for it); None: writes are sent when acknowledged (SQLite, a refresh
+    #: per Elasticsearch bulk)
+    visibility: Callable[[], Awaitable[None]] | None = None
+    #: makes the next read of each store see every write any process acknowledged before the call
+    #: (``storage.elastic.Visibility.invalidate``); None: every read already does (SQLite)
+    invalidate: Callable[[], None] | None = None
+    #: where the write path reads seqs (:func:`number`): the write path's in-memory
+    #: conversations once attached, else the node store
+    seq_source: SeqSource | None = None
+    #: called when the conversations this process writes may have changed hands (a Faust
+    #: rebalance): in-memory views drop everything and reload from the stores on use
+    on_reassign: list[Callable[[], None]] = field(default_factory=list)
+
+    def attach(self, cache: ScopeCache) -> None:
+        """Keep the write path's in-memory conversations (``cache``) in step with these stores:
+        told every materialised node, every forget and every reassignment, and asked for seqs
+        and recent links."""
+        self.listeners.append(cache.add)
+        self.on_forget.append(cache.drop)
+        self.on_reassign.append(cache.clear)
+        self.links = cache
+        self.seq_source = cache
+
+    def reassigned(self) -> None:
+        """Another process may have written the conversations this one writes: every in-memory
+        view forgets them (``on_reassign``), and the next read of each store sees every write
+        acknowledged before this call (:meth:`fresh_reads`)."""
+        for drop in self.on_reassign:
+            drop()
+        self.fresh_reads()
+
+    async def sync(self) -> None:
+        """Every write made so far is sent and acknowledged (durable) when this returns."""
+        if self.visibility is not None:
+            await self.visibility()
+
+    def fresh_reads(self) -> None:
+        """The next read of each store sees every write acknowledged before this call."""
+        if self.invalidate is not None:
+            self.invalidate()
+
+    async def materialise(self, nodes: Sequence[MemoryNode]) -> None:
+        """Write nodes to every store that candidate discovery and queries read; the node store
+        last, so a node that is listed (and counted by seq assignment) is also searchable."""
+        await self.vectors.upsert(nodes)
+        await self.lexical.upsert(nodes)
+        await self.nodes.upsert(nodes)
+        for listener in self.listeners:
+            await listener(nodes)
+
+    async def forget(self, scope: Scope, event_id: str | None,
+                     requested_at: datetime | None = None) -> ForgetReport:
+        """Forget one observation (``event_id``) or the whole conversation (None) everywhere: its
+        node, derived nodes built from it, edges touching them, decisions referencing them,
+        vectors and lexical entries (see :mod:`streams.forget` for the order and the seq rule)."""
+        request = Forget(tenant_id=scope.tenant_id, conversation_id=scope.conversation_id, event_id=event_id,
+                         requested_at=requested_at or datetime.now(UTC))
+        return await forgetting.apply(self, await forgetting.plan(self, request))
+
+    async def close(self) -> None:
+        """Close every store."""
+        await self.nodes.close()
+        await self.edges.close()
+        await self.vectors.close()
+        await self.lexical.close()
+
+
+def dead_letter(original: bytes | str, reason: str, source: str) -> DeadLetter:
+    """A bounded dead letter; the tenant is read from the payload when it names one."""
+    return DeadLetter.of(original, reason, source)
+
+
+async def number(nodes: SeqSource, obs: Sequence[Observation]) -> tuple[list[tuple[Observation, int]], int]:
+    """Seqs for a deduplicated batch, read from the node store (the authority: a conversation has
+    one writer, its partition's owner, and nodes are acknowledged before the input offset is
+    committed), and the number of events not stored before. Scopes are read concurrently.
+
+    Forgotten events (``NodeStore.forgotten``) count as known with their old seq, and their seqs
+    are reserved: a later event never reuses one, a re-sent forgotten event gets its old seq back."""
+    by_scope: dict[Scope, list[str]] = {}
+    for o in obs:
+        by_scope.setdefault(o.scope, []).append(o.event_id)
+
+    async def read(scope: Scope, event_ids: list[str]) -> tuple[SeqState, dict[str, int]]:
+        # the counters first, the batch's own events last: a late write of an earlier attempt of
+        # this batch then shows up as known events (whose seqs assign_seqs never hands out again)
+        nxt, count, gone = await asyncio.gather(nodes.next_seq(scope), nodes.observation_count(scope),
+                                                nodes.forgotten(scope))
+        holes = count != nxt or bool(gone)
+        state = SeqState.of(count, nxt, await nodes.used_seqs(scope) if holes else None, gone.values())
+        seqs = await nodes.seqs(scope, event_ids)
+        return state, {**{e: gone[e] for e in event_ids if e in gone}, **seqs}
+
+    known: dict[tuple[str, str, str], int] = {}
+    states: dict[Scope, SeqState] = {}
+    for scope, (state, seqs) in zip(by_scope, await asyncio.gather(*(read(s, e) for s, e in by_scope.items())),
+                                    strict=True):
+        states[scope] = state
+        known.update({(scope.tenant_id, scope.conversation_id, e): s for e, s in seqs.items()})
+    numbered = assign_seqs(obs, known, states)
+    return numbered, sum(1 for o in obs if (o.tenant_id, o.conversation_id, o.event_id) not in known)
+
+
+@dataclass
+class Written:
+    """Everything one batch wrote (what the Faust driver also logs to the output topics)."""
+
+    nodes: list[MemoryNode]
+    candidates: list[CandidateSet]
+    judgments: list[RelationJudgment]
+    edges: list[EdgeEvent]
+    decisions: list[ConsolidationDecision]
+    links: list[EdgeEvent]
+    derived: list[MemoryNode]
+    new: int
+    write_calls: int
+
+    def merge(self, other: Written) -> None:
+        """Add ``other`` (a later chunk of the same batch) to this result."""
+        self.nodes += other.nodes
+        self.candidates += other.candidates
+        self.judgments += other.judgments
+        self.edges += other.edges
+        self.decisions += other.decisions
+        self.links += other.links
+        self.derived += other.derived
+        self.write_calls += other.write_calls
+
+
+def since(calls: Callable[[], int]) -> Callable[[], int]:
+    """A counter reading ``calls()`` relative to its value now."""
+    start = calls()
+    return lambda: calls() - start
+
+
+async def write_batch(stores: Stores, wp: WritePath, obs: list[Observation],
+                      calls: Callable[[], int] | None = None, chunk: int | None = None,
+                      on_chunk: Callable[[Written], None] | None = None) -> Written:
+    """The whole write path for one deduplicated batch, as both drivers run it: seqs -> nodes ->
+    materialise -> candidates -> relations -> edges -> consolidation. Every write is an idempotent
+    upsert acknowledged before this returns, so running a batch again (after a crash, or any
+    prefix of it) writes the same nodes, seqs and edges. ``calls`` reads the System One request
+    counter (to report the write path's share; default: the write path's own System One's
+    count). Reports the accepted observations and the write path's System
+    One requests per observation to :mod:`topology.observe`.
+
+    The batch is numbered up front (while its first chunk is embedded: the model needs no seq),
+    then written in chunks of ``chunk`` events (see :func:`chunk_size`), pipelined: chunk i+1 is
+    embedded (worker threads, no store reads) while chunk i is typed, materialised and linked, so
+    the model and the linking work overlap. The graph is the same as for any other batching:
+    discovery only sees earlier seqs, materialised first.
+    ``on_chunk`` gets each chunk's part of the result as it completes."""
+    if calls is None:
+        so = wp.so
+        calls = lambda: so.calls  # noqa: E731
+    out = Written([], [], [], [], [], [], [], 0, 0)
+    if not obs:
+        return out
+    size = chunk_size(len(obs), chunk)
+    parts = [obs[i: i + size] for i in range(0, len(obs), size)]
+    ahead: asyncio.Task[list[list[float]]] | None = asyncio.create_task(_vectors(wp, parts[0]))
+    try:
+        with observe.timed("numbering"):
+            numbered, out.new = await number(stores.seq_source or stores.nodes, obs)  # in the order of ``obs``
+        chunks = [numbered[i: i + size] for i in range(0, len(numbered), size)]
+        for i in range(len(chunks)):
+            assert ahead is not None
+            vectors = await ahead
+            ahead = asyncio.create_task(_vectors(wp, parts[i + 1])) if i + 1 < len(parts) else None
+            w = await write_chunk(stores, wp, wp.nodes(chunks[i], vectors), since(calls))
+            out.merge(w)
+            if on_chunk is not None:
+                on_chunk(w)
+    finally:
+        if ahead is not None:
+            ahead.cancel()
+    with observe.timed("store_writes"):
+        await stores.sync()  # durable before the batch is acknowledged (readers refresh for it)
+    observe.count("accepted", len(obs))
+    observe.measure("controller_requests_per_write", out.write_calls / len(obs))
+    return out
+
+
+#: A batch of at least this many events that fits one chunk is written as two, so the second
+#: half's embedding overlaps the first half's linking (a Kafka worker's micro-batches are small).
+PIPELINE_MIN = 16
+
+
+def chunk_size(n: int, chunk: int | None) -> int:
+    """Events per chunk for a batch of ``n``: ``chunk`` (None: all of them), halved when the
+    whole batch would be one chunk of at least :data:`PIPELINE_MIN` events."""
+    size = min(chunk or n, n)
+    if n >= PIPELINE_MIN and size >= n:
+        size = (n + 1) // 2
+    return max(1, size)
+
+
+async def _vectors(wp: WritePath, observations: list[Observation]) -> list[list[float]]:
+    with observe.timed("embed"):
+        return await wp.vectors(observations)
+
+
+async def write_chunk(stores: Stores, wp: WritePath, embedded: list[MemoryNode],
+                      calls: Callable[[], int] = lambda: 0) -> Written:
+    """One chunk of :func:`write_batch`, from numbered nodes that carry their embeddings (not
+    yet typed) on: type -> materialise -> candidates -> relations -> edges -> consolidation (each
+    timed as a stage). ``calls()`` is the chunk's System One requests when it returns; the
+    result's ``new`` is 0 (the batch counts new events once, when numbering)."""
+    with observe.timed("typing"):
+        nodes = await wp.type(embedded)
+    with observe.timed("store_writes"):
+        await stores.materialise(nodes)
+    with observe.timed("candidates"):
+        csets = await wp.discover(nodes)
+    with observe.timed("relations"):
+        judgments, edges = await wp.judge(csets)
+    with observe.timed("store_writes"):
+        await stores.edges.upsert(edges)
+    out = Written(nodes, csets, judgments, edges, [], [], [], 0, calls())
+
+    if stores.links is not None:
+        await stores.links.remember_links(nodes, edges)
+
+    async def neighbours(scope: Scope, ids: Sequence[str]) -> list[EdgeEvent]:
+        known = stores.links.incoming(scope, ids) if stores.links is not None else None
+        return known if known is not None else await stores.edges.neighbours(scope, ids, ["semantic"], 10_000)
+
+    for scope, run, last in consolidation_runs(nodes, wp.params.consolidate_every):
+        with observe.timed("consolidation"):
+            found, links, derived = await wp.consolidate(scope, run, last, neighbours)
+        if derived:
+            built = await wp.build_nodes_from(derived)
+            with observe.timed("store_writes"):
+                await stores.materialise(built)
+            out.derived += built
+        with observe.timed("store_writes"):
+            await stores.edges.upsert_decisions(found)
+            await stores.edges.upsert(links)
+        out.decisions += found
+        out.links += links
+    return out
+
+
