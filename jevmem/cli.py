@@ -19,7 +19,7 @@ from jevmem.cli_keys import keys_app
 from jevmem.settings import Settings
 
 if TYPE_CHECKING:
-    from query_api.http import MemoryService
+    from query_api.service import MemoryService
 
 app = typer.Typer(help="Streaming System-One memory for AI agents.", no_args_is_help=True)
 bench_app = typer.Typer(help="Benchmarks.", no_args_is_help=True)
