@@ -27,7 +27,7 @@ from jevmem.cli_keys import keys_app
 from jevmem.settings import Settings
 
 if TYPE_CHECKING:
-    from query_api.http import MemoryService
+    from query_api.service import MemoryService
 
 # rich_markup_mode=None: plain help text, so "[env JEVMEM_DATA_DIR]" is printed as written (Rich
 # markup would swallow it) and flags show no "<bool>" type column.

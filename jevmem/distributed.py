@@ -9,17 +9,19 @@ from collections.abc import Sequence
 from datetime import UTC, datetime
 from typing import Any
 
-from elasticsearch import ApiError, AsyncElasticsearch, ConflictError, NotFoundError
+from elasticsearch import AsyncElasticsearch, ConflictError, NotFoundError
 
 from jevmem.settings import Settings
 from jevmem.wiring import system_one, system_two
 from query_api.controller import Retrieval, RetrievalController
+from query_api.service import ForgetAccepted
 from storage.elastic import (
     ElasticEdgeStore,
     ElasticLexicalIndex,
     ElasticNodeStore,
     ElasticVectorIndex,
     Visibility,
+    es_errors,
 )
 from storage.ports import VectorIndex
 from storage.qdrant import QdrantVectorIndex, check_server
@@ -28,7 +30,7 @@ from streams.kafka_admin import ensure_topics, read_topic
 from streams.producer import ObservationProducer
 from streams.write_path import Stores
 from topology.embedding import load_embedder
-from topology.errors import ModelMismatch, StoreUnavailable
+from topology.errors import ModelMismatch
 from topology.pipeline import WritePath
 from topology.ports import Embedder
 from topology.schemas import ConsolidationDecision, DeadLetter, EdgeEvent, Forget, MemoryNode, Observation, Scope, decode
@@ -41,15 +43,17 @@ DEFAULT_GENERATION = "jevmem-g0-"
 
 async def active_generation(es: AsyncElasticsearch) -> str:
     """The store prefix the query side and workers use (set by ``jevmem replay --switch``)."""
-    try:
-        doc = await es.get(index=META_INDEX, id="active")
-        return str(doc["_source"]["prefix"])
-    except NotFoundError:
-        return DEFAULT_GENERATION
+    with es_errors("active generation"):
+        try:
+            doc = await es.get(index=META_INDEX, id="active")
+            return str(doc["_source"]["prefix"])
+        except NotFoundError:
+            return DEFAULT_GENERATION
 
 
 async def set_active_generation(es: AsyncElasticsearch, prefix: str) -> None:
-    await es.index(index=META_INDEX, id="active", document={"prefix": prefix}, refresh=True)
+    with es_errors("active generation"):
+        await es.index(index=META_INDEX, id="active", document={"prefix": prefix}, refresh=True)
 
 
 async def check_model(settings: Settings, prefix: str, embedder: str) -> None:
@@ -61,14 +65,13 @@ async def check_model(settings: Settings, prefix: str, embedder: str) -> None:
     tenants) is split into one index per tenant (:meth:`ElasticNodeStore.migrate_shared`)."""
     es = settings.elasticsearch()
     try:
-        with contextlib.suppress(ConflictError):
-            await es.index(index=META_INDEX, id=f"model:{prefix}", document={"embedder": embedder},
-                           op_type="create", refresh=True)
-        recorded = str((await es.get(index=META_INDEX, id=f"model:{prefix}"))["_source"]["embedder"])
+        with es_errors("meta"):
+            with contextlib.suppress(ConflictError):
+                await es.index(index=META_INDEX, id=f"model:{prefix}", document={"embedder": embedder},
+                               op_type="create", refresh=True)
+            recorded = str((await es.get(index=META_INDEX, id=f"model:{prefix}"))["_source"]["embedder"])
         if recorded == embedder:
             await ElasticNodeStore(es, prefix).migrate_shared()
-    except ApiError as exc:
-        raise StoreUnavailable(f"elasticsearch meta: {exc}") from exc
     finally:
         await es.close()
     if recorded != embedder:
@@ -167,8 +170,10 @@ def write_path(settings: Settings, stores: Stores, embedder: Embedder) -> WriteP
 
 
 class DistributedService:
-    """:class:`query_api.http.MemoryService` for the distributed stack: ingest goes to Kafka,
-    queries read Elasticsearch and the vector index directly."""
+    """:class:`query_api.service.MemoryService` for the distributed stack: ingest goes to Kafka,
+    queries read Elasticsearch and the vector index directly. Its stores and producer translate
+    their own failures (:class:`~topology.errors.StoreUnavailable`,
+    :class:`~topology.errors.BrokerUnavailable`)."""
 
     def __init__(self, settings: Settings, embedder: Embedder | None = None) -> None:
         self.settings = settings
@@ -237,15 +242,15 @@ class DistributedService:
     async def decisions(self, scope: Scope) -> list[ConsolidationDecision]:
         return await self.stores.edges.decisions(scope)
 
-    async def forget(self, scope: Scope, event_id: str | None) -> dict[str, Any]:
+    async def forget(self, scope: Scope, event_id: str | None) -> ForgetAccepted:
         """Publish a :class:`Forget` for one observation (``event_id``) or the whole conversation
-        (None) to the observations topic; returns ``{"status": "accepted"}`` once the broker
-        acknowledged it. The conversation's worker applies it after the events sent before it."""
+        (None) to the observations topic; returns once the broker acknowledged it. The
+        conversation's worker applies it after the events sent before it."""
         request = Forget(tenant_id=scope.tenant_id, conversation_id=scope.conversation_id, event_id=event_id,
                          requested_at=datetime.now(UTC))
         assert self._producer is not None
         await self._producer.forget([request])
-        return {"status": "accepted"}
+        return ForgetAccepted()
 
     async def health(self) -> dict[str, Any]:
         return {"status": "ok", "mode": "distributed", "embedder": self.embedder.name,

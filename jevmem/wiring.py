@@ -2,15 +2,14 @@
 
 from __future__ import annotations
 
-import sqlite3
-from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from jevmem.settings import Settings
 from query_api.controller import Retrieval, RetrievalController
+from query_api.service import ForgetApplied
 from query_api.system_two import OpenAICompatibleSystemTwo
 from storage.keys import ElasticKeyStore, KeyStore, SqliteKeyStore
 from storage.qdrant_edge import QdrantEdgeVectorIndex
@@ -19,7 +18,6 @@ from storage.sqlite import SqliteDeadLetters, SqliteEdgeStore, SqliteLexicalInde
 from streams.embedded import EmbeddedPipeline
 from streams.write_path import Stores
 from topology.embedding import load_embedder
-from topology.errors import StoreUnavailable
 from topology.pipeline import WritePath
 from topology.ports import Embedder
 from topology.schemas import ConsolidationDecision, DeadLetter, EdgeEvent, MemoryNode, Observation, Scope
@@ -95,18 +93,10 @@ def build_embedded(settings: Settings, embedder: Embedder | None = None, data_di
     return Embedded(EmbeddedPipeline(stores, write_path, so, settings.write_batch), controller, emb, stores)
 
 
-@contextmanager
-def store_errors() -> Iterator[None]:
-    """SQLite failures (a locked, closed, full or corrupt database) surface as
-    :class:`StoreUnavailable`, as every other store's do (the API answers 503)."""
-    try:
-        yield
-    except sqlite3.Error as exc:
-        raise StoreUnavailable(f"sqlite: {exc}") from exc
-
-
 class EmbeddedService:
-    """:class:`query_api.http.MemoryService` over the embedded pipeline (one process owns the store)."""
+    """:class:`query_api.service.MemoryService` over the embedded pipeline (one process owns the
+    store). Its stores translate their own failures (a locked, closed, full or corrupt database
+    is :class:`~topology.errors.StoreUnavailable`)."""
 
     def __init__(self, settings: Settings, embedder: Embedder | None = None, data_dir: Path | str | None = None) -> None:
         self.settings, self._embedder, self._data_dir = settings, embedder, data_dir
@@ -130,46 +120,37 @@ class EmbeddedService:
             await self._s2.aclose()
 
     async def submit(self, observations: Sequence[Observation]) -> None:
-        with store_errors():
-            await self.mem.pipeline.ingest(observations)
+        await self.mem.pipeline.ingest(observations)
 
     async def reject(self, letters: Sequence[DeadLetter]) -> None:
-        with store_errors():
-            await self.mem.stores.dead_letters.put(letters)
+        await self.mem.stores.dead_letters.put(letters)
 
     async def retrieve(self, scope: Scope, question: str, top_k: int) -> Retrieval:
-        with store_errors():
-            return await self.mem.controller.retrieve(scope, question, top_k)
+        return await self.mem.controller.retrieve(scope, question, top_k)
 
     async def answer(self, question: str, evidence: Sequence[str]) -> str | None:
         return None if self._s2 is None else await self._s2.answer(question, evidence)
 
     async def nodes(self, scope: Scope) -> list[MemoryNode]:
-        with store_errors():
-            return await self.mem.stores.nodes.scan(scope)
+        return await self.mem.stores.nodes.scan(scope)
 
     async def edges(self, scope: Scope) -> list[EdgeEvent]:
-        with store_errors():
-            return await self.mem.stores.edges.scan(scope)
+        return await self.mem.stores.edges.scan(scope)
 
     async def dead_letters(self, tenant_id: str, limit: int) -> list[DeadLetter]:
-        with store_errors():
-            return await self.mem.stores.dead_letters.recent(limit, tenant_id)
+        return await self.mem.stores.dead_letters.recent(limit, tenant_id)
 
     async def conversations(self, tenant_id: str) -> list[tuple[str, int]]:
-        with store_errors():
-            return await self.mem.stores.nodes.conversations(tenant_id)
+        return await self.mem.stores.nodes.conversations(tenant_id)
 
     async def decisions(self, scope: Scope) -> list[ConsolidationDecision]:
-        with store_errors():
-            return await self.mem.stores.edges.decisions(scope)
+        return await self.mem.stores.edges.decisions(scope)
 
-    async def forget(self, scope: Scope, event_id: str | None) -> dict[str, Any]:
+    async def forget(self, scope: Scope, event_id: str | None) -> ForgetApplied:
         """Forget one observation (``event_id``) or the whole conversation (None), synchronously:
-        returns ``{"status": "deleted" | "not_found", "nodes", "edges", "decisions", "seq"}``
-        (counts of what was removed; see :mod:`streams.forget` for semantics)."""
-        with store_errors():
-            return (await self.mem.pipeline.forget(scope, event_id)).as_dict()
+        what was removed (see :mod:`streams.forget` for semantics)."""
+        report = await self.mem.pipeline.forget(scope, event_id)
+        return ForgetApplied.counted(report.nodes, report.edges, report.decisions, report.seq)
 
     async def health(self) -> dict[str, Any]:
         return {"status": "ok", "mode": "embedded", "embedder": self.mem.embedder.name,

@@ -7,7 +7,8 @@ itself is shown once, when it is made, and kept nowhere.
 Scopes: ``ingest`` (write observations), ``query`` (retrieve, read nodes and edges), ``admin``
 (dead letters, deletion). :class:`Authenticator` turns an ``Authorization: Bearer`` header into a
 :class:`Principal`, caching a verified key for ``cache_seconds`` so the slow hash runs once per
-key and a revocation takes effect within that time.
+key and a revocation takes effect within that time. Failures are :class:`Unauthenticated` (401)
+and :class:`Forbidden` (403), both in :mod:`topology.errors` (re-exported here).
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 
 from storage.keys import SCOPES, ApiKeyRecord, ApiScope, KeyStore
+from topology.errors import Forbidden, Unauthenticated
 
 __all__ = ["SCOPES", "ApiKeyRecord", "ApiScope", "Authenticator", "Forbidden", "KeyStore", "Principal",
            "Unauthenticated", "matches", "mint", "parse", "require", "same_tenant"]
@@ -75,15 +77,8 @@ class Principal:
     scopes: frozenset[str]
 
 
-class Unauthenticated(Exception):
-    """No key, a malformed key, an unknown or revoked key, or a wrong secret (HTTP 401)."""
-
-
-class Forbidden(Exception):
-    """A valid key without the scope, or naming another tenant (HTTP 403)."""
-
-
 def require(principal: Principal, scope: ApiScope) -> None:
+    """:class:`Forbidden` unless the principal's key has ``scope``."""
     if scope not in principal.scopes:
         raise Forbidden(f"this key lacks the '{scope}' scope")
 

@@ -9,13 +9,15 @@ tenant always comes from the key; bodies may omit ``tenant_id``.
   written, invalid ones go to the tenant's dead letters with their reason, and the response is 422
   listing the per-item reasons whenever any item was invalid (200 otherwise). A body that is not
   JSON (400) or not an array (422) is dead-lettered whole. Accepted items are never lost.
-- ``POST /v1/query`` (``query``): evidence (and an answer when System Two is configured) with the trace.
+- ``POST /v1/query`` (``query``): evidence (and an answer when System Two is configured) with the
+  trace; 404 for a conversation the tenant has no memory of.
 - ``POST /v1/recall`` (``query``): evidence from several or all of the tenant's conversations, merged
   by score, each item with its conversation (:mod:`query_api.recall`; 422 over its cap).
 - ``/mcp``: the Model Context Protocol tools over streamable HTTP (:mod:`query_api.mcp_server`).
 - ``GET /v1/conversations`` (``query``): the tenant's conversations with node counts.
 - ``GET /v1/conversations/{conversation}/nodes|edges|decisions`` (``query``; nodes and edges also under
-  ``/v1/tenants/{tenant}/...``, 403 for another tenant).
+  ``/v1/tenants/{tenant}/...``, 403 for another tenant); 404 for a conversation the tenant has no
+  memory of, naming ``GET /v1/conversations``.
 - ``DELETE /v1/conversations/{conversation}`` and ``.../observations/{event_id}`` (``admin``):
   200 with what was removed (embedded), 202 once the request is on the log (distributed), 404
   when there was nothing to forget.
@@ -24,7 +26,11 @@ tenant always comes from the key; bodies may omit ``tenant_id``.
 
 Any request body is capped at ``limits.MAX_BODY_BYTES`` (413). A store or broker outage answers
 503 with ``Retry-After``; a System One or System Two service failure answers 502 (with
-``Retry-After``); no input yields a 500.
+``Retry-After``); no input yields a 500. Errors are answered from one table
+(:data:`query_api.service.ERRORS`), the MCP server's too. Every answer is in the OpenAPI
+document: a failure's body is :class:`Problem` (``detail``: a message), a 422's is
+:class:`ValidationProblem` (``detail``: the fields at fault), except the per-item 422 of
+``POST /v1/observations`` (:class:`IngestResponse`).
 """
 
 from __future__ import annotations
@@ -35,10 +41,10 @@ import re
 import uuid
 from collections.abc import Awaitable, Callable, Sequence
 from contextlib import asynccontextmanager
-from typing import Annotated, Any, Protocol
+from typing import Annotated, Any
 
 import orjson
-from fastapi import Depends, FastAPI, HTTPException, Path, Query, Request, Security
+from fastapi import APIRouter, Depends, FastAPI, HTTPException, Path, Query, Request, Security
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
@@ -46,57 +52,47 @@ from pydantic import BaseModel, Field, ValidationError
 from starlette.types import ASGIApp, Message, Receive, Send
 from starlette.types import Scope as AsgiScope
 
-from query_api.auth import Authenticator, Forbidden, Principal, Unauthenticated, require, same_tenant
+from query_api import mcp_server
+from query_api import service as svc
+from query_api.auth import Authenticator, Principal, require, same_tenant
 from query_api.controller import Retrieval
-from query_api.items import ItemError, safe, validate_items
-from query_api.recall import Recall, RecallRequest, recall
+from query_api.items import ItemError, safe
+from query_api.recall import Recall, RecallRequest
+from query_api.service import ForgetAccepted, ForgetApplied, ForgetResult, MemoryService
 from query_api.ui import mount_ui
 from topology import limits, observe
-from topology.errors import BrokerUnavailable, StoreUnavailable, SystemOneError, SystemTwoError
-from topology.schemas import ConsolidationDecision, DeadLetter, EdgeEvent, Ident, MemoryNode, Observation, Scope, describe
+from topology.errors import InvalidRequest, JevMemError
+from topology.schemas import ConsolidationDecision, DeadLetter, EdgeEvent, Ident, MemoryNode, Observation, Scope
+
+__all__ = ["MemoryService", "create_app", "routes"]  # MemoryService: the port, from query_api.service
 
 log = logging.getLogger("jevmem.api")
-RETRY_AFTER_S = 5
-_FORGET_STATUS = {"deleted": 200, "accepted": 202, "not_found": 404}
+LISTING = "GET /v1/conversations"
+"""How an HTTP caller lists its conversations (named in the 404 for an unknown one)."""
 ConvId = Annotated[str, Path(min_length=1, max_length=limits.MAX_ID)]
 TenantId = Annotated[str, Path(min_length=1, max_length=limits.MAX_ID)]
 EventId = Annotated[str, Path(min_length=1, max_length=limits.MAX_ID)]
 
 
-class MemoryService(Protocol):
-    """What the API needs from a deployment (embedded or distributed)."""
+class Problem(BaseModel):
+    """The body of every failure but a 422: what went wrong, for a person."""
 
-    async def start(self) -> None: ...
+    detail: str
 
-    async def stop(self) -> None: ...
 
-    async def submit(self, observations: Sequence[Observation]) -> None:
-        """Durably accept valid observations (written, or acknowledged by the broker)."""
-        ...
+class FieldError(BaseModel):
+    """One field at fault: where (``loc``: "body", "path", "query", then names and indexes), why,
+    and the kind of error (pydantic's error type)."""
 
-    async def reject(self, letters: Sequence[DeadLetter]) -> None: ...
+    loc: list[str | int]
+    msg: str
+    type: str
 
-    async def retrieve(self, scope: Scope, question: str, top_k: int) -> Retrieval: ...
 
-    async def answer(self, question: str, evidence: Sequence[str]) -> str | None: ...
+class ValidationProblem(BaseModel):
+    """The body of a 422 (FastAPI's validation error shape)."""
 
-    async def nodes(self, scope: Scope) -> list[MemoryNode]: ...
-
-    async def edges(self, scope: Scope) -> list[EdgeEvent]: ...
-
-    async def conversations(self, tenant_id: str) -> list[tuple[str, int]]:
-        """The tenant's conversations with their node counts."""
-        ...
-
-    async def decisions(self, scope: Scope) -> list[ConsolidationDecision]: ...
-
-    async def forget(self, scope: Scope, event_id: str | None) -> dict[str, Any]:
-        """Delete one observation (``event_id``) or the whole conversation from every store."""
-        ...
-
-    async def dead_letters(self, tenant_id: str, limit: int) -> list[DeadLetter]: ...
-
-    async def health(self) -> dict[str, Any]: ...
+    detail: list[FieldError]
 
 
 class IngestResponse(BaseModel):
@@ -203,8 +199,184 @@ def _parse(body: bytes) -> Any:
         return json.loads(body)  # ValueError (JSONDecodeError, UnicodeDecodeError) when not JSON
 
 
+_WHY: dict[int, str] = {
+    400: "The body is not JSON.",
+    401: "No valid API key (`Authorization: Bearer <key>`).",
+    403: "The key lacks this endpoint's scope, or the request names another tenant.",
+    404: "The tenant has no memory of this conversation; `GET /v1/conversations` lists the known ones.",
+    413: "The body is over the byte limit, or holds too many items.",
+    422: "The request is invalid: `detail` lists the fields at fault.",
+    502: "System One or System Two failed; retry after `Retry-After` seconds.",
+    503: "A store or the broker is unavailable; retry after `Retry-After` seconds.",
+}
+_HEADERS: dict[int, dict[str, Any]] = {
+    401: {"WWW-Authenticate": {"schema": {"type": "string"}}},
+    502: {"Retry-After": {"schema": {"type": "integer"}}},
+    503: {"Retry-After": {"schema": {"type": "integer"}}},
+}
+
+
+def documented(*codes: int) -> dict[int | str, dict[str, Any]]:
+    """OpenAPI ``responses`` for failure ``codes`` (bodies :class:`Problem`, or
+    :class:`ValidationProblem` for 422)."""
+    return {c: {"model": ValidationProblem if c == 422 else Problem, "description": _WHY[c],
+                **({"headers": _HEADERS[c]} if c in _HEADERS else {})} for c in codes}
+
+
+def _field_errors(errors: Sequence[Any]) -> list[dict[str, Any]]:
+    return [{"loc": [str(p) for p in e.get("loc", ())], "msg": safe(str(e.get("msg", ""))),
+             "type": str(e.get("type", "value_error"))} for e in errors]
+
+
+def invalid(message: str, where: Sequence[str | int] = ("body",), kind: str = "value_error") -> JSONResponse:
+    """A 422 in the :class:`ValidationProblem` shape for one field at fault."""
+    return JSONResponse({"detail": [{"loc": [str(p) for p in where], "msg": safe(message), "type": kind}]},
+                        status_code=422)
+
+
+def error_response(exc: JevMemError) -> JSONResponse:
+    """The response to ``exc``, from :func:`query_api.service.answer_for` (a 500 for an error
+    outside the table: a misconfiguration, not the caller's to fix)."""
+    answer = svc.answer_for(exc, LISTING)
+    if answer is None:
+        log.error("unanswerable error: %s", exc, exc_info=exc)
+        return JSONResponse({"detail": "internal error"}, status_code=500)
+    if answer.status >= 500:
+        log.warning("%s", answer.message)
+    if answer.status == 422:
+        where = exc.where if isinstance(exc, InvalidRequest) and exc.where else ("body",)
+        return invalid(answer.message, where)
+    return JSONResponse({"detail": answer.message}, status_code=answer.status, headers=dict(answer.headers))
+
+
+def _forget_status(result: ForgetResult) -> int:
+    if isinstance(result, ForgetAccepted):
+        return 202
+    return 200 if result.found else 404
+
+
+def routes(service: MemoryService, auth: Authenticator) -> APIRouter:
+    """The ``/v1`` endpoints over ``service``; ``auth`` checks every request's key."""
+    bearer = HTTPBearer(auto_error=False, description="An API key from `jevmem keys create`.")
+    router = APIRouter(prefix="/v1", responses=documented(401, 403, 503))
+
+    def caller(scope: str) -> Callable[..., Awaitable[Principal]]:
+        async def dependency(cred: HTTPAuthorizationCredentials | None = Security(bearer)) -> Principal:
+            who = await auth.principal(f"Bearer {cred.credentials}" if cred is not None else None)
+            require(who, scope)  # type: ignore[arg-type]
+            return who
+        return dependency
+
+    ingest_key = Depends(caller("ingest"))
+    query_key = Depends(caller("query"))
+    admin_key = Depends(caller("admin"))
+
+    def scope_of(who: Principal, conversation_id: str, tenant_id: str | None = None) -> Scope:
+        return Scope(tenant_id=same_tenant(who, tenant_id), conversation_id=conversation_id)
+
+    async def refuse_body(body: bytes, who: Principal, status: int, reason: str) -> JSONResponse:
+        await svc.dead_letter(service, [DeadLetter.of(body, reason, "http:body", who.tenant_id)], "http")
+        return invalid(reason, kind="list_type") if status == 422 else JSONResponse({"detail": reason}, status)
+
+    @router.post("/observations", response_model=IngestResponse, openapi_extra={
+        "requestBody": {"required": True, "content": {"application/json": {"schema": _observation_schema()}}}},
+        responses={**documented(400, 413), 422: {
+            "description": "Some items were invalid (the rest were accepted), or the body is not an array.",
+            "content": {"application/json": {"schema": {"anyOf": [
+                {"$ref": "#/components/schemas/IngestResponse"},
+                {"$ref": "#/components/schemas/ValidationProblem"}]}}}}})
+    async def ingest(request: Request, who: Principal = ingest_key) -> JSONResponse:
+        body = await request.body()
+        try:
+            items = _parse(body)
+        except ValueError as exc:
+            return await refuse_body(body, who, 400, f"body is not JSON: {safe(str(exc))[:300]}")
+        if not isinstance(items, list):
+            return await refuse_body(body, who, 422, f"body must be a JSON array of observations, got {type(items).__name__}")
+        done = await svc.ingest(service, who, items, source="http", whole="http:body", raw=body)
+        trace_id = observe.TRACE_ID.get()
+        log.info("ingest", extra={"accepted": len(done.accepted), "rejected": len(done.errors),
+                                  "events": [o.event_id for o in done.accepted[:50]]})
+        out = IngestResponse(accepted=len(done.accepted), rejected=len(done.errors), errors=done.errors,
+                             trace_id=trace_id)
+        return JSONResponse(out.model_dump(), status_code=422 if done.errors else 200)
+
+    @router.post("/query", response_model=QueryResponse, responses=documented(400, 404, 413, 422, 502))
+    async def query(req: QueryRequest, who: Principal = query_key) -> QueryResponse:
+        with observe.timed("query"):
+            res = await svc.retrieve(service, scope_of(who, req.conversation_id, req.tenant_id), req.question, req.top_k)
+        observe.measure("controller_requests_per_query", res.trace.controller_calls)
+        answer = await service.answer(req.question, [e.for_prompt() for e in res.evidence]) if req.answer else None
+        log.info("query", extra={"evidence": len(res.evidence), "controller_calls": res.trace.controller_calls,
+                                 "stop": res.trace.stop_reason})
+        return QueryResponse(**res.model_dump(), answer=answer, trace_id=observe.TRACE_ID.get())
+
+    @router.post("/recall", response_model=Recall, responses=documented(400, 413, 422, 502))
+    async def recall_all(req: RecallRequest, who: Principal = query_key) -> Recall:
+        return await svc.recall_across(service, who.tenant_id, req.question, req.top_k, req.conversation_ids)
+
+    @router.get("/conversations", response_model=list[Conversation])
+    async def conversations(who: Principal = query_key) -> list[Conversation]:
+        return [Conversation(conversation_id=c, nodes=n) for c, n in await service.conversations(who.tenant_id)]
+
+    reads = documented(404, 422)
+
+    @router.get("/conversations/{conversation_id}/decisions", response_model=list[ConsolidationDecision],
+                responses=reads)
+    async def decisions(conversation_id: ConvId, who: Principal = query_key) -> list[ConsolidationDecision]:
+        return await svc.decisions(service, scope_of(who, conversation_id))
+
+    @router.get("/conversations/{conversation_id}/nodes", response_model=list[MemoryNode], responses=reads)
+    async def nodes(conversation_id: ConvId, who: Principal = query_key) -> list[MemoryNode]:
+        return await svc.nodes(service, scope_of(who, conversation_id))
+
+    @router.get("/conversations/{conversation_id}/edges", response_model=list[EdgeEvent], responses=reads)
+    async def edges(conversation_id: ConvId, who: Principal = query_key) -> list[EdgeEvent]:
+        return await svc.edges(service, scope_of(who, conversation_id))
+
+    @router.get("/tenants/{tenant_id}/conversations/{conversation_id}/nodes", response_model=list[MemoryNode],
+                responses=reads)
+    async def tenant_nodes(tenant_id: TenantId, conversation_id: ConvId, who: Principal = query_key) -> list[MemoryNode]:
+        return await svc.nodes(service, scope_of(who, conversation_id, tenant_id))
+
+    @router.get("/tenants/{tenant_id}/conversations/{conversation_id}/edges", response_model=list[EdgeEvent],
+                responses=reads)
+    async def tenant_edges(tenant_id: TenantId, conversation_id: ConvId, who: Principal = query_key) -> list[EdgeEvent]:
+        return await svc.edges(service, scope_of(who, conversation_id, tenant_id))
+
+    forget_responses: dict[int | str, dict[str, Any]] = {
+        200: {"model": ForgetApplied, "description": "Forgotten (embedded): what was removed."},
+        202: {"model": ForgetAccepted, "description": "Accepted (distributed mode): applied by the conversation's "
+                                                      "worker, in order."},
+        404: {"model": ForgetApplied, "description": "Nothing to forget (`status` is `not_found`)."},
+        **documented(422)}
+
+    def forgotten(result: ForgetResult) -> JSONResponse:
+        return JSONResponse(result.model_dump(), status_code=_forget_status(result))
+
+    @router.delete("/conversations/{conversation_id}", response_model=None, responses=forget_responses)
+    async def forget_conversation(conversation_id: ConvId, who: Principal = admin_key) -> JSONResponse:
+        return forgotten(await service.forget(scope_of(who, conversation_id), None))
+
+    @router.delete("/conversations/{conversation_id}/observations/{event_id}", response_model=None,
+                   responses=forget_responses)
+    async def forget_observation(conversation_id: ConvId, event_id: EventId, who: Principal = admin_key) -> JSONResponse:
+        problem = limits.text_problem(event_id, control=True)
+        if problem is not None:
+            raise InvalidRequest(f"event_id {problem}", where=("path", "event_id"))
+        return forgotten(await service.forget(scope_of(who, conversation_id), event_id))
+
+    @router.get("/dead-letters", response_model=list[DeadLetter], responses=documented(422))
+    async def dead_letters(limit: Annotated[int, Query(ge=1, le=1000)] = 100,
+                           who: Principal = admin_key) -> list[DeadLetter]:
+        return await service.dead_letters(who.tenant_id, limit)
+
+    return router
+
+
 def create_app(service: MemoryService, auth: Authenticator) -> FastAPI:
-    """The API over ``service``; ``auth`` checks every request's key."""
+    """The API over ``service`` (the ``/v1`` :func:`routes`, ``/healthz``, the MCP tools at
+    ``/mcp`` and the memory page at ``/ui/``); ``auth`` checks every request's key."""
     @asynccontextmanager
     async def lifespan(_: FastAPI):  # type: ignore[no-untyped-def]
         await service.start()
@@ -218,155 +390,24 @@ def create_app(service: MemoryService, auth: Authenticator) -> FastAPI:
                   description="Streaming System-One memory for AI agents.")
     app.add_middleware(BodyLimit)
     app.add_middleware(TraceIds)
-    bearer = HTTPBearer(auto_error=False, description="An API key from `jevmem keys create`.")
 
-    def caller(scope: str) -> Callable[..., Awaitable[Principal]]:
-        async def dependency(cred: HTTPAuthorizationCredentials | None = Security(bearer)) -> Principal:
-            who = await auth.principal(f"Bearer {cred.credentials}" if cred is not None else None)
-            require(who, scope)  # type: ignore[arg-type]
-            return who
-        return dependency
-
-    ingest_key = Depends(caller("ingest"))
-    query_key = Depends(caller("query"))
-    admin_key = Depends(caller("admin"))
-
-    @app.exception_handler(Unauthenticated)
-    async def _401(_: Request, exc: Unauthenticated) -> JSONResponse:
-        return JSONResponse({"detail": str(exc)}, status_code=401, headers={"WWW-Authenticate": "Bearer"})
-
-    @app.exception_handler(Forbidden)
-    async def _403(_: Request, exc: Forbidden) -> JSONResponse:
-        return JSONResponse({"detail": str(exc)}, status_code=403)
-
-    @app.exception_handler(StoreUnavailable)
-    @app.exception_handler(BrokerUnavailable)
-    async def _503(_: Request, exc: Exception) -> JSONResponse:
-        observe.count("store_error", 1, "broker" if isinstance(exc, BrokerUnavailable) else "store")
-        log.warning("unavailable: %s", exc)
-        return JSONResponse({"detail": f"temporarily unavailable: {safe(str(exc))[:500]}"}, status_code=503,
-                            headers={"Retry-After": str(RETRY_AFTER_S)})
-
-    @app.exception_handler(SystemOneError)
-    @app.exception_handler(SystemTwoError)
-    async def _502(_: Request, exc: Exception) -> JSONResponse:
-        which = "System One" if isinstance(exc, SystemOneError) else "System Two"
-        return JSONResponse({"detail": f"{which} failed: {safe(str(exc))[:500]}"}, status_code=502,
-                            headers={"Retry-After": str(RETRY_AFTER_S)})
+    @app.exception_handler(JevMemError)
+    async def _answer(_: Request, exc: JevMemError) -> JSONResponse:
+        return error_response(exc)
 
     @app.exception_handler(RequestValidationError)
     async def _422(_: Request, exc: RequestValidationError) -> JSONResponse:
-        errors = [{"loc": [str(p) for p in e.get("loc", ())], "msg": safe(str(e.get("msg", "")))} for e in exc.errors()]
-        return JSONResponse({"detail": errors}, status_code=422)
+        return JSONResponse({"detail": _field_errors(exc.errors())}, status_code=422)
 
     @app.exception_handler(ValidationError)
     async def _422_ids(_: Request, exc: ValidationError) -> JSONResponse:
-        return JSONResponse({"detail": safe(describe(exc))}, status_code=422)
+        return JSONResponse({"detail": _field_errors(exc.errors())}, status_code=422)
 
-    def scope_of(who: Principal, conversation_id: str, tenant_id: str | None = None) -> Scope:
-        return Scope(tenant_id=same_tenant(who, tenant_id), conversation_id=conversation_id)
-
-    @app.post("/v1/observations", response_model=IngestResponse, openapi_extra={
-        "requestBody": {"required": True, "content": {"application/json": {"schema": _observation_schema()}}}},
-        responses={422: {"model": IngestResponse, "description": "Some items were invalid; the rest were accepted."},
-                   400: {"description": "The body is not JSON."}, 413: {"description": "Too many items or bytes."}})
-    async def ingest(request: Request, who: Principal = ingest_key) -> JSONResponse:
-        body = await request.body()
-        letter = None
-        try:
-            items = _parse(body)
-        except ValueError as exc:
-            letter = (400, f"body is not JSON: {safe(str(exc))[:300]}")
-        else:
-            if not isinstance(items, list):
-                letter = (422, f"body must be a JSON array of observations, got {type(items).__name__}")
-            elif len(items) > limits.MAX_BATCH_ITEMS:
-                letter = (413, f"{len(items)} items in one request; the limit is {limits.MAX_BATCH_ITEMS}")
-        if letter is not None:
-            await service.reject([DeadLetter.of(body, letter[1], "http:body", who.tenant_id)])
-            observe.count("dead_letter", 1, "http")
-            return JSONResponse({"detail": letter[1]}, status_code=letter[0])
-        for raw in items:
-            if isinstance(raw, dict):
-                same_tenant(who, raw.get("tenant_id") if isinstance(raw.get("tenant_id"), str) else None)
-        good, errors, letters = validate_items(items, who.tenant_id, "http")
-        if letters:
-            await service.reject(letters)
-            observe.count("dead_letter", len(letters), "http")
-        if good:
-            await service.submit(good)
-        trace_id = observe.TRACE_ID.get()
-        log.info("ingest", extra={"accepted": len(good), "rejected": len(errors),
-                                  "events": [o.event_id for o in good[:50]]})
-        out = IngestResponse(accepted=len(good), rejected=len(errors), errors=errors, trace_id=trace_id)
-        return JSONResponse(out.model_dump(), status_code=422 if errors else 200)
-
-    @app.post("/v1/query", response_model=QueryResponse)
-    async def query(req: QueryRequest, who: Principal = query_key) -> QueryResponse:
-        with observe.timed("query"):
-            res = await service.retrieve(scope_of(who, req.conversation_id, req.tenant_id), req.question, req.top_k)
-        observe.measure("controller_requests_per_query", res.trace.controller_calls)
-        answer = await service.answer(req.question, [e.for_prompt() for e in res.evidence]) if req.answer else None
-        log.info("query", extra={"evidence": len(res.evidence), "controller_calls": res.trace.controller_calls,
-                                 "stop": res.trace.stop_reason})
-        return QueryResponse(**res.model_dump(), answer=answer, trace_id=observe.TRACE_ID.get())
-
-    @app.post("/v1/recall", response_model=Recall)
-    async def recall_all(req: RecallRequest, who: Principal = query_key) -> Recall:
-        return await recall(service, who.tenant_id, req.question, req.top_k, req.conversation_ids)
-
-    @app.get("/v1/conversations", response_model=list[Conversation])
-    async def conversations(who: Principal = query_key) -> list[Conversation]:
-        return [Conversation(conversation_id=c, nodes=n) for c, n in await service.conversations(who.tenant_id)]
-
-    @app.get("/v1/conversations/{conversation_id}/decisions", response_model=list[ConsolidationDecision])
-    async def decisions(conversation_id: ConvId, who: Principal = query_key) -> list[ConsolidationDecision]:
-        return await service.decisions(scope_of(who, conversation_id))
-
-    @app.get("/v1/conversations/{conversation_id}/nodes", response_model=list[MemoryNode])
-    async def nodes(conversation_id: ConvId, who: Principal = query_key) -> list[MemoryNode]:
-        return await service.nodes(scope_of(who, conversation_id))
-
-    @app.get("/v1/conversations/{conversation_id}/edges", response_model=list[EdgeEvent])
-    async def edges(conversation_id: ConvId, who: Principal = query_key) -> list[EdgeEvent]:
-        return await service.edges(scope_of(who, conversation_id))
-
-    @app.get("/v1/tenants/{tenant_id}/conversations/{conversation_id}/nodes", response_model=list[MemoryNode])
-    async def tenant_nodes(tenant_id: TenantId, conversation_id: ConvId, who: Principal = query_key) -> list[MemoryNode]:
-        return await service.nodes(scope_of(who, conversation_id, tenant_id))
-
-    @app.get("/v1/tenants/{tenant_id}/conversations/{conversation_id}/edges", response_model=list[EdgeEvent])
-    async def tenant_edges(tenant_id: TenantId, conversation_id: ConvId, who: Principal = query_key) -> list[EdgeEvent]:
-        return await service.edges(scope_of(who, conversation_id, tenant_id))
-
-    def forgotten(result: dict[str, Any]) -> JSONResponse:
-        return JSONResponse(result, status_code=_FORGET_STATUS.get(str(result.get("status")), 200))
-
-    forget_responses: dict[int | str, dict[str, Any]] = {
-        202: {"description": "Accepted (distributed mode): applied by the conversation's worker, in order."},
-        404: {"description": "Nothing to forget."}}
-
-    @app.delete("/v1/conversations/{conversation_id}", responses=forget_responses)
-    async def forget_conversation(conversation_id: ConvId, who: Principal = admin_key) -> JSONResponse:
-        return forgotten(await service.forget(scope_of(who, conversation_id), None))
-
-    @app.delete("/v1/conversations/{conversation_id}/observations/{event_id}", responses=forget_responses)
-    async def forget_observation(conversation_id: ConvId, event_id: EventId, who: Principal = admin_key) -> JSONResponse:
-        problem = limits.text_problem(event_id, control=True)
-        if problem is not None:
-            raise HTTPException(422, f"event_id {problem}")
-        return forgotten(await service.forget(scope_of(who, conversation_id), event_id))
-
-    @app.get("/v1/dead-letters", response_model=list[DeadLetter])
-    async def dead_letters(limit: Annotated[int, Query(ge=1, le=1000)] = 100,
-                           who: Principal = admin_key) -> list[DeadLetter]:
-        return await service.dead_letters(who.tenant_id, limit)
+    app.include_router(routes(service, auth))
 
     @app.get("/healthz")
     async def health() -> dict[str, Any]:
         return await service.health()
-
-    from query_api import mcp_server  # imports this module
 
     mcp_server.mount(app, service, auth)
     mount_ui(app)  # the memory page at /ui/ (query_api/ui)

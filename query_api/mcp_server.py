@@ -1,6 +1,7 @@
 """The Model Context Protocol server: jevmem's memory as tools for agents (stdio and HTTP).
 
-Tools (each calls the same :class:`~query_api.http.MemoryService` the HTTP API uses):
+Tools (each calls the same :class:`~query_api.service.MemoryService`, through the same
+:mod:`query_api.service` functions, as the HTTP API):
 
 - ``remember`` (scope ``ingest``): write observations. Items are validated one by one exactly as
   ``POST /v1/observations`` validates them (:class:`~topology.schemas.Observation`,
@@ -15,7 +16,8 @@ Tools (each calls the same :class:`~query_api.http.MemoryService` the HTTP API u
   controller calls, ms).
 - ``forget`` (``admin``): one observation (``event_id``) or a whole conversation.
 - ``graph`` (``query``): a conversation's memory graph, compact (the latest ``limit`` nodes with
-  content cut to :data:`CONTENT_CHARS` characters, and the edges among them).
+  content cut to :data:`CONTENT_CHARS` characters, and the edges among them); an error result
+  naming the ``conversations`` tool for a conversation the tenant has no memory of.
 - ``conversations`` (``query``): the tenant's conversations with node counts.
 
 Identity: the tenant always comes from an API key (``jevmem keys create``). Over streamable HTTP
@@ -27,8 +29,9 @@ effect within ``auth_cache_seconds``). A key lacking a tool's scope gets an erro
 the scope; nothing of another tenant is ever readable.
 
 Failures reach the agent as tool error results (``isError``), never as crashes: invalid
-arguments (with the field), a missing scope, an unavailable store or broker ("retry later"), a
-System One/Two failure.
+arguments (with the field), a missing scope, an unknown conversation, an unavailable store or
+broker ("retry later"), a System One/Two failure; the text is the HTTP API's for the same error
+(:func:`query_api.service.answer_for`).
 """
 
 from __future__ import annotations
@@ -50,13 +53,14 @@ from starlette.routing import Route
 from starlette.types import Receive, Send
 from starlette.types import Scope as AsgiScope
 
-from query_api.auth import ApiScope, Authenticator, Forbidden, Principal, Unauthenticated, require, same_tenant
-from query_api.http import MemoryService
-from query_api.items import ItemError, dump, validate_items
-from query_api.recall import MAX_CONVERSATIONS, Recall, TooManyConversations, recall
+from query_api import service as svc
+from query_api.auth import ApiScope, Authenticator, Principal, Unauthenticated, require
+from query_api.items import ItemError
+from query_api.recall import MAX_CONVERSATIONS, Recall
+from query_api.service import MemoryService
 from topology import limits
-from topology.errors import BrokerUnavailable, StoreUnavailable, SystemOneError, SystemTwoError
-from topology.schemas import DeadLetter, EdgeEvent, MemoryNode, Observation, Scope, describe
+from topology.errors import JevMemError
+from topology.schemas import EdgeEvent, MemoryNode, Observation, Scope, describe
 
 PRINCIPAL_KEY = "jevmem.principal"
 """Where the HTTP guard leaves the verified :class:`Principal` in the ASGI scope of an MCP request."""
@@ -67,6 +71,9 @@ INSTRUCTIONS = (
     "Long-term memory of conversations. Call `remember` with new observations (chat turns, facts, tool "
     "output) of a conversation; call `recall` with a question to get evidence (omit conversation_ids to "
     "search all of your conversations); `forget` deletes; `graph` and `conversations` inspect.")
+
+LISTING = "the `conversations` tool"
+"""How an agent lists its conversations (named in the error for an unknown one)."""
 
 PrincipalOf = Callable[[Context[Any, Any]], Awaitable[Principal]]
 """How a tool call finds its caller (from the HTTP request, or the stdio key)."""
@@ -121,24 +128,18 @@ class Conversations(BaseModel):
 
 @contextmanager
 def tool_errors() -> Iterator[None]:
-    """Expected failures become :class:`ToolError` (an ``isError`` result with the reason)."""
+    """Expected failures become :class:`ToolError` (an ``isError`` result with the reason): the
+    product's errors answered from :data:`query_api.service.ERRORS`, invalid arguments with the
+    field. Others propagate (the SDK reports them as an error result too)."""
     try:
         yield
-    except ToolError:
-        raise
-    except Unauthenticated as exc:
-        raise ToolError(f"unauthenticated: {exc}") from exc
-    except Forbidden as exc:
-        raise ToolError(f"forbidden: {exc}") from exc
-    except (StoreUnavailable, BrokerUnavailable) as exc:
-        raise ToolError(f"temporarily unavailable, retry later: {str(exc)[:500]}") from exc
-    except (SystemOneError, SystemTwoError) as exc:
-        which = "System One" if isinstance(exc, SystemOneError) else "System Two"
-        raise ToolError(f"{which} failed, retry later: {str(exc)[:500]}") from exc
+    except JevMemError as exc:
+        answer = svc.answer_for(exc, LISTING)
+        if answer is None:
+            raise
+        raise ToolError(answer.message) from exc
     except ValidationError as exc:
         raise ToolError(f"invalid arguments: {describe(exc)}") from exc
-    except TooManyConversations as exc:
-        raise ToolError(str(exc)) from exc
 
 
 def _item_schema() -> dict[str, Any]:
@@ -191,23 +192,12 @@ def build_server(service: MemoryService, principal_of: PrincipalOf) -> MCPServer
     ) -> Remembered:
         with tool_errors():
             who = await caller(ctx, "ingest")
-            if len(observations) > limits.MAX_BATCH_ITEMS:
-                reason = f"{len(observations)} items in one call; the limit is {limits.MAX_BATCH_ITEMS}"
-                await service.reject([DeadLetter.of(dump(observations), reason, "mcp:call", who.tenant_id)])
-                raise ToolError(reason)
-            for raw in observations:
-                if isinstance(raw, dict):
-                    same_tenant(who, raw.get("tenant_id") if isinstance(raw.get("tenant_id"), str) else None)
             defaults = {"event_id": lambda: f"mcp-{uuid.uuid4().hex}"}
             if conversation_id is not None:
                 defaults["conversation_id"] = lambda: conversation_id
-            good, problems, letters = validate_items(observations, who.tenant_id, "mcp", defaults)
-            if letters:
-                await service.reject(letters)
-            if good:
-                await service.submit(good)
-            return Remembered(accepted=len(good), rejected=len(problems), errors=problems,
-                              event_ids=[o.event_id for o in good])
+            done = await svc.ingest(service, who, observations, source="mcp", whole="mcp:call", defaults=defaults)
+            return Remembered(accepted=len(done.accepted), rejected=len(done.errors), errors=done.errors,
+                              event_ids=[o.event_id for o in done.accepted])
 
     @server.tool(name="recall", description=(
         "Recall evidence for a question from memory, best first, each item with its conversation_id and a short "
@@ -222,7 +212,7 @@ def build_server(service: MemoryService, principal_of: PrincipalOf) -> MCPServer
     ) -> Recall:
         with tool_errors():
             who = await caller(ctx, "query")
-            return await recall(service, who.tenant_id, question, top_k, conversation_ids)
+            return await svc.recall_across(service, who.tenant_id, question, top_k, conversation_ids)
 
     @server.tool(description="Forget one observation (event_id) or, without event_id, a whole conversation: its "
                              "nodes, edges and derived memories. Needs an admin key.",
@@ -234,9 +224,8 @@ def build_server(service: MemoryService, principal_of: PrincipalOf) -> MCPServer
             who = await caller(ctx, "admin")
             if event_id is not None and (problem := limits.text_problem(event_id, control=True)) is not None:
                 raise ToolError(f"event_id {problem}")
-            out: dict[str, Any] = await service.forget(Scope(tenant_id=who.tenant_id, conversation_id=conversation_id),
-                                                       event_id)
-            return out
+            result = await service.forget(Scope(tenant_id=who.tenant_id, conversation_id=conversation_id), event_id)
+            return result.model_dump()
 
     @server.tool(description=f"A conversation's memory graph: its latest nodes (content cut to {CONTENT_CHARS} "
                              "characters) and the edges among them (view, probability, label).",
@@ -247,7 +236,7 @@ def build_server(service: MemoryService, principal_of: PrincipalOf) -> MCPServer
         with tool_errors():
             who = await caller(ctx, "query")
             scope = Scope(tenant_id=who.tenant_id, conversation_id=conversation_id)
-            return compact_graph(conversation_id, await service.nodes(scope), await service.edges(scope), limit)
+            return compact_graph(conversation_id, await svc.nodes(service, scope), await service.edges(scope), limit)
 
     @server.tool(description="Your conversations in memory, with their node counts.",
                  annotations=ToolAnnotations(read_only_hint=True))
@@ -298,7 +287,9 @@ class _Guard:
         try:
             scope[PRINCIPAL_KEY] = await self.auth.principal(header)
         except Unauthenticated as exc:
-            await JSONResponse({"detail": str(exc)}, status_code=401, headers={"WWW-Authenticate": "Bearer"})(
+            answer = svc.answer_for(exc, LISTING)
+            assert answer is not None  # in the table
+            await JSONResponse({"detail": answer.message}, status_code=answer.status, headers=dict(answer.headers))(
                 scope, receive, send)
             return
         await self.app(scope, receive, send)

@@ -34,7 +34,7 @@ Contracts: every query filters on tenant AND conversation; every write refreshes
 (``refresh=true``, not ``wait_for``, which would hold each batch up to a refresh interval) so the
 next query sees it, except the write path's writes through a shared :class:`Visibility`, which
 are sent as one bulk per batch and refreshed by the reads that need them (see there); indices are created lazily and idempotently;
-any transport, API or bulk-item failure raises :class:`StoreUnavailable`. Rankings equal the
+any transport, API or bulk-item failure raises :class:`StoreUnavailable` (:func:`es_errors`). Rankings equal the
 SQLite adapters': overlap and shared-entity counts are sums of ``constant_score`` clauses (one per
 distinct query token/entity), ties broken by seq descending, then node id.
 """
@@ -43,9 +43,10 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import contextlib
 import hashlib
 import logging
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from typing import Any, Self
 
 import numpy as np
@@ -155,6 +156,19 @@ def es_client(url: str, api_key: str | None = None, *, basic_auth: tuple[str, st
     return AsyncElasticsearch(hosts, api_key=api_key, basic_auth=basic_auth, **tls, serializers={
         "application/json": OrjsonSerializer(), "application/x-ndjson": _OrjsonNdjson()})
 
+
+@contextlib.contextmanager
+def es_errors(what: str) -> Iterator[None]:
+    """The client's errors raised inside (``ApiError``: the server answered with an error;
+    ``TransportError``: no answer) become :class:`StoreUnavailable` ``"elasticsearch {what}:
+    {error}"``, the original as its cause; ``what`` names the operation and its index. The one
+    place this adapter translates its backend's exceptions."""
+    try:
+        yield
+    except (ApiError, TransportError) as exc:
+        raise StoreUnavailable(f"elasticsearch {what}: {exc}") from exc
+
+
 def _failed(res: Any, conflicts_ok: bool = False) -> list[dict[str, Any]]:
     """The failed items of a bulk response (``conflicts_ok``: a ``create`` of an existing
     document, status 409, is not a failure)."""
@@ -238,10 +252,8 @@ class Visibility:
         if not self._ops:
             return
         ops, self._ops, self._updates = self._ops, [], {}
-        try:
+        with es_errors(f"bulk ({len(ops)} lines)"):
             res = await self._client.bulk(operations=ops)
-        except (ApiError, TransportError) as exc:
-            raise StoreUnavailable(f"elasticsearch bulk ({len(ops)} lines): {exc}") from exc
         self._pending |= {str(i["_index"]) for item in res["items"] for i in item.values() if "_index" in i}
         bad = _failed(res)
         if bad:
@@ -268,15 +280,14 @@ class Visibility:
         self._refreshes[index] = (epoch, done)
         self.refreshes += 1
         try:
-            await self._client.indices.refresh(index=index)
-        except NotFoundError:
-            pass  # nothing to read there yet
-        except (ApiError, TransportError) as exc:
+            with es_errors(f"refresh {index}"), contextlib.suppress(NotFoundError):  # none: nothing to read yet
+                await self._client.indices.refresh(index=index)
+        except StoreUnavailable as exc:
             self._pending.add(index)
             self._refreshes.pop(index, None)
-            done.set_exception(StoreUnavailable(f"elasticsearch refresh {index}: {exc}"))
+            done.set_exception(StoreUnavailable(str(exc)))
             done.exception()  # retrieved: a waiter re-raises it
-            raise StoreUnavailable(f"elasticsearch refresh {index}: {exc}") from exc
+            raise
         done.set_result(None)
 
     async def sync(self) -> None:
@@ -313,15 +324,14 @@ class _Elastic:
             return index
         async with self._lock:
             if index not in self._ready:
-                try:
-                    await self._client.indices.create(index=index, settings=_SETTINGS, mappings=mappings)
-                except BadRequestError as exc:
-                    if exc.error != "resource_already_exists_exception":
-                        raise StoreUnavailable(f"elasticsearch create {index}: {exc}") from exc
-                    await self._await_active(index)  # created by another process: maybe not started yet
-                    await self._add_fields(index, mappings)
-                except (ApiError, TransportError) as exc:
-                    raise StoreUnavailable(f"elasticsearch create {index}: {exc}") from exc
+                with es_errors(f"create {index}"):
+                    try:
+                        await self._client.indices.create(index=index, settings=_SETTINGS, mappings=mappings)
+                    except BadRequestError as exc:
+                        if exc.error != "resource_already_exists_exception":
+                            raise
+                        await self._await_active(index)  # created by another process: maybe not started yet
+                        await self._add_fields(index, mappings)
                 self._ready.add(index)
         return index
 
@@ -329,20 +339,17 @@ class _Elastic:
         """Add the fields of ``mappings`` that an index made by an older release lacks (fields it
         has are left as they were made). An index that cannot take them is left as it is: the
         writes that need them fail and say so."""
-        try:
+        with es_errors(f"mapping of {index}"):
             current: dict[str, Any] = dict((await self._client.indices.get_mapping(index=index)).body)
-        except (ApiError, TransportError) as exc:
-            raise StoreUnavailable(f"elasticsearch mapping of {index}: {exc}") from exc
         have = {k for spec in current.values() for k in spec.get("mappings", {}).get("properties", {})}
         missing = {k: v for k, v in mappings["properties"].items() if k not in have}
         if not missing:
             return
-        try:
-            await self._client.indices.put_mapping(index=index, properties=missing)
-        except BadRequestError as exc:
-            log.warning("elasticsearch index %s lacks fields %s and cannot take them: %s", index, sorted(missing), exc)
-        except (ApiError, TransportError) as exc:
-            raise StoreUnavailable(f"elasticsearch mapping of {index}: {exc}") from exc
+        with es_errors(f"mapping of {index}"):
+            try:
+                await self._client.indices.put_mapping(index=index, properties=missing)
+            except BadRequestError as exc:
+                log.warning("elasticsearch index %s lacks fields %s and cannot take them: %s", index, sorted(missing), exc)
 
     async def _await_active(self, index: str) -> None:
         """Wait until ``index``'s primary shard is started (an index another process has just
@@ -350,11 +357,9 @@ class _Elastic:
 
         ``wait_for_active_shards`` is what waits: the health of a just-created index whose primary
         is still initialising is already reported yellow, so a status wait alone returns at once."""
-        try:
+        with es_errors(f"health {index}"):
             res = await self._client.cluster.health(index=index, wait_for_status="yellow", wait_for_active_shards="1",
                                                     timeout="30s")
-        except (ApiError, TransportError) as exc:
-            raise StoreUnavailable(f"elasticsearch health {index}: {exc}") from exc
         if res.get("timed_out"):
             raise StoreUnavailable(f"elasticsearch {index}: primary shard not started within 30 s")
 
@@ -363,10 +368,8 @@ class _Elastic:
         index = self._prefix + name
         if index in self._ready:
             return index
-        try:
+        with es_errors(f"exists {index}"):
             found = bool(await self._client.indices.exists(index=index))
-        except (ApiError, TransportError) as exc:
-            raise StoreUnavailable(f"elasticsearch exists {index}: {exc}") from exc
         if found:
             await self._await_active(index)
             self._ready.add(index)
@@ -395,11 +398,9 @@ class _Elastic:
             self._visibility.defer(index, ops)
             return []
         await self._sent()
-        try:
+        with es_errors(f"bulk {index}"):
             res = await (self._client.bulk(index=index, operations=ops, refresh=True) if index
                          else self._client.bulk(operations=ops, refresh=True))
-        except (ApiError, TransportError) as exc:
-            raise StoreUnavailable(f"elasticsearch bulk {index}: {exc}") from exc
         bad = _failed(res, conflicts_ok)
         if bad:
             raise StoreUnavailable(f"elasticsearch bulk {index}: {len(bad)} failed, first: {bad[0]['error']}")
@@ -414,13 +415,12 @@ class _Elastic:
         deleted = 0
         await self._own_writes(index)
         while True:
-            try:
-                res = await self._client.search(index=index, query=query, size=_PAGE, source=False,
-                                                track_total_hits=False)
-            except NotFoundError:
-                return deleted
-            except (ApiError, TransportError) as exc:
-                raise StoreUnavailable(f"elasticsearch search {index}: {exc}") from exc
+            with es_errors(f"search {index}"):
+                try:
+                    res = await self._client.search(index=index, query=query, size=_PAGE, source=False,
+                                                    track_total_hits=False)
+                except NotFoundError:
+                    return deleted
             page = [h["_id"] for h in res["hits"]["hits"]]
             if not page:
                 return deleted
@@ -435,11 +435,9 @@ class _Elastic:
         await self._own_writes(index)
         while limit is None or len(out) < limit:
             size = _PAGE if limit is None else min(_PAGE, limit - len(out))
-            try:
+            with es_errors(f"search {index}"):
                 res = await self._client.search(index=index, query=query, sort=sort, size=size, **_source(source),
                                                 search_after=after, track_total_hits=False)
-            except (ApiError, TransportError) as exc:
-                raise StoreUnavailable(f"elasticsearch search {index}: {exc}") from exc
             page: list[dict[str, Any]] = res["hits"]["hits"]
             out.extend(page)
             if len(page) < size:
@@ -539,11 +537,9 @@ class ElasticNodeStore(_Memories):
         if index is None:
             return []
         await self._sent()
-        try:
+        with es_errors(f"mget {index}"):
             res = await self._client.mget(index=index, ids=list(dict.fromkeys(ids)),
                                           source=["tenant_id", "conversation_id", "body", "embedding_f32", "embedding"])
-        except (ApiError, TransportError) as exc:
-            raise StoreUnavailable(f"elasticsearch mget {index}: {exc}") from exc
         found: dict[str, MemoryNode] = {}
         for d in res["docs"]:
             src = d.get("_source") or {}
@@ -574,10 +570,8 @@ class ElasticNodeStore(_Memories):
             return 0
         query = {"bool": {"filter": _scoped(scope, {"term": {"kind": "observation"}})}}
         await self._own_writes(index)
-        try:
+        with es_errors(f"count {index}"):
             res = await self._client.count(index=index, query=query)
-        except (ApiError, TransportError) as exc:
-            raise StoreUnavailable(f"elasticsearch count {index}: {exc}") from exc
         return int(res["count"])
 
     async def used_seqs(self, scope: Scope) -> list[int]:
@@ -600,10 +594,8 @@ class ElasticNodeStore(_Memories):
         aggs = {"convs": {"terms": {"field": "conversation_id", "size": 10_000, "order": {"_key": "asc"}}}}
         query = {"bool": {"filter": [{"term": {"tenant_id": tenant_id}}, {"exists": {"field": "event_id"}}]}}
         await self._own_writes(index)
-        try:
+        with es_errors(f"conversations {index}"):
             res = await self._client.search(index=index, query=query, aggs=aggs, size=0)
-        except (ApiError, TransportError) as exc:
-            raise StoreUnavailable(f"elasticsearch conversations {index}: {exc}") from exc
         return [(str(b["key"]), int(b["doc_count"])) for b in res["aggregations"]["convs"]["buckets"]]
 
     async def sharing_entities_before(
@@ -652,19 +644,15 @@ class ElasticNodeStore(_Memories):
         kept), then delete it; returns the documents read (0: nothing to do). Idempotent: an
         interrupted migration is finished by the next call."""
         old = self._prefix + "memories"
-        try:
+        with es_errors(f"exists {old}"):
             if not await self._client.indices.exists(index=old):
                 return 0
-        except (ApiError, TransportError) as exc:
-            raise StoreUnavailable(f"elasticsearch exists {old}: {exc}") from exc
         moved = 0
         after: list[Any] | None = None
         while True:
-            try:
+            with es_errors(f"search {old}"):
                 res = await self._client.search(index=old, query={"match_all": {}}, sort=[{"node_id": "asc"}],
                                                 size=_PAGE, search_after=after, track_total_hits=False)
-            except (ApiError, TransportError) as exc:
-                raise StoreUnavailable(f"elasticsearch search {old}: {exc}") from exc
             page = res["hits"]["hits"]
             ops: list[dict[str, Any]] = []
             for h in page:
@@ -675,10 +663,8 @@ class ElasticNodeStore(_Memories):
             if len(page) < _PAGE:
                 break
             after = page[-1]["sort"]
-        try:
+        with es_errors(f"delete {old}"):
             await self._client.indices.delete(index=old, ignore_unavailable=True)
-        except (ApiError, TransportError) as exc:
-            raise StoreUnavailable(f"elasticsearch delete {old}: {exc}") from exc
         return moved
 
 
@@ -793,12 +779,10 @@ class ElasticVectorIndex(_Elastic):
         index = await self._ensure("vectors", self._mappings)
         extra = [{"range": {"seq": {"lt": before_seq}}}] if before_seq is not None else []
         await self._own_writes(index)
-        try:
+        with es_errors(f"knn {index}"):
             res = await self._client.search(index=index, size=limit, source=False, knn={
                 "field": "vector", "query_vector": list(vector), "k": limit, "num_candidates": max(limit, 1000),
                 "filter": _scoped(scope, *extra)})
-        except (ApiError, TransportError) as exc:
-            raise StoreUnavailable(f"elasticsearch knn {index}: {exc}") from exc
         # cosine similarity is reported as (1 + cos) / 2
         return [Hit(h["_id"], 2.0 * float(h["_score"]) - 1.0) for h in res["hits"]["hits"]]
 

@@ -12,10 +12,11 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, ClassVar, Literal, Protocol, get_args
 
-from elasticsearch import ApiError, AsyncElasticsearch, NotFoundError, TransportError
+from elasticsearch import ApiError, AsyncElasticsearch, NotFoundError
 from pydantic import BaseModel, ConfigDict
 
-from topology.errors import StoreUnavailable
+from storage.elastic import es_errors
+from storage.sqlite import sqlite_errors, translated
 from topology.schemas import Ident
 
 ApiScope = Literal["ingest", "query", "admin"]
@@ -59,23 +60,24 @@ class SqliteKeyStore:
     def __init__(self, path: str | Path) -> None:
         if str(path) != ":memory:":
             Path(path).parent.mkdir(parents=True, exist_ok=True)
-        try:
+        with sqlite_errors(str(path)):
             self._conn = sqlite3.connect(str(path), check_same_thread=False, isolation_level=None)
             self._conn.execute("PRAGMA journal_mode=WAL")
             self._conn.execute("PRAGMA busy_timeout=10000")
             self._conn.execute("CREATE TABLE IF NOT EXISTS api_keys (key_id TEXT PRIMARY KEY, tenant TEXT NOT NULL, "
                                "created REAL NOT NULL, body TEXT NOT NULL)")
-        except sqlite3.Error as exc:
-            raise StoreUnavailable(f"sqlite {path}: {exc}") from exc
 
+    @translated
     async def create(self, record: ApiKeyRecord) -> None:
         self._conn.execute("INSERT INTO api_keys VALUES (?, ?, ?, ?)",
                            (record.key_id, record.tenant_id, record.created_at.timestamp(), record.model_dump_json()))
 
+    @translated
     async def get(self, key_id: str) -> ApiKeyRecord | None:
         row = self._conn.execute("SELECT body FROM api_keys WHERE key_id = ?", (key_id,)).fetchone()
         return None if row is None else ApiKeyRecord.model_validate_json(row[0])
 
+    @translated
     async def list(self, tenant_id: str | None = None) -> list[ApiKeyRecord]:
         if tenant_id is None:
             rows = self._conn.execute("SELECT body FROM api_keys ORDER BY created, key_id").fetchall()
@@ -84,6 +86,7 @@ class SqliteKeyStore:
                                       (tenant_id,)).fetchall()
         return [ApiKeyRecord.model_validate_json(r[0]) for r in rows]
 
+    @translated
     async def revoke(self, key_id: str) -> bool:
         record = await self.get(key_id)
         if record is None:
@@ -110,47 +113,40 @@ class ElasticKeyStore:
     async def _ensure(self) -> None:
         if self._ready:
             return
-        try:
-            if not await self._es.indices.exists(index=self._index):
-                await self._es.indices.create(index=self._index, mappings=self.MAPPING,
-                                              settings={"number_of_replicas": 0})
-        except ApiError as exc:
-            if "resource_already_exists" not in str(exc):
-                raise StoreUnavailable(f"elasticsearch keys: {exc}") from exc
-        except TransportError as exc:
-            raise StoreUnavailable(f"elasticsearch keys: {exc}") from exc
+        with es_errors("keys"):
+            try:
+                if not await self._es.indices.exists(index=self._index):
+                    await self._es.indices.create(index=self._index, mappings=self.MAPPING,
+                                                  settings={"number_of_replicas": 0})
+            except ApiError as exc:
+                if "resource_already_exists" not in str(exc):
+                    raise
         self._ready = True
 
     async def _put(self, record: ApiKeyRecord) -> None:
         await self._ensure()
-        try:
+        with es_errors("keys"):
             await self._es.index(index=self._index, id=record.key_id, refresh=True, document={
                 "tenant_id": record.tenant_id, "created": record.created_at.timestamp(),
                 "body": record.model_dump_json()})
-        except (ApiError, TransportError) as exc:
-            raise StoreUnavailable(f"elasticsearch keys: {exc}") from exc
 
     async def create(self, record: ApiKeyRecord) -> None:
         await self._put(record)
 
     async def get(self, key_id: str) -> ApiKeyRecord | None:
         await self._ensure()
-        try:
-            doc = await self._es.get(index=self._index, id=key_id)
-        except NotFoundError:
-            return None
-        except (ApiError, TransportError) as exc:
-            raise StoreUnavailable(f"elasticsearch keys: {exc}") from exc
+        with es_errors("keys"):
+            try:
+                doc = await self._es.get(index=self._index, id=key_id)
+            except NotFoundError:
+                return None
         return ApiKeyRecord.model_validate_json(doc["_source"]["body"])
 
     async def list(self, tenant_id: str | None = None) -> list[ApiKeyRecord]:
         await self._ensure()
         query = {"match_all": {}} if tenant_id is None else {"term": {"tenant_id": tenant_id}}
-        try:
-            res = await self._es.search(index=self._index, query=query, size=10_000,
-                                        sort=[{"created": "asc"}])
-        except (ApiError, TransportError) as exc:
-            raise StoreUnavailable(f"elasticsearch keys: {exc}") from exc
+        with es_errors("keys"):
+            res = await self._es.search(index=self._index, query=query, size=10_000, sort=[{"created": "asc"}])
         return [ApiKeyRecord.model_validate_json(h["_source"]["body"]) for h in res["hits"]["hits"]]
 
     async def revoke(self, key_id: str) -> bool:

@@ -117,7 +117,9 @@ async def check_server(url: str, api_key: str | None = None, ca_file: str | None
 
 
 async def _guard(call: Callable[[], Awaitable[T]], what: str) -> T:
-    """``await call()`` with the client's and the transport's errors turned into StoreUnavailable."""
+    """``await call()`` with the client's and the transport's errors turned into
+    :class:`StoreUnavailable` ``"qdrant {what}: ..."`` (the original as its cause): the one place
+    this adapter translates its backend's exceptions."""
     try:
         return await call()
     except UnexpectedResponse as exc:
@@ -126,9 +128,15 @@ async def _guard(call: Callable[[], Awaitable[T]], what: str) -> T:
         raise StoreUnavailable(f"qdrant {what}: {exc}") from exc
 
 
+def _http_status(exc: StoreUnavailable) -> int | None:
+    """The HTTP status the server answered the failed call with; None when it gave no answer."""
+    cause = exc.__cause__
+    return cause.status_code if isinstance(cause, UnexpectedResponse) else None
+
+
 def _unanswered(exc: StoreUnavailable) -> bool:
     """The node gave no answer (refused, reset, timed out), as opposed to an HTTP error."""
-    return not isinstance(exc.__cause__, UnexpectedResponse)
+    return _http_status(exc) is None
 
 
 class QdrantVectorIndex:
@@ -184,14 +192,13 @@ class QdrantVectorIndex:
         exists = await self._failover(lambda: self._client.collection_exists(self._collection), "collection check")
         if not exists:
             try:
-                await self._client.create_collection(
+                await _guard(lambda: self._client.create_collection(
                     self._collection, vectors_config=models.VectorParams(size=self._dim, distance=models.Distance.COSINE),
-                    shard_number=self._shards, replication_factor=self._replication_factor)
-            except UnexpectedResponse as exc:
-                if exc.status_code != 409:  # 409: another worker created it first
-                    raise StoreUnavailable(f"qdrant create collection {self._collection}: HTTP {exc.status_code}") from exc
-            except (ApiException, httpx.HTTPError, OSError) as exc:
-                raise StoreUnavailable(f"qdrant create collection {self._collection}: {exc}") from exc
+                    shard_number=self._shards, replication_factor=self._replication_factor),
+                    f"create collection {self._collection}")
+            except StoreUnavailable as exc:
+                if _http_status(exc) != 409:  # 409: another worker created it first
+                    raise
         await self._settled()
         indexes: list[tuple[str, models.PayloadSchemaType | models.KeywordIndexParams]] = [
             ("tenant_id", models.KeywordIndexParams(type=models.KeywordIndexType.KEYWORD, is_tenant=True)),
@@ -231,8 +238,7 @@ class QdrantVectorIndex:
         try:
             return await self._failover(call, what)
         except StoreUnavailable as exc:
-            cause = exc.__cause__
-            if isinstance(cause, UnexpectedResponse) and cause.status_code == 404:
+            if _http_status(exc) == 404:
                 self._ready = False
             raise
 

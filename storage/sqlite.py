@@ -5,16 +5,23 @@ Why SQLite: it is in the standard library, crash-safe, transactional (an upsert 
 commit, acknowledged when ``commit`` returns), and FTS5 ships a real BM25 ranker with incremental
 updates, which in-memory BM25 libraries (rank-bm25, bm25s) lack. Calls are synchronous inside
 ``async def``: each is a sub-millisecond local transaction.
+
+Errors: every store call, read or write, raises :class:`StoreUnavailable` for any ``sqlite3.Error``
+(a locked, closed, full or corrupt database), translated here by :func:`sqlite_errors` (the public
+methods carry :func:`translated`); no ``sqlite3`` exception leaves this module's stores.
 """
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import sqlite3
 from collections import OrderedDict
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Coroutine, Iterable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any, ParamSpec, TypeVar
 
 import numpy as np
 import orjson
@@ -59,6 +66,54 @@ CREATE TABLE IF NOT EXISTS forgotten (
   PRIMARY KEY (tenant, conv, event_id));
 """
 
+_P = ParamSpec("_P")
+_R = TypeVar("_R")
+
+
+@contextmanager
+def sqlite_errors(what: str) -> Iterator[None]:
+    """``sqlite3.Error`` raised inside becomes :class:`StoreUnavailable` ``"sqlite {what}: {error}"``
+    (the original as its cause). The one place this adapter translates its backend's exceptions."""
+    try:
+        yield
+    except sqlite3.Error as exc:
+        raise StoreUnavailable(f"sqlite {what}: {exc}") from exc
+
+
+def translated(method: Callable[_P, Coroutine[Any, Any, _R]]) -> Callable[_P, Coroutine[Any, Any, _R]]:
+    """``method`` with :func:`sqlite_errors` around it, named by its qualified name."""
+    what = method.__qualname__
+
+    @functools.wraps(method)
+    async def call(*args: _P.args, **kwargs: _P.kwargs) -> _R:
+        with sqlite_errors(what):
+            return await method(*args, **kwargs)
+
+    return call
+
+
+def rollback(conn: sqlite3.Connection) -> None:
+    """Roll back the open transaction, if any; a connection too broken to say (closed, say) has
+    nothing to roll back, and the caller reports the error that brought it here."""
+    try:
+        if conn.in_transaction:
+            conn.execute("ROLLBACK")
+    except sqlite3.Error:
+        pass
+
+
+@contextmanager
+def transaction(conn: sqlite3.Connection) -> Iterator[None]:
+    """One transaction around the block: committed when it ends, rolled back when it raises."""
+    conn.execute("BEGIN")
+    try:
+        yield
+        conn.execute("COMMIT")
+    except BaseException:
+        rollback(conn)
+        raise
+
+
 #: The lexical layout this build reads: one FTS5 table per tenant (``meta`` key ``lexical``).
 LEXICAL_LAYOUT = "per-tenant-v3"
 
@@ -83,8 +138,8 @@ def migrate_lexical(conn: sqlite3.Connection) -> int:
         conn.execute("INSERT OR IGNORE INTO meta VALUES ('lexical', ?)", (LEXICAL_LAYOUT,))
         return 0
     moved = 0
+    conn.execute("BEGIN IMMEDIATE")
     try:
-        conn.execute("BEGIN IMMEDIATE")
         if conn.execute("SELECT 1 FROM sqlite_master WHERE name='lexical_v2'").fetchone() is not None:
             rows = conn.execute("SELECT rowid, content, scope, tenant, conv, node, seq FROM lexical_v2").fetchall()
             for _rid, content, scope, tenant, conv, node, seq in rows:
@@ -97,7 +152,7 @@ def migrate_lexical(conn: sqlite3.Connection) -> int:
         conn.execute("INSERT OR REPLACE INTO meta VALUES ('lexical', ?)", (LEXICAL_LAYOUT,))
         conn.execute("COMMIT")
     except sqlite3.Error:
-        conn.execute("ROLLBACK")
+        rollback(conn)
         raise
     return moved
 
@@ -113,7 +168,7 @@ def connect(path: str | Path) -> sqlite3.Connection:
     """Open (and create) the database with WAL, a page cache of :data:`CACHE_KIB`, and the schema."""
     if str(path) != ":memory:":
         Path(path).parent.mkdir(parents=True, exist_ok=True)
-    try:
+    with sqlite_errors(str(path)):
         conn = sqlite3.connect(str(path), check_same_thread=False, isolation_level=None)
         conn.execute("PRAGMA journal_mode=WAL")
         conn.execute("PRAGMA synchronous=NORMAL")
@@ -121,23 +176,27 @@ def connect(path: str | Path) -> sqlite3.Connection:
         conn.execute(f"PRAGMA cache_size=-{CACHE_KIB}")
         conn.executescript(_SCHEMA)
         migrate_lexical(conn)
-    except sqlite3.Error as exc:
-        raise StoreUnavailable(f"sqlite {path}: {exc}") from exc
     return conn
 
 
 def check_model(conn: sqlite3.Connection, embedder: str) -> None:
     """Record ``embedder`` in a new store; raise :class:`ModelMismatch` if the store was built
     with another model (its vectors are not comparable: rebuild with ``jevmem replay``/re-ingest)."""
+    with sqlite_errors("model check"):
+        recorded = _recorded_model(conn, embedder)
+    if recorded != embedder:
+        raise ModelMismatch(f"this store was built with embedding model {recorded!r}, not {embedder!r}: "
+                            "use that model (JEVMEM_EMBEDDER) or rebuild the store into a fresh directory")
+
+
+def _recorded_model(conn: sqlite3.Connection, embedder: str) -> str:
+    """The model the store records, recording ``embedder`` first in a new store."""
     if conn.execute("SELECT 1 FROM meta WHERE key='embedder'").fetchone() is None and \
             conn.execute("SELECT 1 FROM nodes LIMIT 1").fetchone() is not None:
         raise ModelMismatch("this store was built before stores recorded their embedding model: "
                             "rebuild it into a fresh directory")
     conn.execute("INSERT OR IGNORE INTO meta VALUES ('embedder', ?)", (embedder,))
-    row = conn.execute("SELECT value FROM meta WHERE key='embedder'").fetchone()
-    if row[0] != embedder:
-        raise ModelMismatch(f"this store was built with embedding model {row[0]!r}, not {embedder!r}: "
-                            "use that model (JEVMEM_EMBEDDER) or rebuild the store into a fresh directory")
+    return str(conn.execute("SELECT value FROM meta WHERE key='embedder'").fetchone()[0])
 
 
 class _Base:
@@ -145,24 +204,14 @@ class _Base:
         self._conn = conn
 
     def _write(self, sql: str, rows: Iterable[tuple[object, ...]]) -> None:
-        try:
-            self._conn.execute("BEGIN")
+        with sqlite_errors("write"), transaction(self._conn):
             self._conn.executemany(sql, rows)
-            self._conn.execute("COMMIT")
-        except sqlite3.Error as exc:
-            self._conn.execute("ROLLBACK")
-            raise StoreUnavailable(f"sqlite write failed: {exc}") from exc
 
     def _delete(self, statements: Sequence[tuple[str, tuple[object, ...]]], counted: int = -1) -> int:
         """Run ``statements`` in one transaction; returns the row count of statement ``counted``
         (the last by default)."""
-        try:
-            self._conn.execute("BEGIN")
+        with sqlite_errors("delete"), transaction(self._conn):
             counts = [self._conn.execute(sql, args).rowcount for sql, args in statements]
-            self._conn.execute("COMMIT")
-        except sqlite3.Error as exc:
-            self._conn.execute("ROLLBACK")
-            raise StoreUnavailable(f"sqlite delete failed: {exc}") from exc
         return counts[counted]
 
     async def close(self) -> None:
@@ -188,13 +237,13 @@ class SqliteNodeStore(_Base):
         super().__init__(conn)
         self._cache: OrderedDict[str, MemoryNode] = OrderedDict()
 
+    @translated
     async def upsert(self, nodes: Sequence[MemoryNode]) -> None:
         if not nodes:
             return
         for n in nodes:
             self._cache.pop(n.id, None)
-        try:
-            self._conn.execute("BEGIN")
+        with transaction(self._conn):
             for n in nodes:
                 emb = None if n.embedding is None else np.asarray(n.embedding, dtype=np.float32).tobytes()
                 self._conn.execute(
@@ -205,11 +254,8 @@ class SqliteNodeStore(_Base):
                 self._conn.executemany(
                     "INSERT OR IGNORE INTO node_entities VALUES (?,?,?,?,?)",
                     [(n.tenant_id, n.conversation_id, e.id, n.id, n.seq) for e in n.entities])
-            self._conn.execute("COMMIT")
-        except sqlite3.Error as exc:
-            self._conn.execute("ROLLBACK")
-            raise StoreUnavailable(f"sqlite node upsert failed: {exc}") from exc
 
+    @translated
     async def get(self, scope: Scope, ids: Sequence[str]) -> list[MemoryNode]:
         if not ids:
             return []
@@ -235,6 +281,7 @@ class SqliteNodeStore(_Base):
                 cache.popitem(last=False)
         return [found[i] for i in ids if i in found]
 
+    @translated
     async def seqs(self, scope: Scope, event_ids: Sequence[str]) -> dict[str, int]:
         if not event_ids:
             return {}
@@ -244,35 +291,41 @@ class SqliteNodeStore(_Base):
             (scope.tenant_id, scope.conversation_id, *event_ids)).fetchall()
         return {r[0]: int(r[1]) for r in rows}
 
+    @translated
     async def next_seq(self, scope: Scope) -> int:
         row = self._conn.execute(
             "SELECT MAX(seq) FROM nodes WHERE tenant=? AND conv=? AND kind='observation'",
             (scope.tenant_id, scope.conversation_id)).fetchone()
         return 0 if row[0] is None else int(row[0]) + 1
 
+    @translated
     async def observation_count(self, scope: Scope) -> int:
         row = self._conn.execute(
             "SELECT COUNT(*) FROM nodes WHERE tenant=? AND conv=? AND kind='observation'",
             (scope.tenant_id, scope.conversation_id)).fetchone()
         return int(row[0])
 
+    @translated
     async def used_seqs(self, scope: Scope) -> list[int]:
         rows = self._conn.execute(
             "SELECT seq FROM nodes WHERE tenant=? AND conv=? AND kind='observation' ORDER BY seq",
             (scope.tenant_id, scope.conversation_id)).fetchall()
         return [int(r[0]) for r in rows]
 
+    @translated
     async def scan(self, scope: Scope) -> list[MemoryNode]:
         rows = self._conn.execute(
             "SELECT body FROM nodes WHERE tenant=? AND conv=? ORDER BY seq, id",
             (scope.tenant_id, scope.conversation_id)).fetchall()
         return [MemoryNode.model_validate(orjson.loads(r[0])) for r in rows]
 
+    @translated
     async def conversations(self, tenant_id: str) -> list[tuple[str, int]]:
         rows = self._conn.execute("SELECT conv, count(*) FROM nodes WHERE tenant=? GROUP BY conv ORDER BY conv",
                                   (tenant_id,)).fetchall()
         return [(str(c), int(n)) for c, n in rows]
 
+    @translated
     async def sharing_entities_before(self, scope: Scope, entity_ids: Sequence[str], before_seq: int, limit: int) -> list[str]:
         if not entity_ids:
             return []
@@ -283,6 +336,7 @@ class SqliteNodeStore(_Base):
             (scope.tenant_id, scope.conversation_id, *entity_ids, before_seq, limit)).fetchall()
         return [r[0] for r in rows]
 
+    @translated
     async def preceding(self, scope: Scope, before_seq: int, limit: int) -> list[str]:
         rows = self._conn.execute(
             "SELECT id FROM nodes WHERE tenant=? AND conv=? AND seq < ? AND kind='observation' "
@@ -294,6 +348,7 @@ class SqliteNodeStore(_Base):
                     if n.tenant_id == scope.tenant_id and n.conversation_id == scope.conversation_id]:
             del self._cache[nid]
 
+    @translated
     async def delete(self, scope: Scope, ids: Sequence[str]) -> int:
         if not ids:
             return 0
@@ -303,6 +358,7 @@ class SqliteNodeStore(_Base):
         return self._delete([(f"DELETE FROM node_entities WHERE tenant=? AND conv=? AND node IN ({marks})", (*sc, *ids)),
                              (f"DELETE FROM nodes WHERE tenant=? AND conv=? AND id IN ({marks})", (*sc, *ids))])
 
+    @translated
     async def delete_scope(self, scope: Scope) -> int:
         self._drop_cached(scope)
         sc = (scope.tenant_id, scope.conversation_id)
@@ -310,10 +366,12 @@ class SqliteNodeStore(_Base):
                              ("DELETE FROM nodes WHERE tenant=? AND conv=?", sc),
                              ("DELETE FROM forgotten WHERE tenant=? AND conv=?", sc)], counted=1)
 
+    @translated
     async def record_forgotten(self, scope: Scope, event_id: str, seq: int) -> None:
         self._write("INSERT OR REPLACE INTO forgotten VALUES (?,?,?,?)",
                     [(scope.tenant_id, scope.conversation_id, event_id, seq)])
 
+    @translated
     async def forgotten(self, scope: Scope) -> dict[str, int]:
         rows = self._conn.execute("SELECT event_id, seq FROM forgotten WHERE tenant=? AND conv=?",
                                   (scope.tenant_id, scope.conversation_id)).fetchall()
@@ -392,6 +450,7 @@ class SqliteEdgeStore(_Base):
             adj.index, adj.labels = index, labels
         return adj
 
+    @translated
     async def upsert(self, edges: Sequence[EdgeEvent]) -> None:
         for e in edges:
             self._cache.pop(e.id, None)
@@ -449,11 +508,13 @@ class SqliteEdgeStore(_Base):
             cache.popitem(last=False)
         return out
 
+    @translated
     async def neighbours(self, scope: Scope, node_ids: Sequence[str], views: Sequence[View], limit: int) -> list[EdgeEvent]:
         if not node_ids or not views:
             return []
         return self._decoded(scope, self._ranked(scope, node_ids, views, limit))
 
+    @translated
     async def labelled(self, scope: Scope, node_ids: Sequence[str], views: Sequence[View], limit: int,
                        label: str) -> list[EdgeEvent]:
         """The edges of :meth:`neighbours` (same arguments) labelled ``label``, in its order; from
@@ -469,21 +530,25 @@ class SqliteEdgeStore(_Base):
             return self._decoded(scope, [eid for eid in ranked if labels.get(eid) == label])
         return self._decoded(scope, [eid for _, eid in sorted(k for k in found if labels.get(k[1]) == label)])
 
+    @translated
     async def scan(self, scope: Scope) -> list[EdgeEvent]:
         rows = self._conn.execute("SELECT body FROM edges WHERE tenant=? AND conv=? ORDER BY id",
                                   (scope.tenant_id, scope.conversation_id)).fetchall()
         return [EdgeEvent.model_validate(orjson.loads(r[0])) for r in rows]
 
+    @translated
     async def upsert_decisions(self, decisions: Sequence[ConsolidationDecision]) -> None:
         self._write(
             "INSERT INTO decisions VALUES (?,?,?,?) ON CONFLICT(tenant, conv, id) DO UPDATE SET body=excluded.body",
             [(d.tenant_id, d.conversation_id, d.id, orjson.dumps(d.model_dump(mode="json"))) for d in decisions])
 
+    @translated
     async def decisions(self, scope: Scope) -> list[ConsolidationDecision]:
         rows = self._conn.execute("SELECT body FROM decisions WHERE tenant=? AND conv=? ORDER BY id",
                                   (scope.tenant_id, scope.conversation_id)).fetchall()
         return [ConsolidationDecision.model_validate(orjson.loads(r[0])) for r in rows]
 
+    @translated
     async def delete(self, scope: Scope, node_ids: Sequence[str]) -> int:
         if not node_ids:
             return 0
@@ -492,10 +557,12 @@ class SqliteEdgeStore(_Base):
         return self._delete([(f"DELETE FROM edges WHERE tenant=? AND conv=? AND (source IN ({n}) OR target IN ({n}))",
                               (scope.tenant_id, scope.conversation_id, *node_ids, *node_ids))])
 
+    @translated
     async def delete_scope(self, scope: Scope) -> int:
         self._cache.clear()
         return self._delete([("DELETE FROM edges WHERE tenant=? AND conv=?", (scope.tenant_id, scope.conversation_id))])
 
+    @translated
     async def delete_decisions(self, scope: Scope, node_ids: Sequence[str]) -> int:
         gone = set(node_ids)
         doomed = [d.id for d in await self.decisions(scope) if {d.left, d.right, d.derived_node_id} & gone]
@@ -504,6 +571,7 @@ class SqliteEdgeStore(_Base):
         return self._delete([(f"DELETE FROM decisions WHERE tenant=? AND conv=? AND id IN ({','.join('?' * len(doomed))})",
                               (scope.tenant_id, scope.conversation_id, *doomed))])
 
+    @translated
     async def delete_scope_decisions(self, scope: Scope) -> int:
         return self._delete([("DELETE FROM decisions WHERE tenant=? AND conv=?", (scope.tenant_id, scope.conversation_id))])
 
@@ -544,12 +612,12 @@ class SqliteLexicalIndex(_Base):
             self._tables.add(table)
         return table
 
+    @translated
     async def upsert(self, nodes: Sequence[MemoryNode]) -> None:
         if not nodes:
             return
-        try:
-            tables = {t: self._table(t, create=True) for t in {n.tenant_id for n in nodes}}
-            self._conn.execute("BEGIN")
+        tables = {t: self._table(t, create=True) for t in {n.tenant_id for n in nodes}}
+        with transaction(self._conn):
             for n in nodes:
                 table = tables[n.tenant_id]
                 old = self._conn.execute("SELECT rid FROM lexical_rows WHERE tenant=? AND conv=? AND node=?",
@@ -562,12 +630,8 @@ class SqliteLexicalIndex(_Base):
                                    (n.tenant_id, n.conversation_id, n.id, cur.lastrowid))
                 self._conn.executemany("INSERT OR IGNORE INTO postings VALUES (?,?,?,?,?)",
                                        [(n.tenant_id, n.conversation_id, t, n.id, n.seq) for t in set(n.tokens)])
-            self._conn.execute("COMMIT")
-        except sqlite3.Error as exc:
-            if self._conn.in_transaction:
-                self._conn.execute("ROLLBACK")
-            raise StoreUnavailable(f"sqlite lexical upsert failed: {exc}") from exc
 
+    @translated
     async def search(self, scope: Scope, text: str, limit: int) -> list[Hit]:
         q = fts_query(text)
         table = self._table(scope.tenant_id, create=False)
@@ -579,6 +643,7 @@ class SqliteLexicalIndex(_Base):
             "ORDER BY b, node LIMIT ?", (match, scope.conversation_id, limit)).fetchall()
         return [Hit(r[0], -float(r[1])) for r in rows]
 
+    @translated
     async def overlapping(self, scope: Scope, tokens: Sequence[str], before_seq: int, limit: int) -> list[str]:
         toks = sorted(set(tokens))
         if not toks:
@@ -590,10 +655,12 @@ class SqliteLexicalIndex(_Base):
             (scope.tenant_id, scope.conversation_id, *toks, before_seq, limit)).fetchall()
         return [r[0] for r in rows]
 
+    @translated
     async def delete(self, scope: Scope, ids: Sequence[str]) -> None:
         if ids:
             await self._remove(scope, f"AND node IN ({','.join('?' * len(ids))})", tuple(ids))
 
+    @translated
     async def delete_scope(self, scope: Scope) -> None:
         await self._remove(scope, "", ())
 
@@ -615,15 +682,18 @@ class SqliteDeadLetters(_Base):
 
     def __init__(self, conn: sqlite3.Connection) -> None:
         super().__init__(conn)
-        columns = {r[1] for r in conn.execute("PRAGMA table_info(dead_letters)")}
-        if "tenant" not in columns:  # stores made before letters carried their tenant
-            conn.execute("ALTER TABLE dead_letters ADD COLUMN tenant TEXT")
-        conn.execute("CREATE INDEX IF NOT EXISTS dead_letters_tenant ON dead_letters(tenant, n)")
+        with sqlite_errors("dead letters schema"):
+            columns = {r[1] for r in conn.execute("PRAGMA table_info(dead_letters)")}
+            if "tenant" not in columns:  # stores made before letters carried their tenant
+                conn.execute("ALTER TABLE dead_letters ADD COLUMN tenant TEXT")
+            conn.execute("CREATE INDEX IF NOT EXISTS dead_letters_tenant ON dead_letters(tenant, n)")
 
+    @translated
     async def put(self, letters: Sequence[DeadLetter]) -> None:
         self._write("INSERT INTO dead_letters (tenant, body) VALUES (?, ?)",
                     [(d.tenant_id, orjson.dumps(d.model_dump(mode="json"))) for d in letters])
 
+    @translated
     async def recent(self, limit: int = 100, tenant_id: str | None = None) -> list[DeadLetter]:
         """The newest ``limit`` letters, oldest first: ``tenant_id``'s only, or all when None."""
         if tenant_id is None:

@@ -220,8 +220,8 @@ async def test_http_api_in_distributed_mode(elastic_stack: Stack) -> None:
             assert r.status_code == 422 and r.json()["accepted"] == len(obs) + len(hostile)
 
             async def materialised() -> bool:
-                nodes = (await c.get("/v1/conversations/c1/nodes")).json()
-                return len(nodes) == len(obs) + len(hostile)
+                r = await c.get("/v1/conversations/c1/nodes")  # 404 until the first batch is written
+                return r.status_code == 200 and len(r.json()) == len(obs) + len(hostile)
 
             await wait_for(materialised, "the API's observations to be materialised", stack)
             # the request's trace id reached the worker through the record headers; the worker
@@ -251,7 +251,8 @@ async def test_http_api_in_distributed_mode(elastic_stack: Stack) -> None:
             assert [d["tenant_id"] for d in letters] == ["api"]
             with_other = {"Authorization": f"Bearer {other}"}
             assert (await c.get("/v1/dead-letters", headers=with_other)).json() == []
-            assert (await c.get("/v1/conversations/c1/nodes", headers=with_other)).json() == []
+            unknown = await c.get("/v1/conversations/c1/nodes", headers=with_other)  # c1 is not the other's
+            assert unknown.status_code == 404 and "GET /v1/conversations" in unknown.json()["detail"]
             assert (await c.get("/v1/tenants/api/conversations/c1/nodes", headers=with_other)).status_code == 403
             forget = await c.delete("/v1/conversations/c1/observations/h1")
             assert forget.status_code == 202 and forget.json() == {"status": "accepted"}
@@ -273,6 +274,7 @@ async def test_forget_through_the_topic_and_replays(stack: Stack) -> None:
     from datetime import UTC, datetime
 
     from jevmem.distributed import DistributedService
+    from query_api.service import ForgetAccepted
     from streams.replay import Graph
     from tests.conftest import chat_observations
     from topology.params import Params
@@ -292,7 +294,7 @@ async def test_forget_through_the_topic_and_replays(stack: Stack) -> None:
     try:
         async with ObservationProducer(KAFKA or "", stack.settings.topic_prefix) as producer:
             await producer.send(e1[:8] + e2)
-            assert await service.forget(c1, "e3") == {"status": "accepted"}
+            assert await service.forget(c1, "e3") == ForgetAccepted()
             await producer.forget([Forget(tenant_id=c2.tenant_id, conversation_id="c2", requested_at=datetime.now(UTC))])
             await producer.send(e1[8:] + e2[4:7])
 

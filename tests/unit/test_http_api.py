@@ -5,16 +5,29 @@ from __future__ import annotations
 from typing import Any
 
 import httpx
+import orjson
 import pytest
 
 from jevmem.settings import Settings
 from jevmem.wiring import EmbeddedService
 from query_api.auth import Authenticator, mint
-from query_api.http import create_app
+from query_api.http import LISTING, create_app, error_response
+from query_api.service import TooManyItems, answer_for
 from query_api.system_two import OpenAICompatibleSystemTwo
 from storage.keys import SqliteKeyStore
 from tests.conftest import chat_observations, fake_llm, serve_http
-from topology.errors import SystemTwoError
+from topology.errors import (
+    BrokerUnavailable,
+    Forbidden,
+    InvalidRequest,
+    JevMemError,
+    ModelMismatch,
+    StoreUnavailable,
+    SystemOneError,
+    SystemTwoError,
+    Unauthenticated,
+    UnknownConversation,
+)
 from topology.ports import Embedder
 
 
@@ -80,3 +93,48 @@ async def test_system_two_errors_are_translated() -> None:
     with pytest.raises(SystemTwoError):
         await s2.answer("q", ["e"])
     await s2.aclose()
+
+
+@pytest.mark.parametrize(("error", "status", "header"), [
+    (Unauthenticated("no key"), 401, "www-authenticate"), (Forbidden("no scope"), 403, None),
+    (UnknownConversation("c9"), 404, None), (TooManyItems("1001 items"), 413, None),
+    (InvalidRequest("too many"), 422, None), (StoreUnavailable("down"), 503, "retry-after"),
+    (BrokerUnavailable("down"), 503, "retry-after"), (SystemOneError("bad"), 502, "retry-after"),
+    (SystemTwoError("bad"), 502, "retry-after")])
+def test_one_table_answers_every_error_for_http_and_mcp(error: JevMemError, status: int, header: str | None) -> None:
+    answer = answer_for(error, LISTING)
+    assert answer is not None and answer.status == status and str(error) in answer.message
+    assert {k.lower() for k in answer.headers} == ({header} if header else set())
+    response = error_response(error)  # the HTTP rendering of the same answer
+    assert response.status_code == status
+    body = orjson.loads(bytes(response.body))
+    assert (body["detail"][0]["msg"] if status == 422 else body["detail"]) == answer.message
+
+
+def test_unknown_conversation_names_how_to_list_and_misconfiguration_is_no_answer() -> None:
+    answer = answer_for(UnknownConversation("c9"), "GET /v1/conversations")
+    assert answer is not None and answer.message == (
+        "not found: no conversation 'c9' in this tenant's memory; list the known ones with GET /v1/conversations")
+    assert answer_for(ModelMismatch("built with another model"), "x") is None  # not the caller's to fix: a 500
+
+
+def test_the_openapi_document_declares_every_answer(api: Any) -> None:
+    url, _, _ = api
+    spec = httpx.get(f"{url}/openapi.json").json()
+    ops = spec["paths"]
+    assert set(ops["/v1/query"]["post"]["responses"]) == {"200", "400", "401", "403", "404", "413", "422", "502", "503"}
+    assert set(ops["/v1/conversations/{conversation_id}/nodes"]["get"]["responses"]) == {
+        "200", "401", "403", "404", "422", "503"}
+    assert set(ops["/v1/conversations/{conversation_id}"]["delete"]["responses"]) == {
+        "200", "202", "401", "403", "404", "422", "503"}
+    ingest = ops["/v1/observations"]["post"]["responses"]
+    assert {"400", "413", "422"} <= set(ingest)
+    refs = ingest["422"]["content"]["application/json"]["schema"]["anyOf"]
+    assert {r["$ref"].rsplit("/", 1)[1] for r in refs} == {"IngestResponse", "ValidationProblem"}
+    field_error = spec["components"]["schemas"]["FieldError"]
+    assert set(field_error["required"]) == {"loc", "msg", "type"}
+    with httpx.Client(base_url=url, timeout=60) as c:  # a 422 body has the declared shape
+        r = c.post("/v1/query", json={"conversation_id": "c1"}, headers=api[2])
+        assert r.status_code == 422 and all(set(e) == {"loc", "msg", "type"} for e in r.json()["detail"])
+        r = c.delete("/v1/conversations/c1/observations/e%01", headers=api[2])
+        assert r.status_code == 422 and r.json()["detail"][0]["loc"] == ["path", "event_id"]

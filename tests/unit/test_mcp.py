@@ -153,7 +153,8 @@ async def test_http_tenants_are_isolated(api: Api) -> None:
                                                  conversation_id="c1")
         assert (await call(b, "recall", question=PUPPY))["evidence"] == []
         assert (await call(b, "recall", question=PUPPY, conversation_ids=["c1"]))["evidence"] == []
-        assert (await call(b, "graph", conversation_id="c1"))["total_nodes"] == 0
+        unknown = await refused(b, "graph", conversation_id="c1")  # acme's c1 is not globex's
+        assert "no conversation 'c1'" in unknown and "`conversations` tool" in unknown
         assert (await call(b, "conversations"))["conversations"] == []
         assert (await call(b, "forget", conversation_id="c1"))["status"] == "not_found"
         assert (await call(a, "recall", question=PUPPY))["evidence"][0]["event_id"] == "e0"

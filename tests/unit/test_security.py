@@ -17,7 +17,9 @@ from query_api.http import create_app
 from storage.keys import SqliteKeyStore
 from tests.conftest import chat_observations, fake_llm, serve_http
 from topology import limits
+from topology.errors import StoreUnavailable
 from topology.ports import Embedder
+from topology.schemas import Scope
 
 
 @dataclass
@@ -241,7 +243,7 @@ def test_whole_body_problems_get_clear_4xx(api: Api) -> None:
         assert c.get("/v1/conversations/" + "c" * (limits.MAX_ID + 1) + "/nodes").status_code == 422
         assert c.get("/v1/conversations/c%00/nodes").status_code == 422
         assert c.get("/v1/dead-letters", params={"limit": 0}).status_code == 422
-        assert c.get("/v1/conversations/c1/nodes").json() == []  # nothing above was written
+        assert c.get("/v1/conversations/c1/nodes").status_code == 404  # nothing above was written
         sources = [d["source"] for d in c.get("/v1/dead-letters", params={"limit": 1000}).json()]
         assert sources.count("http:body") == 5  # two not JSON, one not an array, empty, too many items
 
@@ -257,6 +259,33 @@ async def test_store_outage_is_503_with_retry_after(api: Api) -> None:
                   c.get("/v1/conversations/c1/nodes"), c.get("/v1/dead-letters")):
             assert r.status_code == 503, r.text
             assert r.headers["retry-after"] == "5"
+    # the stores themselves translate: reads too raise StoreUnavailable, never sqlite3.Error
+    stores, scope = api.service.mem.stores, Scope(tenant_id="acme", conversation_id="c1")
+    for read in (stores.nodes.get(scope, ["n"]), stores.nodes.scan(scope), stores.nodes.conversations("acme"),
+                 stores.edges.neighbours(scope, ["n"], ["semantic"], 5), stores.edges.decisions(scope),
+                 stores.lexical.search(scope, "puppy", 5), stores.dead_letters.recent(5, "acme")):
+        with pytest.raises(StoreUnavailable, match=r"^sqlite "):
+            await read
+
+
+def test_unknown_conversations_are_404_and_name_the_listing(api: Api) -> None:
+    """Reading or querying a conversation the key's tenant has no memory of answers 404 naming
+    ``GET /v1/conversations``; another tenant's conversation of that id is just as unknown, and
+    the answer never names any other conversation."""
+    with api.client("a") as a, api.client("b") as b:
+        assert b.post("/v1/observations", json=_items(None, conversation="globex-only")).status_code == 200
+        assert a.post("/v1/observations", json=_items(None, n=3, conversation="c1")).status_code == 200
+        for r in (a.post("/v1/query", json={"conversation_id": "globex-only", "question": "puppy?"}),
+                  a.get("/v1/conversations/globex-only/nodes"), a.get("/v1/conversations/globex-only/edges"),
+                  a.get("/v1/conversations/globex-only/decisions"),
+                  a.get("/v1/tenants/acme/conversations/globex-only/nodes")):
+            assert r.status_code == 404, r.text
+            detail = r.json()["detail"]
+            assert "no conversation 'globex-only'" in detail and "GET /v1/conversations" in detail
+            assert "c1" not in detail
+        assert b.get("/v1/conversations/globex-only/decisions").status_code == 200  # known there, even if empty
+        assert a.get("/v1/conversations/c1/decisions").json() == []  # known: empty, not unknown
+        assert a.post("/v1/query", json={"conversation_id": "c1", "question": "puppy?"}).status_code == 200
 
 
 def test_forgetting_over_http_is_per_tenant(api: Api) -> None:
@@ -279,6 +308,6 @@ def test_forgetting_over_http_is_per_tenant(api: Api) -> None:
         with api.client("a_ingest") as weak:
             assert weak.delete("/v1/conversations/c1").status_code == 403
         assert a.delete("/v1/conversations/c1").status_code == 200
-        assert a.get("/v1/conversations/c1/nodes").json() == []
+        assert a.get("/v1/conversations/c1/nodes").status_code == 404
         assert a.delete("/v1/conversations/c1").status_code == 404
         assert b.get("/v1/conversations/c1/nodes").json() == b_before

@@ -1,0 +1,254 @@
+"""What the HTTP API and the MCP server share: the deployment port they both call, its typed
+results, ingest validation, reads that say when a conversation is unknown, and the one table
+that turns the product's errors into answers.
+
+Both adapters call the functions here with the caller's :class:`~query_api.auth.Principal`
+already checked for scope; each adapter keeps only its transport (parsing a body, naming a tool)
+and renders an :class:`ErrorAnswer` its own way (an HTTP response, an MCP error result).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Literal, Protocol
+
+from pydantic import BaseModel, Field
+
+from query_api.auth import Principal, same_tenant
+from query_api.controller import Retrieval
+from query_api.items import ItemError, dump, safe, validate_items
+from query_api.recall import Recall, TooManyConversations, recall
+from topology import limits, observe
+from topology.errors import (
+    BrokerUnavailable,
+    Forbidden,
+    InvalidRequest,
+    JevMemError,
+    NotFound,
+    RequestError,
+    SystemOneError,
+    SystemTwoError,
+    Unauthenticated,
+    Unavailable,
+    UnknownConversation,
+)
+from topology.schemas import ConsolidationDecision, DeadLetter, EdgeEvent, MemoryNode, Observation, Scope
+
+RETRY_AFTER_S = 5
+"""Seconds a caller is told to wait after an outage (503) or a model service failure (502)."""
+MESSAGE_CHARS = 500
+"""An error answer quotes at most this many characters of the underlying error."""
+
+
+class ForgetApplied(BaseModel):
+    """A forget applied before the call returned (embedded): counts of what existed and was
+    removed. ``status`` is "deleted" when anything was, else "not_found"."""
+
+    status: Literal["deleted", "not_found"]
+    nodes: int
+    edges: int
+    decisions: int
+    seq: int | None = Field(default=None, description="The forgotten observation's seq (kept: never reused).")
+
+    @classmethod
+    def counted(cls, nodes: int, edges: int, decisions: int, seq: int | None) -> ForgetApplied:
+        return cls(status="deleted" if nodes or edges or decisions else "not_found", nodes=nodes, edges=edges,
+                   decisions=decisions, seq=seq)
+
+    @property
+    def found(self) -> bool:
+        return self.status == "deleted"
+
+
+class ForgetAccepted(BaseModel):
+    """A forget durably queued (distributed): the conversation's worker applies it after the
+    events sent before it."""
+
+    status: Literal["accepted"] = "accepted"
+
+
+ForgetResult = ForgetApplied | ForgetAccepted
+
+
+class MemoryService(Protocol):
+    """What the API and the MCP server need from a deployment (embedded or distributed).
+
+    Every method is scoped by the tenant it is given (the caller's key's) and raises only
+    :class:`~topology.errors.JevMemError`\\ s for what it cannot do (a store outage is
+    :class:`~topology.errors.StoreUnavailable`, a broker's :class:`~topology.errors.BrokerUnavailable`)."""
+
+    async def start(self) -> None: ...
+
+    async def stop(self) -> None: ...
+
+    async def submit(self, observations: Sequence[Observation]) -> None:
+        """Durably accept valid observations (written, or acknowledged by the broker)."""
+        ...
+
+    async def reject(self, letters: Sequence[DeadLetter]) -> None: ...
+
+    async def retrieve(self, scope: Scope, question: str, top_k: int) -> Retrieval: ...
+
+    async def answer(self, question: str, evidence: Sequence[str]) -> str | None: ...
+
+    async def nodes(self, scope: Scope) -> list[MemoryNode]: ...
+
+    async def edges(self, scope: Scope) -> list[EdgeEvent]: ...
+
+    async def conversations(self, tenant_id: str) -> list[tuple[str, int]]:
+        """The tenant's conversations with their node counts."""
+        ...
+
+    async def decisions(self, scope: Scope) -> list[ConsolidationDecision]: ...
+
+    async def forget(self, scope: Scope, event_id: str | None) -> ForgetResult:
+        """Delete one observation (``event_id``) or the whole conversation from every store."""
+        ...
+
+    async def dead_letters(self, tenant_id: str, limit: int) -> list[DeadLetter]: ...
+
+    async def health(self) -> dict[str, Any]: ...
+
+
+class TooManyItems(RequestError):
+    """More observations in one call than :data:`topology.limits.MAX_BATCH_ITEMS` (HTTP 413)."""
+
+
+@dataclass
+class Ingested:
+    """What :func:`ingest` did: the observations written and the per-item reasons of the refused."""
+
+    accepted: list[Observation]
+    errors: list[ItemError] = field(default_factory=list)
+
+
+async def ingest(service: MemoryService, who: Principal, items: Sequence[Any], *, source: str, whole: str,
+                 raw: str | bytes | None = None, defaults: Mapping[str, Callable[[], str]] | None = None) -> Ingested:
+    """Validate ``items`` one by one (:func:`query_api.items.validate_items`), dead-letter the
+    invalid ones (sourced ``{source}#{index}``) and submit the valid ones.
+
+    Raises, before anything is written: :class:`TooManyItems` over the cap (the whole call is then
+    dead-lettered, sourced ``whole``, holding ``raw`` or a JSON copy of ``items``);
+    :class:`~topology.errors.Forbidden` when an item names another tenant."""
+    if len(items) > limits.MAX_BATCH_ITEMS:
+        reason = f"{len(items)} items in one request; the limit is {limits.MAX_BATCH_ITEMS}"
+        await dead_letter(service, [DeadLetter.of(raw if raw is not None else dump(list(items)), reason, whole,
+                                                  who.tenant_id)], source)
+        raise TooManyItems(reason)
+    for item in items:
+        if isinstance(item, dict):
+            same_tenant(who, item.get("tenant_id") if isinstance(item.get("tenant_id"), str) else None)
+    good, errors, letters = validate_items(items, who.tenant_id, source, defaults)
+    await dead_letter(service, letters, source)
+    if good:
+        await service.submit(good)
+    return Ingested(good, errors)
+
+
+async def dead_letter(service: MemoryService, letters: Sequence[DeadLetter], source: str) -> None:
+    """Store ``letters`` (none: nothing) and count them under ``source``."""
+    if letters:
+        await service.reject(letters)
+        observe.count("dead_letter", len(letters), source)
+
+
+async def require_known(service: MemoryService, scope: Scope) -> None:
+    """:class:`~topology.errors.UnknownConversation` unless the scope's tenant has memory of its
+    conversation (only the tenant's own conversations are consulted)."""
+    if not any(c == scope.conversation_id for c, _ in await service.conversations(scope.tenant_id)):
+        raise UnknownConversation(scope.conversation_id)
+
+
+async def retrieve(service: MemoryService, scope: Scope, question: str, top_k: int) -> Retrieval:
+    """``service.retrieve``; an empty answer from a conversation the tenant does not have raises
+    :class:`~topology.errors.UnknownConversation` (a known one may answer empty)."""
+    res = await service.retrieve(scope, question, top_k)
+    if not res.evidence:
+        await require_known(service, scope)
+    return res
+
+
+async def recall_across(service: MemoryService, tenant_id: str, question: str, top_k: int,
+                        conversation_ids: Sequence[str] | None) -> Recall:
+    """:func:`query_api.recall.recall`, with a list over its cap refused as
+    :class:`~topology.errors.InvalidRequest`."""
+    try:
+        return await recall(service, tenant_id, question, top_k, conversation_ids)
+    except TooManyConversations as exc:
+        raise InvalidRequest(str(exc)) from exc
+
+
+async def nodes(service: MemoryService, scope: Scope) -> list[MemoryNode]:
+    """The conversation's nodes; :class:`~topology.errors.UnknownConversation` when it has none."""
+    out = await service.nodes(scope)
+    if not out:
+        raise UnknownConversation(scope.conversation_id)
+    return out
+
+
+async def edges(service: MemoryService, scope: Scope) -> list[EdgeEvent]:
+    """The conversation's edges; :class:`~topology.errors.UnknownConversation` for an unknown one."""
+    out = await service.edges(scope)
+    if not out:
+        await require_known(service, scope)
+    return out
+
+
+async def decisions(service: MemoryService, scope: Scope) -> list[ConsolidationDecision]:
+    """The conversation's consolidation decisions; :class:`~topology.errors.UnknownConversation`
+    for an unknown one."""
+    out = await service.decisions(scope)
+    if not out:
+        await require_known(service, scope)
+    return out
+
+
+@dataclass(frozen=True)
+class ErrorAnswer:
+    """How the API answers an error: an HTTP ``status``, the ``message`` a caller reads (the MCP
+    server's error result carries the same text) and the response ``headers``."""
+
+    status: int
+    message: str
+    headers: Mapping[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class _Row:
+    error: type[JevMemError]
+    status: int
+    label: str
+    retry: bool = False
+
+
+ERRORS: tuple[_Row, ...] = (
+    _Row(Unauthenticated, 401, "unauthenticated"),
+    _Row(Forbidden, 403, "forbidden"),
+    _Row(NotFound, 404, "not found"),
+    _Row(TooManyItems, 413, "too large"),
+    _Row(InvalidRequest, 422, "invalid request"),
+    _Row(Unavailable, 503, "temporarily unavailable, retry later", retry=True),
+    _Row(SystemOneError, 502, "System One failed, retry later", retry=True),
+    _Row(SystemTwoError, 502, "System Two failed, retry later", retry=True),
+)
+"""The error table, first match wins: every status the API answers for an error it raised on
+purpose. Errors outside it (a misconfigured store: ``IncompatibleStore``, ``ModelMismatch``) are
+not the caller's to fix and surface as server errors."""
+
+
+def answer_for(exc: JevMemError, listing: str) -> ErrorAnswer | None:
+    """The answer to ``exc`` from :data:`ERRORS` (None: not an error a caller can act on).
+    ``listing`` is how this adapter's callers list their conversations (named when one is unknown)."""
+    row = next((r for r in ERRORS if isinstance(exc, r.error)), None)
+    if row is None:
+        return None
+    if isinstance(exc, Unavailable):
+        observe.count("store_error", 1, "broker" if isinstance(exc, BrokerUnavailable) else "store")
+    text = safe(str(exc))[:MESSAGE_CHARS]
+    if isinstance(exc, UnknownConversation):
+        text += f"; list the known ones with {listing}"
+    headers = {"Retry-After": str(RETRY_AFTER_S)} if row.retry else {}
+    if row.status == 401:
+        headers = {"WWW-Authenticate": "Bearer"}
+    return ErrorAnswer(row.status, f"{row.label}: {text}", headers)
