@@ -112,7 +112,8 @@ async def run_locomo(directory: Path, settings: Settings, embedder: Embedder,
                 static = baselines.StaticRetriever(mem.embedder, mem.stores.vectors, mem.stores.lexical,
                                                    mem.stores.nodes, settings.params)
                 flat = RetrievalController(mem.embedder, mem.controller.so, mem.stores.vectors, mem.stores.lexical,
-                                           mem.stores.nodes, mem.stores.edges, no_graph(settings.params))
+                                           mem.stores.nodes, mem.stores.edges, no_graph(settings.params),
+                                           scorer=mem.controller.scorer)
                 for j, q in enumerate(qs):
                     t1 = time.perf_counter()
                     res = await mem.controller.retrieve(scope, q.question, top_k=max(KS))

@@ -485,8 +485,7 @@ def forget(conversation: Annotated[str, typer.Option("--conversation", "-c", met
         _, service = _service(settings, distributed)
         await service.start()
         try:
-            out: dict[str, Any] = await service.forget(scope, event)
-            return out
+            return (await service.forget(scope, event)).model_dump()
         finally:
             await service.stop()
 

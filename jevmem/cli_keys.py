@@ -22,14 +22,15 @@ def _settings(data_dir: str | None) -> Settings:
     return s if data_dir is None else s.model_copy(update={"data_dir": data_dir})
 
 
-DataDir = Annotated[str | None, typer.Option("--data-dir", help="Embedded store directory [env JEVMEM_DATA_DIR].")]
+DataDir = Annotated[str | None, typer.Option(
+    "--data-dir", metavar="DIR", help="Embedded store directory [env JEVMEM_DATA_DIR, default .jevmem].")]
 Json = Annotated[bool, typer.Option("--json", help="Print JSON.")]
 
 
 @keys_app.command("create")
-def create(tenant: Annotated[str, typer.Option(help="The tenant this key acts for.")],
-           scopes: Annotated[str, typer.Option(help="Comma-separated: ingest, query, admin.")] = "ingest,query",
-           label: Annotated[str, typer.Option(help="A note to recognise the key by.")] = "",
+def create(tenant: Annotated[str, typer.Option(metavar="TENANT", help="The tenant this key acts for.")],
+           scopes: Annotated[str, typer.Option(metavar="SCOPES", help="Comma-separated: ingest, query, admin.")] = "ingest,query",
+           label: Annotated[str, typer.Option(metavar="LABEL", help="A note to recognise the key by.")] = "",
            data_dir: DataDir = None, as_json: Json = False) -> None:
     """Make a key and print it once (only its hash is stored)."""
     from jevmem.wiring import key_store
@@ -58,7 +59,7 @@ def create(tenant: Annotated[str, typer.Option(help="The tenant this key acts fo
 
 
 @keys_app.command("list")
-def list_keys(tenant: Annotated[str | None, typer.Option(help="Only this tenant's keys.")] = None,
+def list_keys(tenant: Annotated[str | None, typer.Option(metavar="TENANT", help="Only this tenant's keys.")] = None,
               data_dir: DataDir = None, as_json: Json = False) -> None:
     """Key ids, tenants, scopes and state (never the keys)."""
     from jevmem.wiring import key_store

@@ -12,7 +12,7 @@ from typing import Any
 from elasticsearch import AsyncElasticsearch, ConflictError, NotFoundError
 
 from jevmem.settings import Settings
-from jevmem.wiring import system_one, system_two
+from jevmem.wiring import system_one, system_one_and_scorer, system_two
 from query_api.controller import Retrieval, RetrievalController
 from query_api.service import ForgetAccepted
 from storage.elastic import (
@@ -191,8 +191,9 @@ class DistributedService:
         self._stores = distributed_stores(self.settings, prefix, self.embedder.dim, owner=True)
         self._producer = ObservationProducer(self.settings.kafka(), self.settings.topic_prefix)
         s = self._stores
-        self._controller = RetrievalController(self.embedder, system_one(self.settings), s.vectors, s.lexical,
-                                               s.nodes, s.edges, self.settings.params)
+        inner, scorer = system_one_and_scorer(self.settings)
+        self._controller = RetrievalController(self.embedder, inner, s.vectors, s.lexical,
+                                               s.nodes, s.edges, self.settings.params, scorer=scorer)
 
     @property
     def stores(self) -> Stores:
@@ -324,7 +325,6 @@ async def replay(settings: Settings, source: str, new_prefix: str, switch: bool)
                                             await asyncio.to_thread(log, "consolidation"))
         elif source == "observations":
             wp = write_path(settings, new, embedder)
-            assert isinstance(wp.so, CountingSystemOne)
             report = await recompute(EmbeddedPipeline(new, wp, wp.so), await asyncio.to_thread(log, "observations"),
                                      settings.write_batch)
         else:

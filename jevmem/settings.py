@@ -113,7 +113,7 @@ class Settings(BaseSettings):
     log_format: Literal["json", "text"] = "json"  # serve, worker, mcp: one JSON object per line
     log_level: str = "INFO"
     metrics_port: int | None = None  # a worker's Prometheus /metrics port (the API serves /metrics itself)
-    # API keys (see README, "Security model")
+    # API keys (see docs/security.md)
     keys_index: str = "jevmem-keys"  # distributed mode: the Elasticsearch index of key records
     auth_cache_seconds: float = 5.0  # a verified key is trusted this long (revocation delay)
 

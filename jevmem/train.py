@@ -26,6 +26,7 @@ from jevmem.bench import CATS, KS, recall
 from jevmem.settings import Settings
 from jevmem.wiring import Embedded, build_embedded
 from query_api.controller import RetrievalController
+from query_api.scoring import LocalScorer
 from topology.embedding import Embedder
 from topology.schemas import MemoryNode, Scope
 from topology.systemone.features import SCORE_FEATURES, ScoreState
@@ -106,8 +107,9 @@ async def build(files: Sequence[Path], settings: Settings, embedder: Embedder, r
 
 def _controller(c: Conversation, model: ScoreModel, settings: Settings) -> RetrievalController:
     m = c.mem
-    return RetrievalController(m.embedder, LocalSystemOne(model), m.stores.vectors, m.stores.lexical, m.stores.nodes,
-                               m.stores.edges, settings.params)
+    backend = LocalSystemOne(model)
+    return RetrievalController(m.embedder, backend, m.stores.vectors, m.stores.lexical, m.stores.nodes,
+                               m.stores.edges, settings.params, scorer=LocalScorer(backend))
 
 
 async def collect(convs: Sequence[Conversation], model: ScoreModel, settings: Settings) -> Rows:

@@ -9,6 +9,7 @@ from typing import Any
 
 from jevmem.settings import Settings
 from query_api.controller import Retrieval, RetrievalController
+from query_api.scoring import LocalScorer, Scorer
 from query_api.service import ForgetApplied
 from query_api.system_two import OpenAICompatibleSystemTwo
 from storage.keys import ElasticKeyStore, KeyStore, SqliteKeyStore
@@ -26,15 +27,22 @@ from topology.systemone.port import CountingSystemOne, SystemOne
 
 
 def system_one(settings: Settings) -> SystemOne:
+    return system_one_and_scorer(settings)[0]
+
+
+def system_one_and_scorer(settings: Settings) -> tuple[SystemOne, Scorer | None]:
+    """The configured System One, and the in-process scorer that answers its candidate-scoring
+    questions without the request path when it is the ``local`` backend (None: ask it)."""
     if settings.system_one == "local":
-        return LocalSystemOne(embedder=settings.embedder)
+        local = LocalSystemOne(embedder=settings.embedder)
+        return local, LocalScorer(local)
     from typesafe_sdk import AsyncTypeSafeClient
 
     from topology.systemone.typesafe import TypeSafeSystemOne
 
     key = settings.typesafe_api_key.get_secret_value() if settings.typesafe_api_key else None
     client = AsyncTypeSafeClient(api_key=key, base_url=settings.typesafe_base_url, model=settings.typesafe_model)
-    return TypeSafeSystemOne(client, model=settings.typesafe_model)
+    return TypeSafeSystemOne(client, model=settings.typesafe_model), None
 
 
 def system_two(settings: Settings) -> OpenAICompatibleSystemTwo | None:
@@ -84,12 +92,13 @@ class Embedded:
 def build_embedded(settings: Settings, embedder: Embedder | None = None, data_dir: Path | str | None = None) -> Embedded:
     emb = embedder or load_embedder(settings.embedder, settings.model_cache)
     stores = embedded_stores(data_dir if data_dir is not None else settings.data_dir, emb.dim, emb.name)
-    so = CountingSystemOne(system_one(settings))
+    inner, scorer = system_one_and_scorer(settings)
+    so = CountingSystemOne(inner)
     reader = ScopeCache(stores.nodes)
     stores.attach(reader)
     write_path = WritePath(emb, so, reader, settings.params, summariser=system_two(settings))
     controller = RetrievalController(emb, so.inner, stores.vectors, stores.lexical, stores.nodes, stores.edges,
-                                     settings.params)
+                                     settings.params, scorer=scorer)
     return Embedded(EmbeddedPipeline(stores, write_path, so, settings.write_batch), controller, emb, stores)
 
 

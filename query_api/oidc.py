@@ -9,7 +9,7 @@ Contracts:
   allowed algorithm (asymmetric only: ``RS256``/``ES256`` by default; ``none`` and HMAC never),
   ``iss`` equal to the issuer, ``aud`` containing the audience, and ``exp`` in the future
   (``nbf``/``iat`` respected; ``leeway_s`` of clock skew). Anything else is
-  :class:`~query_api.auth.Unauthenticated` (HTTP 401) with the reason.
+  :class:`~topology.errors.Unauthenticated` (HTTP 401) with the reason.
 * The tenant is the ``tenant_claim`` claim (a string); the scopes are the ``scope_claim`` claim
   (space-separated string or list), each with ``scope_prefix`` removed, kept when it is one of
   ``ingest``, ``query``, ``admin``. A token with no tenant or none of those scopes is refused.
@@ -27,8 +27,9 @@ from typing import Any
 
 import jwt
 
-from query_api.auth import Principal, Unauthenticated
+from query_api.auth import Principal
 from storage.keys import SCOPES
+from topology.errors import Unauthenticated
 
 
 @dataclass(frozen=True)

@@ -35,7 +35,7 @@ from topology import limits
 from topology.schemas import Ident, Scope
 
 MAX_CONVERSATIONS = 50
-"""The most conversations one recall call fans out to (documented in the README)."""
+"""The most conversations one recall call fans out to (documented in docs/api.md)."""
 CONCURRENCY = 4
 """How many per-conversation retrievals run at once."""
 

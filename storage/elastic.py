@@ -185,7 +185,7 @@ class Visibility:
     acknowledged). With one, the write path's bulks (``deferred=True``) are buffered here and sent
     as one bulk request by :meth:`flush` (durable: fsync'd translog) without a refresh; the write
     path flushes before a batch is acknowledged (``Stores.sync`` at the end of
-    ``streams.embedded.write_batch``). Partial updates of the same document in the buffer (a
+    ``streams.write_path.write_batch``). Partial updates of the same document in the buffer (a
     node's lexical and canonical fields) are merged into one update.
 
     Reads: a search or count through an adapter sharing it first sends the buffer, then refreshes

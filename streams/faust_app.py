@@ -11,7 +11,7 @@ applied, then the rest. Applying it: plan (``streams.forget.plan``), log the
 delete. Logging first means a crash between the two leaves a marker whose deletion the retry (or a
 rebuild from the derived log) performs; the deletion is idempotent.
 
-Contracts (what makes a worker's death harmless, see README "Guarantees"):
+Contracts (what makes a worker's death harmless, see docs/guarantees.md):
 
 * One consumed topic, no Faust Table. A conversation (the record key) lives on one partition, so
   it has one writer at a time: the partition's owner.

@@ -1,6 +1,6 @@
 """Input limits and text rules, enforced wherever input enters (HTTP, topics, files).
 
-Every limit here is part of the public contract (README, "Security model"). An input that breaks
+Every limit here is part of the public contract (docs/security.md). An input that breaks
 one is rejected with a reason naming the field; nothing is silently truncated except the copy of
 the original kept in a dead letter (``DEAD_LETTER_ORIGINAL_BYTES``).
 """

@@ -11,7 +11,8 @@ import pytest
 KAFKA = os.environ.get("JEVMEM_TEST_KAFKA")
 ES_URL = os.environ.get("JEVMEM_TEST_ES_URL")
 QDRANT_URL = os.environ.get("JEVMEM_TEST_QDRANT_URL")
-LOCOMO = Path(__file__).resolve().parents[3] / "shared" / "data" / "locomo"
+#: The dev conversations (``JEVMEM_TEST_LOCOMO``, else ``../shared/data/locomo`` beside the checkout).
+LOCOMO = Path(os.environ.get("JEVMEM_TEST_LOCOMO") or Path(__file__).resolve().parents[3] / "shared" / "data" / "locomo")
 #: The topic layout settings for the single test broker of ``scripts/kafka/kafka.sh``.
 SINGLE_BROKER = {"kafka_replication_factor": 1, "kafka_min_insync_replicas": 1}
 

@@ -20,7 +20,7 @@ if not ES_URL:
 from jevmem.distributed import distributed_stores, prepare_indices, write_path  # noqa: E402
 from jevmem.settings import Settings  # noqa: E402
 from storage.elastic import Visibility  # noqa: E402
-from streams.embedded import write_batch  # noqa: E402
+from streams.write_path import write_batch  # noqa: E402
 from tests.conftest import chat_observations  # noqa: E402
 from topology.embedding import default_embedder  # noqa: E402
 

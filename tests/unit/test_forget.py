@@ -137,9 +137,9 @@ async def test_the_service_reports_counts(embedder: Embedder, tmp_path: object) 
     try:
         await service.submit(chat_observations(n=4))
         out = await service.forget(A, "e1")
-        assert out["status"] == "deleted" and out["nodes"] == 1 and out["seq"] == 1
-        assert (await service.forget(A, "never-sent"))["status"] == "not_found"
-        assert (await service.forget(A, None))["nodes"] == 3
+        assert out.status == "deleted" and out.nodes == 1 and out.seq == 1
+        assert (await service.forget(A, "never-sent")).status == "not_found"
+        assert (await service.forget(A, None)).nodes == 3
         assert await service.nodes(A) == []
     finally:
         await service.stop()

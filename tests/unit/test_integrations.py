@@ -37,7 +37,7 @@ class Api:
 
 
 @pytest.fixture
-def api(embedder: Embedder) -> Iterator[Api]:
+def api(model_embedder: Embedder) -> Iterator[Api]:
     import asyncio
 
     store = SqliteKeyStore(":memory:")
@@ -45,7 +45,7 @@ def api(embedder: Embedder) -> Iterator[Api]:
     for name, tenant in [("a", "acme"), ("b", "globex")]:
         keys[name], record = mint(tenant, ["ingest", "query", "admin"])
         asyncio.run(store.create(record))
-    service = EmbeddedService(Settings(), embedder=embedder, data_dir=":memory:")
+    service = EmbeddedService(Settings(), embedder=model_embedder, data_dir=":memory:")
     with serve_http(create_app(service, Authenticator(store, cache_seconds=0))) as url:
         yield Api(url, keys)
 

@@ -214,6 +214,7 @@ async def _make_key(data_dir: Path, tenant: str, scopes: list[str]) -> str:
 MCP_CMD = [sys.executable, "-c", "from jevmem.cli import main; main()", "mcp"]
 
 
+@pytest.mark.model  # the subprocess loads the real model
 async def test_stdio_server_over_a_subprocess(tmp_path: Path) -> None:
     key = await _make_key(tmp_path, "acme", ["ingest", "query", "admin"])
     params = StdioServerParameters(command=MCP_CMD[0], args=MCP_CMD[1:], env=_subprocess_env(tmp_path, key), cwd=str(ROOT))

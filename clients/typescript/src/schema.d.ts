@@ -424,10 +424,54 @@ export interface components {
             /** Via */
             via: string;
         };
-        /** HTTPValidationError */
-        HTTPValidationError: {
-            /** Detail */
-            detail?: components["schemas"]["ValidationError"][];
+        /**
+         * FieldError
+         * @description One field at fault: where (``loc``: "body", "path", "query", then names and indexes), why,
+         *     and the kind of error (pydantic's error type).
+         */
+        FieldError: {
+            /** Loc */
+            loc: (string | number)[];
+            /** Msg */
+            msg: string;
+            /** Type */
+            type: string;
+        };
+        /**
+         * ForgetAccepted
+         * @description A forget durably queued (distributed): the conversation's worker applies it after the
+         *     events sent before it.
+         */
+        ForgetAccepted: {
+            /**
+             * Status
+             * @default accepted
+             * @constant
+             */
+            status: "accepted";
+        };
+        /**
+         * ForgetApplied
+         * @description A forget applied before the call returned (embedded): counts of what existed and was
+         *     removed. ``status`` is "deleted" when anything was, else "not_found".
+         */
+        ForgetApplied: {
+            /** Decisions */
+            decisions: number;
+            /** Edges */
+            edges: number;
+            /** Nodes */
+            nodes: number;
+            /**
+             * Seq
+             * @description The forgotten observation's seq (kept: never reused).
+             */
+            seq?: number | null;
+            /**
+             * Status
+             * @enum {string}
+             */
+            status: "deleted" | "not_found";
         };
         /** IngestResponse */
         IngestResponse: {
@@ -520,6 +564,14 @@ export interface components {
              *     }
              */
             types: components["schemas"]["TypeScores"];
+        };
+        /**
+         * Problem
+         * @description The body of every failure but a 422: what went wrong, for a person.
+         */
+        Problem: {
+            /** Detail */
+            detail: string;
         };
         /** QueryRequest */
         QueryRequest: {
@@ -730,18 +782,13 @@ export interface components {
              */
             semantic: number;
         };
-        /** ValidationError */
-        ValidationError: {
-            /** Context */
-            ctx?: Record<string, never>;
-            /** Input */
-            input?: unknown;
-            /** Location */
-            loc: (string | number)[];
-            /** Message */
-            msg: string;
-            /** Error Type */
-            type: string;
+        /**
+         * ValidationProblem
+         * @description The body of a 422 (FastAPI's validation error shape).
+         */
+        ValidationProblem: {
+            /** Detail */
+            detail: components["schemas"]["FieldError"][];
         };
     };
     responses: never;
@@ -792,6 +839,35 @@ export interface operations {
                     "application/json": components["schemas"]["Conversation"][];
                 };
             };
+            /** @description No valid API key (`Authorization: Bearer <key>`). */
+            401: {
+                headers: {
+                    "WWW-Authenticate"?: string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The key lacks this endpoint's scope, or the request names another tenant. */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description A store or the broker is unavailable; retry after `Retry-After` seconds. */
+            503: {
+                headers: {
+                    "Retry-After"?: number;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Problem"];
+                };
+            };
         };
     };
     forget_conversation_v1_conversations__conversation_id__delete: {
@@ -805,13 +881,13 @@ export interface operations {
         };
         requestBody?: never;
         responses: {
-            /** @description Successful Response */
+            /** @description Forgotten (embedded): what was removed. */
             200: {
                 headers: {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": unknown;
+                    "application/json": components["schemas"]["ForgetApplied"];
                 };
             };
             /** @description Accepted (distributed mode): applied by the conversation's worker, in order. */
@@ -819,22 +895,55 @@ export interface operations {
                 headers: {
                     [name: string]: unknown;
                 };
-                content?: never;
+                content: {
+                    "application/json": components["schemas"]["ForgetAccepted"];
+                };
             };
-            /** @description Nothing to forget. */
+            /** @description No valid API key (`Authorization: Bearer <key>`). */
+            401: {
+                headers: {
+                    "WWW-Authenticate"?: string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The key lacks this endpoint's scope, or the request names another tenant. */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Nothing to forget (`status` is `not_found`). */
             404: {
                 headers: {
                     [name: string]: unknown;
                 };
-                content?: never;
+                content: {
+                    "application/json": components["schemas"]["ForgetApplied"];
+                };
             };
-            /** @description Validation Error */
+            /** @description The request is invalid: `detail` lists the fields at fault. */
             422: {
                 headers: {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": components["schemas"]["HTTPValidationError"];
+                    "application/json": components["schemas"]["ValidationProblem"];
+                };
+            };
+            /** @description A store or the broker is unavailable; retry after `Retry-After` seconds. */
+            503: {
+                headers: {
+                    "Retry-After"?: number;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Problem"];
                 };
             };
         };
@@ -859,13 +968,51 @@ export interface operations {
                     "application/json": components["schemas"]["ConsolidationDecision"][];
                 };
             };
-            /** @description Validation Error */
+            /** @description No valid API key (`Authorization: Bearer <key>`). */
+            401: {
+                headers: {
+                    "WWW-Authenticate"?: string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The key lacks this endpoint's scope, or the request names another tenant. */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The tenant has no memory of this conversation; `GET /v1/conversations` lists the known ones. */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The request is invalid: `detail` lists the fields at fault. */
             422: {
                 headers: {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": components["schemas"]["HTTPValidationError"];
+                    "application/json": components["schemas"]["ValidationProblem"];
+                };
+            };
+            /** @description A store or the broker is unavailable; retry after `Retry-After` seconds. */
+            503: {
+                headers: {
+                    "Retry-After"?: number;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Problem"];
                 };
             };
         };
@@ -890,13 +1037,51 @@ export interface operations {
                     "application/json": components["schemas"]["EdgeEvent"][];
                 };
             };
-            /** @description Validation Error */
+            /** @description No valid API key (`Authorization: Bearer <key>`). */
+            401: {
+                headers: {
+                    "WWW-Authenticate"?: string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The key lacks this endpoint's scope, or the request names another tenant. */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The tenant has no memory of this conversation; `GET /v1/conversations` lists the known ones. */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The request is invalid: `detail` lists the fields at fault. */
             422: {
                 headers: {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": components["schemas"]["HTTPValidationError"];
+                    "application/json": components["schemas"]["ValidationProblem"];
+                };
+            };
+            /** @description A store or the broker is unavailable; retry after `Retry-After` seconds. */
+            503: {
+                headers: {
+                    "Retry-After"?: number;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Problem"];
                 };
             };
         };
@@ -921,13 +1106,51 @@ export interface operations {
                     "application/json": components["schemas"]["MemoryNode"][];
                 };
             };
-            /** @description Validation Error */
+            /** @description No valid API key (`Authorization: Bearer <key>`). */
+            401: {
+                headers: {
+                    "WWW-Authenticate"?: string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The key lacks this endpoint's scope, or the request names another tenant. */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The tenant has no memory of this conversation; `GET /v1/conversations` lists the known ones. */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The request is invalid: `detail` lists the fields at fault. */
             422: {
                 headers: {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": components["schemas"]["HTTPValidationError"];
+                    "application/json": components["schemas"]["ValidationProblem"];
+                };
+            };
+            /** @description A store or the broker is unavailable; retry after `Retry-After` seconds. */
+            503: {
+                headers: {
+                    "Retry-After"?: number;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Problem"];
                 };
             };
         };
@@ -944,13 +1167,13 @@ export interface operations {
         };
         requestBody?: never;
         responses: {
-            /** @description Successful Response */
+            /** @description Forgotten (embedded): what was removed. */
             200: {
                 headers: {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": unknown;
+                    "application/json": components["schemas"]["ForgetApplied"];
                 };
             };
             /** @description Accepted (distributed mode): applied by the conversation's worker, in order. */
@@ -958,22 +1181,55 @@ export interface operations {
                 headers: {
                     [name: string]: unknown;
                 };
-                content?: never;
+                content: {
+                    "application/json": components["schemas"]["ForgetAccepted"];
+                };
             };
-            /** @description Nothing to forget. */
+            /** @description No valid API key (`Authorization: Bearer <key>`). */
+            401: {
+                headers: {
+                    "WWW-Authenticate"?: string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The key lacks this endpoint's scope, or the request names another tenant. */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Nothing to forget (`status` is `not_found`). */
             404: {
                 headers: {
                     [name: string]: unknown;
                 };
-                content?: never;
+                content: {
+                    "application/json": components["schemas"]["ForgetApplied"];
+                };
             };
-            /** @description Validation Error */
+            /** @description The request is invalid: `detail` lists the fields at fault. */
             422: {
                 headers: {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": components["schemas"]["HTTPValidationError"];
+                    "application/json": components["schemas"]["ValidationProblem"];
+                };
+            };
+            /** @description A store or the broker is unavailable; retry after `Retry-After` seconds. */
+            503: {
+                headers: {
+                    "Retry-After"?: number;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Problem"];
                 };
             };
         };
@@ -998,13 +1254,42 @@ export interface operations {
                     "application/json": components["schemas"]["DeadLetter"][];
                 };
             };
-            /** @description Validation Error */
+            /** @description No valid API key (`Authorization: Bearer <key>`). */
+            401: {
+                headers: {
+                    "WWW-Authenticate"?: string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The key lacks this endpoint's scope, or the request names another tenant. */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The request is invalid: `detail` lists the fields at fault. */
             422: {
                 headers: {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": components["schemas"]["HTTPValidationError"];
+                    "application/json": components["schemas"]["ValidationProblem"];
+                };
+            };
+            /** @description A store or the broker is unavailable; retry after `Retry-After` seconds. */
+            503: {
+                headers: {
+                    "Retry-After"?: number;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Problem"];
                 };
             };
         };
@@ -1075,22 +1360,55 @@ export interface operations {
                 headers: {
                     [name: string]: unknown;
                 };
-                content?: never;
+                content: {
+                    "application/json": components["schemas"]["Problem"];
+                };
             };
-            /** @description Too many items or bytes. */
+            /** @description No valid API key (`Authorization: Bearer <key>`). */
+            401: {
+                headers: {
+                    "WWW-Authenticate"?: string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The key lacks this endpoint's scope, or the request names another tenant. */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The body is over the byte limit, or holds too many items. */
             413: {
                 headers: {
                     [name: string]: unknown;
                 };
-                content?: never;
+                content: {
+                    "application/json": components["schemas"]["Problem"];
+                };
             };
-            /** @description Some items were invalid; the rest were accepted. */
+            /** @description Some items were invalid (the rest were accepted), or the body is not an array. */
             422: {
                 headers: {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": components["schemas"]["IngestResponse"];
+                    "application/json": components["schemas"]["IngestResponse"] | components["schemas"]["ValidationProblem"];
+                };
+            };
+            /** @description A store or the broker is unavailable; retry after `Retry-After` seconds. */
+            503: {
+                headers: {
+                    "Retry-After"?: number;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Problem"];
                 };
             };
         };
@@ -1117,13 +1435,79 @@ export interface operations {
                     "application/json": components["schemas"]["QueryResponse"];
                 };
             };
-            /** @description Validation Error */
+            /** @description The body is not JSON. */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description No valid API key (`Authorization: Bearer <key>`). */
+            401: {
+                headers: {
+                    "WWW-Authenticate"?: string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The key lacks this endpoint's scope, or the request names another tenant. */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The tenant has no memory of this conversation; `GET /v1/conversations` lists the known ones. */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The body is over the byte limit, or holds too many items. */
+            413: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The request is invalid: `detail` lists the fields at fault. */
             422: {
                 headers: {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": components["schemas"]["HTTPValidationError"];
+                    "application/json": components["schemas"]["ValidationProblem"];
+                };
+            };
+            /** @description System One or System Two failed; retry after `Retry-After` seconds. */
+            502: {
+                headers: {
+                    "Retry-After"?: number;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description A store or the broker is unavailable; retry after `Retry-After` seconds. */
+            503: {
+                headers: {
+                    "Retry-After"?: number;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Problem"];
                 };
             };
         };
@@ -1150,13 +1534,70 @@ export interface operations {
                     "application/json": components["schemas"]["Recall"];
                 };
             };
-            /** @description Validation Error */
+            /** @description The body is not JSON. */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description No valid API key (`Authorization: Bearer <key>`). */
+            401: {
+                headers: {
+                    "WWW-Authenticate"?: string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The key lacks this endpoint's scope, or the request names another tenant. */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The body is over the byte limit, or holds too many items. */
+            413: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The request is invalid: `detail` lists the fields at fault. */
             422: {
                 headers: {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": components["schemas"]["HTTPValidationError"];
+                    "application/json": components["schemas"]["ValidationProblem"];
+                };
+            };
+            /** @description System One or System Two failed; retry after `Retry-After` seconds. */
+            502: {
+                headers: {
+                    "Retry-After"?: number;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description A store or the broker is unavailable; retry after `Retry-After` seconds. */
+            503: {
+                headers: {
+                    "Retry-After"?: number;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Problem"];
                 };
             };
         };
@@ -1182,13 +1623,51 @@ export interface operations {
                     "application/json": components["schemas"]["EdgeEvent"][];
                 };
             };
-            /** @description Validation Error */
+            /** @description No valid API key (`Authorization: Bearer <key>`). */
+            401: {
+                headers: {
+                    "WWW-Authenticate"?: string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The key lacks this endpoint's scope, or the request names another tenant. */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The tenant has no memory of this conversation; `GET /v1/conversations` lists the known ones. */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The request is invalid: `detail` lists the fields at fault. */
             422: {
                 headers: {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": components["schemas"]["HTTPValidationError"];
+                    "application/json": components["schemas"]["ValidationProblem"];
+                };
+            };
+            /** @description A store or the broker is unavailable; retry after `Retry-After` seconds. */
+            503: {
+                headers: {
+                    "Retry-After"?: number;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Problem"];
                 };
             };
         };
@@ -1214,13 +1693,51 @@ export interface operations {
                     "application/json": components["schemas"]["MemoryNode"][];
                 };
             };
-            /** @description Validation Error */
+            /** @description No valid API key (`Authorization: Bearer <key>`). */
+            401: {
+                headers: {
+                    "WWW-Authenticate"?: string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The key lacks this endpoint's scope, or the request names another tenant. */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The tenant has no memory of this conversation; `GET /v1/conversations` lists the known ones. */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The request is invalid: `detail` lists the fields at fault. */
             422: {
                 headers: {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": components["schemas"]["HTTPValidationError"];
+                    "application/json": components["schemas"]["ValidationProblem"];
+                };
+            };
+            /** @description A store or the broker is unavailable; retry after `Retry-After` seconds. */
+            503: {
+                headers: {
+                    "Retry-After"?: number;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Problem"];
                 };
             };
         };
