@@ -320,7 +320,7 @@ def serve(host: Annotated[str, typer.Option(metavar="HOST", help="Address to lis
     sign_in: DevUi | None = None
     if dev_ui:
         sign_in, keys = dev_key(settings.tenant, keys)
-    api = create_app(service, Authenticator(keys, settings.auth_cache_seconds))
+    api = create_app(service, Authenticator(keys, settings.auth_cache_seconds, tokens=settings.oidc()))
     metrics.attach(api)
     shown = f"[{host}]" if ":" in host else host
     if sign_in is not None:
@@ -410,7 +410,8 @@ def mcp(key: Annotated[str | None, typer.Option(
     settings = _settings(data_dir)
     settings, service = _service(settings, distributed)
     try:
-        _run(serve_stdio(service, Authenticator(key_store(settings), settings.auth_cache_seconds), key))
+        _run(serve_stdio(service, Authenticator(key_store(settings), settings.auth_cache_seconds, tokens=settings.oidc()),
+                         key))
     except Unauthenticated as exc:
         console.print(f"[red]API key refused: {exc}[/]")
         raise typer.Exit(2) from exc

@@ -22,6 +22,7 @@ from topology.topics import TopicLayout
 if TYPE_CHECKING:
     from elasticsearch import AsyncElasticsearch
 
+    from query_api.oidc import OidcVerifier
     from storage.qdrant import QdrantVectorIndex
 
 ENV_PREFIX = "JEVMEM_"
@@ -115,7 +116,26 @@ class Settings(BaseSettings):
     metrics_port: int | None = None  # a worker's Prometheus /metrics port (the API serves /metrics itself)
     # API keys (see docs/security.md)
     keys_index: str = "jevmem-keys"  # distributed mode: the Elasticsearch index of key records
+    # OIDC bearer tokens besides API keys (query_api/oidc.py); on when an issuer is set
+    oidc_issuer: str | None = None  # e.g. https://login.example.com/realms/agents
+    oidc_audience: str | None = None  # this API's identifier in the tokens' aud (required with an issuer)
+    oidc_jwks_url: str | None = None  # default: the issuer's discovery document's jwks_uri
+    oidc_tenant_claim: str = "tenant_id"
+    oidc_scope_claim: str = "scope"
+    oidc_scope_prefix: str = ""  # e.g. "jevmem:" when the issuer's scopes read jevmem:query
     auth_cache_seconds: float = 5.0  # a verified key is trusted this long (revocation delay)
+
+    def oidc(self) -> OidcVerifier | None:
+        """The bearer-token verifier of the configured issuer, or None (API keys only)."""
+        if not self.oidc_issuer:
+            return None
+        if not self.oidc_audience:
+            raise ValueError("JEVMEM_OIDC_ISSUER needs JEVMEM_OIDC_AUDIENCE (this API's identifier in the tokens' aud)")
+        from query_api.oidc import OidcConfig, OidcVerifier
+
+        return OidcVerifier(OidcConfig(issuer=self.oidc_issuer, audience=self.oidc_audience, jwks_url=self.oidc_jwks_url,
+                                       tenant_claim=self.oidc_tenant_claim, scope_claim=self.oidc_scope_claim,
+                                       scope_prefix=self.oidc_scope_prefix))
 
     def kafka(self) -> KafkaClient:
         """How this process's Kafka clients connect (every client, from these settings)."""

@@ -21,6 +21,7 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
+from typing import Any, Protocol
 
 from storage.keys import SCOPES, ApiKeyRecord, ApiScope, KeyStore
 from topology.errors import Forbidden, Unauthenticated
@@ -90,21 +91,39 @@ def same_tenant(principal: Principal, tenant_id: str | None) -> str:
     return principal.tenant_id
 
 
+class TokenVerifier(Protocol):
+    """Bearer tokens that are not API keys (:class:`query_api.oidc.OidcVerifier`)."""
+
+    async def principal(self, token: str) -> Principal:
+        """The token's caller; :class:`Unauthenticated` for a token it does not accept."""
+        ...
+
+    def resource_metadata(self) -> dict[str, Any]:
+        """The OAuth protected-resource metadata (RFC 9728) clients discover the issuer from."""
+        ...
+
+
 class Authenticator:
     """Bearer header -> :class:`Principal`, with a short cache of verified keys."""
 
-    def __init__(self, store: KeyStore, cache_seconds: float = 5.0) -> None:
+    def __init__(self, store: KeyStore, cache_seconds: float = 5.0, tokens: TokenVerifier | None = None) -> None:
         self.store = store
         self.cache_seconds = cache_seconds
+        #: bearer tokens other than API keys (OIDC JWTs), when configured
+        self.tokens = tokens
         self._cache: dict[bytes, tuple[Principal, float]] = {}
 
     async def principal(self, authorization: str | None) -> Principal:
+        """The caller of a request with this ``Authorization`` header: an API key's record, or,
+        with ``tokens``, a verified token's claims (never cached: a token is checked every time)."""
         if not authorization:
             raise Unauthenticated("missing Authorization: Bearer <api key>")
         scheme, _, key = authorization.partition(" ")
         if scheme.lower() != "bearer" or not key.strip():
             raise Unauthenticated("expected Authorization: Bearer <api key>")
         key = key.strip()
+        if self.tokens is not None and not key.startswith(_PREFIX):
+            return await self.tokens.principal(key)
         fingerprint = hashlib.sha256(key.encode("utf-8", "replace")).digest()
         hit = self._cache.get(fingerprint)
         now = time.monotonic()

@@ -186,6 +186,34 @@ class BodyLimit:
         await self.app(scope, counted, send)
 
 
+#: Where OAuth clients (MCP clients among them) discover the token issuer (RFC 9728).
+RESOURCE_METADATA = "/.well-known/oauth-protected-resource"
+
+
+class Challenge:
+    """ASGI middleware: every 401 names the protected-resource metadata in its
+    ``WWW-Authenticate`` header, so an OAuth client learns where to get a token."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: AsgiScope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        headers = dict(scope.get("headers") or [])
+        host = headers.get(b"host", b"localhost").decode("latin-1")
+        url = f"{scope.get('scheme', 'http')}://{host}{RESOURCE_METADATA}"
+
+        async def challenged(message: Message) -> None:
+            if message["type"] == "http.response.start" and message["status"] == 401:
+                kept = [(k, v) for k, v in message.get("headers", []) if k.lower() != b"www-authenticate"]
+                message = {**message, "headers": [*kept, (b"www-authenticate", f'Bearer resource_metadata="{url}"'.encode())]}
+            await send(message)
+
+        await self.app(scope, receive, challenged)
+
+
 def _too_large(limit: int) -> JSONResponse:
     return JSONResponse({"detail": f"request body larger than {limit} bytes"}, status_code=413)
 
@@ -390,6 +418,15 @@ def create_app(service: MemoryService, auth: Authenticator) -> FastAPI:
                   description="Streaming System-One memory for AI agents.")
     app.add_middleware(BodyLimit)
     app.add_middleware(TraceIds)
+    tokens = auth.tokens
+    if tokens is not None:  # bearer tokens from an issuer: say where to get one
+        app.add_middleware(Challenge)
+        metadata = tokens.resource_metadata()
+
+        @app.get(RESOURCE_METADATA, include_in_schema=False)
+        @app.get(RESOURCE_METADATA + "/mcp", include_in_schema=False)
+        async def resource_metadata() -> dict[str, Any]:
+            return metadata
 
     @app.exception_handler(JevMemError)
     async def _answer(_: Request, exc: JevMemError) -> JSONResponse:

@@ -106,3 +106,9 @@ class OidcVerifier:
         if not scopes:
             raise Unauthenticated(f"the token grants none of the scopes {', '.join(c.scope_prefix + s for s in SCOPES)}")
         return Principal(f"oidc:{claims.get('sub', '')}", tenant, scopes)
+
+    def resource_metadata(self) -> dict[str, Any]:
+        """RFC 9728 metadata: this API (the audience) and the issuer that signs its tokens."""
+        c = self.config
+        return {"resource": c.audience, "authorization_servers": [c.issuer], "bearer_methods_supported": ["header"],
+                "scopes_supported": [c.scope_prefix + s for s in SCOPES], "resource_name": "jevmem"}

@@ -8,15 +8,21 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
+import httpx
 import jwt
 import pytest
 from cryptography.hazmat.primitives.asymmetric import rsa
 from fastapi import FastAPI
 from jwt.algorithms import RSAAlgorithm
 
-from query_api.auth import Unauthenticated
+from jevmem.settings import Settings
+from jevmem.wiring import EmbeddedService
+from query_api.auth import Authenticator, Unauthenticated, mint
+from query_api.http import create_app
 from query_api.oidc import OidcConfig, OidcVerifier, looks_like_jwt
+from storage.keys import SqliteKeyStore
 from tests.conftest import serve_http
+from topology.ports import Embedder
 
 AUD = "https://memory.example/mcp"
 
@@ -119,3 +125,33 @@ async def test_made_up_key_ids_cost_one_fetch_per_cooldown(issuer: Issuer) -> No
 def test_symmetric_algorithms_cannot_be_configured() -> None:
     with pytest.raises(ValueError):
         OidcVerifier(OidcConfig(issuer="https://i.example", audience=AUD, algorithms=("HS256",)))
+
+
+async def test_the_api_takes_tokens_besides_keys_and_refuses_bad_ones_writing_nothing(
+        issuer: Issuer, embedder: Embedder) -> None:
+    keys = SqliteKeyStore(":memory:")
+    key, record = mint("acme", ["ingest", "query"])
+    await keys.create(record)
+    service = EmbeddedService(Settings(), embedder=embedder, data_dir=":memory:")
+    app = create_app(service, Authenticator(keys, cache_seconds=0, tokens=verifier(issuer)))
+    item = [{"conversation_id": "c1", "event_id": "e1", "content": "I adopted a puppy named Biscuit"}]
+    now = int(time.time())
+    with serve_http(app) as url:
+        async with httpx.AsyncClient(base_url=url, timeout=60) as http:
+            meta = (await http.get("/.well-known/oauth-protected-resource")).json()
+            assert meta["authorization_servers"] == [issuer.url] and meta["resource"] == AUD
+            for bad in (issuer.token(exp=now - 120), issuer.token(aud="https://other.example"),
+                        issuer.token(kid="k1", key=issuer.keys["rogue"]), issuer.token(kid="rogue"), "not.a.jwt"):
+                r = await http.post("/v1/observations", json=item, headers={"Authorization": f"Bearer {bad}"})
+                assert r.status_code == 401, r.text
+                assert r.headers["www-authenticate"] == \
+                    f'Bearer resource_metadata="{url}/.well-known/oauth-protected-resource"'
+            r = await http.post("/mcp", json={}, headers={"Authorization": "Bearer x.y.z"})
+            assert r.status_code == 401 and "resource_metadata" in r.headers["www-authenticate"]
+            by_key = {"Authorization": f"Bearer {key}"}
+            assert (await http.get("/v1/conversations", headers=by_key)).json() == []  # nothing was written
+            good = {"Authorization": f"Bearer {issuer.token()}"}
+            assert (await http.post("/v1/observations", json=item, headers=good)).status_code == 200
+            assert [c["conversation_id"] for c in (await http.get("/v1/conversations", headers=by_key)).json()] == ["c1"]
+            admin = await http.delete("/v1/conversations/c1", headers=good)
+            assert admin.status_code == 403  # the token grants query and ingest, not admin
