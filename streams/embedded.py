@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 
 from streams import forget as forgetting
 from streams.forget import ForgetReport
@@ -86,8 +87,10 @@ class EmbeddedPipeline:
         i+1 is embedded (in worker threads, reading no store) while chunk i is typed, materialised
         and linked, so the embedding model and the linking work use both cores. The graph is the
         same as for any other batching (discovery only sees earlier seqs, materialised first).
-        ``on_chunk(n)`` is called after each chunk of ``n`` events."""
-        obs = dedupe(observations)
+        ``on_chunk(n)`` is called after each chunk of ``n`` events. An observation without
+        ``observed_at`` is observed now (:meth:`Observation.stamped`)."""
+        now = datetime.now(UTC)
+        obs = dedupe([o.stamped(now) for o in observations])
         if not obs:
             return IngestReport()
         async with self._lock:

@@ -45,6 +45,7 @@ import logging
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from typing import Any
 
 import faust
@@ -113,15 +114,22 @@ async def retrying(what: str, attempt: Callable[[], Awaitable[None]],
             delay = min(max_s, delay * 2)
 
 
-def decode_batch(values: Sequence[tuple[bytes, str]]) -> tuple[list[Observation | Forget], list[DeadLetter]]:
+def decode_batch(values: Sequence[tuple[bytes, str]], timestamps: Sequence[float] | None = None,
+                 ) -> tuple[list[Observation | Forget], list[DeadLetter]]:
     """Observations and forgets of a batch in order (between two forgets, the first copy of each
     event id is kept, see ``dedupe``; a copy after a forget is a new request) and a dead letter for
-    every value that does not decode; ``values`` are (bytes, "topic:partition:offset")."""
+    every value that does not decode; ``values`` are (bytes, "topic:partition:offset"). An
+    observation without ``observed_at`` (from a producer other than ours, which stamps them) is
+    observed at its record's timestamp (``timestamps``, seconds: in the log, so a replay sees the
+    same)."""
     good: list[Observation | Forget] = []
     letters: list[DeadLetter] = []
-    for value, source in values:
+    for i, (value, source) in enumerate(values):
         try:
-            good.append(decode_input(value))
+            item = decode_input(value)
+            if isinstance(item, Observation) and timestamps is not None:
+                item = item.stamped(datetime.fromtimestamp(timestamps[i], UTC))
+            good.append(item)
         except InvalidEvent as exc:
             letters.append(dead_letter(value, exc.reason, source))
     out: list[Observation | Forget] = []
@@ -210,17 +218,18 @@ def create_app(config: AppConfig, services: Services) -> faust.App:
     memories, candidates, judgments, edges, consolidation, deadletters = (spec[r].name for r in outputs)
     wp, stores, publish = services.write_path, services.stores, services.publish
 
-    async def process(values: Sequence[tuple[bytes, str]], trace_ids: Sequence[str]) -> None:
+    async def process(values: Sequence[tuple[bytes, str]], trace_ids: Sequence[str],
+                      timestamps: Sequence[float]) -> None:
         # the batch's trace ids (from the producers' record headers) label its log lines and the
         # records it emits; one id when the whole batch came from one API request
         token = observe.TRACE_ID.set(",".join(trace_ids) if trace_ids else None)
         try:
-            await process_traced(values)
+            await process_traced(values, timestamps)
         finally:
             observe.TRACE_ID.reset(token)
 
-    async def process_traced(values: Sequence[tuple[bytes, str]]) -> None:
-        items, letters = decode_batch(values)
+    async def process_traced(values: Sequence[tuple[bytes, str]], timestamps: Sequence[float]) -> None:
+        items, letters = decode_batch(values, timestamps)
         if letters:
             await publish([(deadletters, [("rejected", encode(d)) for d in letters])])
             observe.count("dead_letter", len(letters), "topic")
@@ -273,9 +282,10 @@ def create_app(config: AppConfig, services: Services) -> faust.App:
         async for events in stream.take_events(config.batch * config.chunks, within=config.within_s):  # type: ignore[attr-defined]
             values = [(ev.value, f"{ev.message.topic}:{ev.message.partition}:{ev.message.offset}") for ev in events]
             trace_ids = sorted({t for ev in events if (t := trace_id_of(ev.message.headers))})
+            stamps = [float(ev.message.timestamp) for ev in events]
             first = values[0][1] if values else "empty"
             await retrying(f"batch from {first} ({len(values)} records)",
-                           functools.partial(process, values, trace_ids))
+                           functools.partial(process, values, trace_ids, stamps))
             yield None  # the batch's events are acked when the stream moves on
 
     @app.task  # type: ignore[untyped-decorator]

@@ -13,6 +13,7 @@ import asyncio
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from typing import Any
 
 from confluent_kafka import KafkaError, Message, Producer
@@ -159,8 +160,11 @@ class ObservationProducer:
         return n
 
     async def send(self, observations: Sequence[Observation]) -> list[Delivery]:
-        """Publish observations; returns their partitions/offsets once all are acknowledged."""
-        return await self._produce(self.topic, [(o.scope.key, encode(o)) for o in observations])
+        """Publish observations; returns their partitions/offsets once all are acknowledged. One
+        without ``observed_at`` is observed now (:meth:`Observation.stamped`): the time is in the
+        log, so a replay sees the same."""
+        now = datetime.now(UTC)
+        return await self._produce(self.topic, [(o.scope.key, encode(o.stamped(now))) for o in observations])
 
     async def forget(self, requests: Sequence[Forget]) -> list[Delivery]:
         """Publish forget requests onto the observations topic, keyed like the conversation's

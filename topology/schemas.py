@@ -107,6 +107,14 @@ class Observation(_Event):
     def scope(self) -> Scope:
         return Scope(tenant_id=self.tenant_id, conversation_id=self.conversation_id)
 
+    def stamped(self, at: datetime) -> Observation:
+        """This observation, or, when it has no ``observed_at``, a copy observed ``at`` (the time
+        it was accepted) whose provenance says so (``provenance["observed_at"] = "accepted"``)."""
+        if self.observed_at is not None:
+            return self
+        return self.model_copy(update={"observed_at": limits.utc_in_range(at),
+                                       "provenance": {**self.provenance, "observed_at": "accepted"}})
+
 
 class Forget(_Event):
     """A request to forget memory: one observation (``event_id``) or, when ``event_id`` is None,
