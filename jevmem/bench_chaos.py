@@ -84,7 +84,6 @@ from streams.kafka_client import KafkaClient
 from streams.producer import ObservationProducer
 from streams.replay import Graph, graph_of
 from streams.write_path import Stores
-from topology.embedding import load_embedder
 from topology.errors import BrokerUnavailable
 from topology.ports import Embedder
 from topology.schemas import ConsolidationDecision, Observation, Scope
@@ -506,7 +505,7 @@ async def run_chaos(directory: Path, settings: Settings, rounds: int = 10, turns
     require_scripts(faults)
     seed = random.randrange(2**32) if seed is None else seed
     rng = random.Random(seed)
-    embedder = load_embedder(settings.embedder, settings.model_cache)
+    embedder = settings.load_embedder()
     obs = conversations(directory, "chaos", turns)
     ref = await reference(obs, settings, embedder)
     servers = Servers()

@@ -44,7 +44,6 @@ from jevmem.wiring import build_embedded
 from streams.kafka_admin import ensure_topics, read_topic, watermarks
 from streams.kafka_client import KafkaClient
 from streams.producer import ObservationProducer
-from topology.embedding import load_embedder
 from topology.schemas import CandidateSet, Observation, decode
 from topology.topics import topics
 
@@ -129,7 +128,7 @@ async def run_kafka(directory: Path, settings: Settings, workers: int = 2, rate:
                       for f in sorted(directory.glob("*.json"))])
     if not obs:
         raise FileNotFoundError(f"no conversation files (*.json) in {directory}")
-    embedder = load_embedder(settings.embedder, settings.model_cache)
+    embedder = settings.load_embedder()
 
     with tempfile.TemporaryDirectory() as tmp:
         mem = build_embedded(settings, embedder=embedder, data_dir=tmp)
@@ -249,7 +248,7 @@ async def run_fanin(settings: Settings, workers: int = 2, conversations: int = 2
 
     obs = list(workload(conversations * turns, conversations, tenants))
     servers = Servers.find(pids)
-    embedder = load_embedder(settings.embedder, settings.model_cache)
+    embedder = settings.load_embedder()
     with tempfile.TemporaryDirectory(prefix="jevmem-fanin-") as tmp:
         mem = build_embedded(settings, embedder=embedder, data_dir=tmp)
         cpu0, t0 = time.process_time(), time.perf_counter()

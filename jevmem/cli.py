@@ -519,7 +519,6 @@ def bench_locomo(directory: Annotated[Path, typer.Argument(metavar="DIR", help="
                      "--ablate", help="Also report jevmem_no_graph (expansion rounds off), same run.")] = False) -> None:
     """Evidence recall@5/10/20 of jevmem vs bm25/vector/hybrid_rrf on LoCoMo conversation files."""
     from jevmem.bench import CATS, KS, methods, run_locomo
-    from topology.embedding import load_embedder
 
     settings = _settings()
     with _progress() as bar:
@@ -530,7 +529,7 @@ def bench_locomo(directory: Annotated[Path, typer.Argument(metavar="DIR", help="
                 tasks[label] = bar.add_task(label, total=total)
             bar.update(tasks[label], completed=done)
 
-        out = _run(run_locomo(directory, settings, load_embedder(settings.embedder, settings.model_cache), progress,
+        out = _run(run_locomo(directory, settings, settings.load_embedder(), progress,
                               ablate=ablate))
     if as_json:
         sys.stdout.write(orjson.dumps(out).decode() + "\n")
@@ -556,12 +555,11 @@ def bench_scale(observations: Annotated[int, typer.Option(metavar="N", help="Syn
                 as_json: Json = False) -> None:
     """Ingest rate per tenth of a synthetic multi-tenant stream, then query latency, peak RSS, disk."""
     from jevmem.bench_scale import run_scale
-    from topology.embedding import load_embedder
 
     settings = _settings()
     with _progress() as bar:
         task = bar.add_task("ingest", total=observations)
-        out = _run(run_scale(settings, load_embedder(settings.embedder, settings.model_cache), observations,
+        out = _run(run_scale(settings, settings.load_embedder(), observations,
                              conversations, tenants, active=active or None,
                              progress=lambda done, _: bar.update(task, completed=done)))
     if as_json:

@@ -29,7 +29,6 @@ from storage.scope_cache import ScopeCache
 from streams.kafka_admin import ensure_topics, read_topic
 from streams.producer import ObservationProducer
 from streams.write_path import Stores
-from topology.embedding import load_embedder
 from topology.errors import ModelMismatch
 from topology.pipeline import WritePath
 from topology.ports import Embedder
@@ -177,7 +176,7 @@ class DistributedService:
 
     def __init__(self, settings: Settings, embedder: Embedder | None = None) -> None:
         self.settings = settings
-        self.embedder = embedder or load_embedder(settings.embedder, settings.model_cache)
+        self.embedder = embedder or settings.load_embedder()
         self._stores: Stores | None = None
         self._producer: ObservationProducer | None = None
         self._controller: RetrievalController | None = None
@@ -274,7 +273,7 @@ def run_worker(settings: Settings) -> None:
     ensure_topics(settings.kafka(), settings.topic_prefix, settings.topic_layout())
     settings.worker_datadir.mkdir(parents=True, exist_ok=True)
     prefix = asyncio.run(resolve_prefix(settings))
-    embedder = load_embedder(settings.embedder, settings.model_cache)
+    embedder = settings.load_embedder()
     asyncio.run(check_model(settings, prefix, embedder.name))
     asyncio.run(prepare_indices(settings, prefix, embedder.dim))  # checks the Qdrant server's version too
     embedder.embed(["warm up"] * 4)  # first inferences allocate: not on the first batch's clock
@@ -305,7 +304,7 @@ async def replay(settings: Settings, source: str, new_prefix: str, switch: bool)
     from streams.replay import rebuild_from_log, recompute, verify
 
     spec = topics(settings.topic_prefix)
-    embedder = load_embedder(settings.embedder, settings.model_cache)
+    embedder = settings.load_embedder()
     old_prefix = await resolve_prefix(settings)
     if new_prefix == old_prefix:
         raise ValueError(f"{new_prefix!r} is the active generation; choose a fresh prefix")

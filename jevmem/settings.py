@@ -24,6 +24,7 @@ if TYPE_CHECKING:
 
     from query_api.oidc import OidcVerifier
     from storage.qdrant import QdrantVectorIndex
+    from topology.ports import Embedder
 
 ENV_PREFIX = "JEVMEM_"
 
@@ -77,6 +78,12 @@ class Settings(BaseSettings):
     write_wait_s: float = 0.1  # a worker waits at most this long to fill a micro-batch (latency floor)
     embedder: str = "e5-small-v2-int8@0.36.2"  # a name of topology.embedding.MODELS; recorded with each store
     model_cache: Path | None = None  # default: ~/.cache/jevmem/models
+    # embedder = "openai:<model>": embeddings from an OpenAI-compatible /v1/embeddings service
+    embedding_url: str | None = None  # e.g. http://gpu-box:8000/v1
+    embedding_api_key: SecretStr | None = None
+    embedding_dimensions: int | None = None  # ask the service for this many (models that can shorten)
+    embedding_query_prefix: str = ""  # e.g. "query: " for the e5 family
+    embedding_passage_prefix: str = ""  # e.g. "passage: "
     # distributed mode
     kafka_bootstrap: str = "127.0.0.1:9092"  # comma-separated host:port of some of the cluster's brokers
     kafka_security_protocol: SecurityProtocol = "PLAINTEXT"
@@ -124,6 +131,23 @@ class Settings(BaseSettings):
     oidc_scope_claim: str = "scope"
     oidc_scope_prefix: str = ""  # e.g. "jevmem:" when the issuer's scopes read jevmem:query
     auth_cache_seconds: float = 5.0  # a verified key is trusted this long (revocation delay)
+
+    def load_embedder(self) -> Embedder:
+        """The configured embedder: a named in-process model, or (``openai:<model>``) the
+        embedding service at ``embedding_url`` (a new client per call; an in-process model is
+        loaded once per process)."""
+        if not self.embedder.startswith("openai:"):
+            from topology.embedding import load_embedder
+
+            return load_embedder(self.embedder, self.model_cache)
+        if not self.embedding_url:
+            raise ValueError(f"JEVMEM_EMBEDDER={self.embedder} needs JEVMEM_EMBEDDING_URL (the service's base URL)")
+        from topology.embedding_service import ServiceEmbedder
+
+        model, _, dims = self.embedder.removeprefix("openai:").partition(":")
+        key = self.embedding_api_key.get_secret_value() if self.embedding_api_key else None
+        return ServiceEmbedder(self.embedding_url, model, key, int(dims) if dims else self.embedding_dimensions,
+                               query_prefix=self.embedding_query_prefix, passage_prefix=self.embedding_passage_prefix)
 
     def oidc(self) -> OidcVerifier | None:
         """The bearer-token verifier of the configured issuer, or None (API keys only)."""

@@ -18,7 +18,6 @@ from storage.scope_cache import ScopeCache
 from storage.sqlite import SqliteDeadLetters, SqliteEdgeStore, SqliteLexicalIndex, SqliteNodeStore, check_model, connect
 from streams.embedded import EmbeddedPipeline
 from streams.write_path import Stores
-from topology.embedding import load_embedder
 from topology.pipeline import WritePath
 from topology.ports import Embedder
 from topology.schemas import ConsolidationDecision, DeadLetter, EdgeEvent, MemoryNode, Observation, Scope
@@ -90,7 +89,7 @@ class Embedded:
 
 
 def build_embedded(settings: Settings, embedder: Embedder | None = None, data_dir: Path | str | None = None) -> Embedded:
-    emb = embedder or load_embedder(settings.embedder, settings.model_cache)
+    emb = embedder or settings.load_embedder()
     stores = embedded_stores(data_dir if data_dir is not None else settings.data_dir, emb.dim, emb.name)
     inner, scorer = system_one_and_scorer(settings)
     so = CountingSystemOne(inner)

@@ -21,7 +21,6 @@ import orjson
 
 from jevmem.settings import Settings
 from jevmem.train import train
-from topology.embedding import load_embedder
 from topology.systemone.learned import shipped_file
 
 
@@ -39,7 +38,7 @@ def main() -> None:
     files = sorted(args.directory.glob("*.json"))
     if not files:
         sys.exit(f"no *.json conversations in {args.directory}")
-    out = asyncio.run(train(files, settings, load_embedder(settings.embedder, settings.model_cache), args.cache,
+    out = asyncio.run(train(files, settings, settings.load_embedder(), args.cache,
                             args.rounds, args.l2, args.seed))
     out_path = args.out or Path("topology/systemone") / shipped_file(settings.embedder)
     out["model"].meta["trained_with"] = settings.embedder

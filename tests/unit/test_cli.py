@@ -118,7 +118,7 @@ def test_bench_chaos_from_an_installed_package_says_what_it_needs(tmp_path: Path
 def data(tmp_path: Path, embedder: Embedder, monkeypatch: pytest.MonkeyPatch) -> Path:
     """A data directory with tenant acme's conversation c1 (12 turns) ingested through the CLI;
     the CLI's commands load the session's embedder instead of the model files again."""
-    monkeypatch.setattr("jevmem.wiring.load_embedder", lambda *_a, **_k: embedder)
+    monkeypatch.setattr("jevmem.settings.Settings.load_embedder", lambda *_a, **_k: embedder)
     lines = [o.model_dump_json(exclude={"tenant_id", "conversation_id"}) for o in chat_observations()]
     (tmp_path / "chat.jsonl").write_text("\n".join(lines) + "\n")
     out = tmp_path / "data"

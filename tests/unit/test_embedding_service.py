@@ -113,3 +113,14 @@ async def test_the_embedded_pipeline_runs_on_the_service(service: Fake) -> None:
     finally:
         await mem.close()
         emb.close()
+
+
+def test_settings_select_the_service_by_name(service: Fake) -> None:
+    emb = Settings(embedder="openai:fake-embed:16", embedding_url=service.url, embedding_api_key="sk-x",
+                   embedding_query_prefix="query: ").load_embedder()
+    assert isinstance(emb, ServiceEmbedder) and (emb.name, emb.dim, emb.query_prefix) == ("openai:fake-embed:16", 16, "query: ")
+    emb.embed_query(["dogs"])
+    assert service.requests[-1]["input"] == ["query: dogs"] and service.headers[-1]["authorization"] == "Bearer sk-x"
+    emb.close()
+    with pytest.raises(ValueError, match="JEVMEM_EMBEDDING_URL"):
+        Settings(embedder="openai:m").load_embedder()
