@@ -57,7 +57,7 @@ from query_api import service as svc
 from query_api.auth import Authenticator, Principal, require, same_tenant
 from query_api.controller import Retrieval
 from query_api.items import ItemError, safe
-from query_api.recall import Recall, RecallRequest
+from query_api.recall import FORMAT_HELP, EvidenceFormat, PromptEvidence, Recall, RecallRequest
 from query_api.service import ForgetAccepted, ForgetApplied, ForgetResult, MemoryService
 from query_api.ui import mount_ui
 from topology import limits, observe
@@ -113,6 +113,7 @@ class QueryRequest(BaseModel):
     question: str = Field(min_length=1, max_length=limits.MAX_QUESTION)
     top_k: int = Field(default=10, ge=1, le=50)
     answer: bool = False
+    format: EvidenceFormat = Field(default="json", description=FORMAT_HELP)
 
 
 class QueryResponse(Retrieval):
@@ -329,19 +330,22 @@ def routes(service: MemoryService, auth: Authenticator) -> APIRouter:
                              trace_id=trace_id)
         return JSONResponse(out.model_dump(), status_code=422 if done.errors else 200)
 
-    @router.post("/query", response_model=QueryResponse, responses=documented(400, 404, 413, 422, 502))
-    async def query(req: QueryRequest, who: Principal = query_key) -> QueryResponse:
+    @router.post("/query", response_model=QueryResponse | PromptEvidence, responses=documented(400, 404, 413, 422, 502))
+    async def query(req: QueryRequest, who: Principal = query_key) -> QueryResponse | PromptEvidence:
         with observe.timed("query"):
             res = await svc.retrieve(service, scope_of(who, req.conversation_id, req.tenant_id), req.question, req.top_k)
         observe.measure("controller_requests_per_query", res.trace.controller_calls)
         answer = await service.answer(req.question, [e.for_prompt() for e in res.evidence]) if req.answer else None
         log.info("query", extra={"evidence": len(res.evidence), "controller_calls": res.trace.controller_calls,
                                  "stop": res.trace.stop_reason})
+        if req.format == "prompt":
+            return PromptEvidence.of(req.question, res.evidence, answer=answer, trace_id=observe.TRACE_ID.get())
         return QueryResponse(**res.model_dump(), answer=answer, trace_id=observe.TRACE_ID.get())
 
-    @router.post("/recall", response_model=Recall, responses=documented(400, 413, 422, 502))
-    async def recall_all(req: RecallRequest, who: Principal = query_key) -> Recall:
-        return await svc.recall_across(service, who.tenant_id, req.question, req.top_k, req.conversation_ids)
+    @router.post("/recall", response_model=Recall | PromptEvidence, responses=documented(400, 413, 422, 502))
+    async def recall_all(req: RecallRequest, who: Principal = query_key) -> Recall | PromptEvidence:
+        found = await svc.recall_across(service, who.tenant_id, req.question, req.top_k, req.conversation_ids)
+        return PromptEvidence.of(req.question, found.evidence) if req.format == "prompt" else found
 
     @router.get("/conversations", response_model=list[Conversation])
     async def conversations(who: Principal = query_key) -> list[Conversation]:

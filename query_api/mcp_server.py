@@ -56,7 +56,7 @@ from starlette.types import Scope as AsgiScope
 from query_api import service as svc
 from query_api.auth import ApiScope, Authenticator, Principal, Unauthenticated, require
 from query_api.items import ItemError
-from query_api.recall import MAX_CONVERSATIONS, Recall
+from query_api.recall import FORMAT_HELP, MAX_CONVERSATIONS, EvidenceFormat, PromptEvidence
 from query_api.service import MemoryService
 from topology import limits
 from topology.errors import JevMemError
@@ -209,10 +209,15 @@ def build_server(service: MemoryService, principal_of: PrincipalOf) -> MCPServer
         conversation_ids: Annotated[list[str] | None, Field(
             max_length=MAX_CONVERSATIONS, description="Only these conversations (default: all).")] = None,
         top_k: Annotated[int, Field(ge=1, le=50, description="How many pieces of evidence.")] = 10,
-    ) -> Recall:
+        format: Annotated[EvidenceFormat, Field(description=FORMAT_HELP)] = "json",
+    ) -> dict[str, Any]:
+        # a plain object either way (a union return would be wrapped in {"result": ...}): the
+        # json format's fields stay at the top level as they always were
         with tool_errors():
             who = await caller(ctx, "query")
-            return await svc.recall_across(service, who.tenant_id, question, top_k, conversation_ids)
+            found = await svc.recall_across(service, who.tenant_id, question, top_k, conversation_ids)
+            out = PromptEvidence.of(question, found.evidence) if format == "prompt" else found
+            return out.model_dump(mode="json")
 
     @server.tool(description="Forget one observation (event_id) or, without event_id, a whole conversation: its "
                              "nodes, edges and derived memories. Needs an admin key.",

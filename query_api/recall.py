@@ -26,7 +26,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Sequence
-from typing import Protocol
+from typing import Literal, Protocol
 
 from pydantic import BaseModel, Field
 
@@ -52,6 +52,28 @@ class TooManyConversations(ValueError):
     """An explicit list names more than :data:`MAX_CONVERSATIONS` conversations."""
 
 
+EvidenceFormat = Literal["json", "prompt"]
+"""How evidence is answered: ``json`` (every field of every item) or ``prompt`` (:class:`PromptEvidence`)."""
+FORMAT_HELP = ("json: every field of every item; prompt: the compact lines System Two reads (date, grounded "
+               "event dates, speaker, text, what superseded it), best first, for an agent's context.")
+
+
+class PromptEvidence(BaseModel):
+    """Evidence as the lines System Two reads (:meth:`Evidence.for_prompt`), best first; ``text``
+    is the lines joined by newlines, ready for a prompt."""
+
+    question: str
+    lines: list[str]
+    text: str
+    answer: str | None = None
+    trace_id: str | None = None
+
+    @classmethod
+    def of(cls, question: str, evidence: Sequence[Evidence], **extra: str | None) -> PromptEvidence:
+        lines = [e.for_prompt() for e in evidence]
+        return cls(question=question, lines=lines, text="\n".join(lines), **extra)
+
+
 class RecallRequest(BaseModel):
     """Body of ``POST /v1/recall`` (the tenant comes from the API key)."""
 
@@ -60,6 +82,7 @@ class RecallRequest(BaseModel):
         default=None, max_length=MAX_CONVERSATIONS,
         description=f"Search only these conversations (at most {MAX_CONVERSATIONS}); default: all of the tenant's.")
     top_k: int = Field(default=10, ge=1, le=50)
+    format: EvidenceFormat = Field(default="json", description=FORMAT_HELP)
 
 
 class RecallEvidence(Evidence):

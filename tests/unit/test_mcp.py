@@ -247,3 +247,22 @@ def test_stdio_refuses_a_bad_key_before_starting(tmp_path: Path) -> None:
         assert done.returncode == 2, done.stderr
         assert "key" in done.stderr.lower()
     assert not (tmp_path / "memory.sqlite3").exists()
+
+
+async def test_prompt_format_answers_the_compact_lines_over_http_and_mcp(api: Api) -> None:
+    auth = {"Authorization": f"Bearer {api.keys['a']}"}
+    async with httpx.AsyncClient(base_url=api.url, headers=auth, timeout=60) as http:
+        assert (await http.post("/v1/observations", json=[{**i, "conversation_id": "fmt"} for i in items(n=6)])).status_code == 200
+        full = (await http.post("/v1/query", json={"conversation_id": "fmt", "question": "the puppy", "top_k": 3})).json()
+        short = (await http.post("/v1/query", json={"conversation_id": "fmt", "question": "the puppy", "top_k": 3,
+                                                    "format": "prompt"})).json()
+        assert set(short) >= {"question", "lines", "text"} and "evidence" not in short
+        assert len(short["lines"]) == len(full["evidence"]) == 3 and short["text"] == "\n".join(short["lines"])
+        pairs = zip(short["lines"], full["evidence"], strict=True)
+        assert all(line.endswith(e["content"]) and e["speaker"] in line for line, e in pairs)
+        assert short["lines"][0].startswith("[recorded ")
+        recall = (await http.post("/v1/recall", json={"question": "the puppy", "top_k": 2, "format": "prompt"})).json()
+        assert len(recall["lines"]) == 2 and len(recall["text"]) < len(str(full))
+    async with mcp_http(api, "a") as c:
+        got = await call(c, "recall", question="the puppy", conversation_ids=["fmt"], top_k=3, format="prompt")
+        assert got["lines"] == short["lines"]
