@@ -12,11 +12,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from jevmem import locomo
+import orjson
+
+from jevmem import locomo, tokens
 from jevmem.settings import Settings
 from jevmem.wiring import build_embedded
 from query_api import baselines
 from query_api.controller import RetrievalController
+from query_api.recall import PromptEvidence
 from topology.embedding import Embedder
 from topology.params import Params
 from topology.schemas import Scope
@@ -86,6 +89,7 @@ async def run_locomo(directory: Path, settings: Settings, embedder: Embedder,
     build_s = 0.0
     write_calls = consolidation_calls = query_calls = 0
     latencies: list[float] = []
+    contexts: dict[str, list[str]] = {"json": [], "prompt": []}  # top-10 evidence as each format sends it
     for path in files:
         data = locomo.load(path)
         conv = f"locomo-{path.stem}"
@@ -119,6 +123,10 @@ async def run_locomo(directory: Path, settings: Settings, embedder: Embedder,
                     res = await mem.controller.retrieve(scope, q.question, top_k=max(KS))
                     latencies.append((time.perf_counter() - t1) * 1000)
                     query_calls += res.trace.controller_calls
+                    top = res.evidence[:CONTEXT_K]
+                    contexts["json"].append(orjson.dumps(
+                        [{**e.model_dump(mode="json"), "conversation_id": conv} for e in top]).decode())
+                    contexts["prompt"].append(PromptEvidence.of(q.question, top).text)
                     got = {"jevmem": [e.event_id for e in res.evidence]}
                     got.update(await static.all(scope, q.question, max(KS)))
                     if ablate:
@@ -143,5 +151,24 @@ async def run_locomo(directory: Path, settings: Settings, embedder: Embedder,
             "per_write_with_consolidation": round((write_calls + consolidation_calls) / n_obs, 4) if n_obs else None,
             "per_query": round(query_calls / n_q, 3) if n_q else None,
         },
+        "context_tokens_per_query": context_tokens(contexts),
         "recall": acc.table(),
     }
+
+
+#: Evidence items per query whose context cost is counted (the usual top-k of an agent's recall).
+CONTEXT_K = 10
+
+
+def context_tokens(contexts: dict[str, list[str]]) -> dict[str, Any]:
+    """Mean, p50 and p95 tokens per query of each format's top-:data:`CONTEXT_K` evidence (the
+    JSON items ``/v1/recall`` answers; the ``format=prompt`` text), or why they were not counted."""
+    try:
+        out: dict[str, Any] = {"tokenizer": tokens.TOKENIZER, "top_k": CONTEXT_K}
+        for name, texts in contexts.items():
+            counts = [float(c) for c in tokens.count(texts)]
+            out[name] = {"mean": round(statistics.fmean(counts), 1) if counts else None,
+                         "p50": percentile(counts, 50), "p95": percentile(counts, 95)}
+        return out
+    except tokens.TokenizerUnavailable as exc:
+        return {"unavailable": str(exc)}

@@ -89,3 +89,13 @@ def test_kafka_bench_interleaves_conversations_keeping_each_order() -> None:
         ("conv-0", "t0"), ("other", "t0"), ("conv-0", "t1"), ("other", "t1"), ("conv-0", "t2"), ("other", "t2"),
         ("conv-0", "t3"), ("conv-0", "t4")]
     assert interleave([]) == []
+
+
+def test_context_tokens_are_counted_with_the_llm_tokenizer() -> None:
+    from jevmem import tokens
+    from jevmem.bench import context_tokens
+
+    assert tokens.count(["hello world", ""]) == [2, 0]
+    got = context_tokens({"json": ['[{"content": "I adopted a puppy"}]'], "prompt": ["Ana: I adopted a puppy"]})
+    assert got["tokenizer"].startswith("o200k_base") and got["top_k"] == 10
+    assert got["json"]["mean"] > got["prompt"]["mean"] > 0
