@@ -16,7 +16,8 @@ export type { components, paths };
 export type Observation = paths["/v1/observations"]["post"]["requestBody"]["content"]["application/json"][number];
 export type IngestReport = components["schemas"]["IngestResponse"];
 export type Recall = components["schemas"]["Recall"];
-export type QueryResult = paths["/v1/query"]["post"]["responses"][200]["content"]["application/json"];
+export type QueryResult = components["schemas"]["QueryResponse"];
+export type PromptEvidence = components["schemas"]["PromptEvidence"];
 export type Conversation = components["schemas"]["Conversation"];
 export type MemoryNode = paths["/v1/conversations/{conversation_id}/nodes"]["get"]["responses"][200]["content"]["application/json"][number];
 
@@ -65,8 +66,19 @@ export class MemoryClient {
 
   /** Evidence for `question` from the given conversations, or all of the key's; merged, best first. */
   async recall(question: string, options: { conversationIds?: string[]; topK?: number } = {}): Promise<Recall> {
+    return (await this.recallAs(question, "json", options)) as Recall;
+  }
+
+  /** `recall`'s evidence as the compact lines System Two reads (`lines`, and `text` joined), for a prompt. */
+  async recallLines(question: string, options: { conversationIds?: string[]; topK?: number } = {}):
+      Promise<PromptEvidence> {
+    return (await this.recallAs(question, "prompt", options)) as PromptEvidence;
+  }
+
+  private async recallAs(question: string, format: "json" | "prompt",
+                         options: { conversationIds?: string[]; topK?: number }): Promise<Recall | PromptEvidence> {
     const { data, error, response } = await this.http.POST("/v1/recall", {
-      body: { question, top_k: options.topK ?? 10, conversation_ids: options.conversationIds ?? null },
+      body: { question, top_k: options.topK ?? 10, conversation_ids: options.conversationIds ?? null, format },
     });
     return data ?? fail(response, error);
   }
@@ -75,9 +87,10 @@ export class MemoryClient {
   async query(conversationId: string, question: string, options: { topK?: number; answer?: boolean } = {}):
       Promise<QueryResult> {
     const { data, error, response } = await this.http.POST("/v1/query", {
-      body: { conversation_id: conversationId, question, top_k: options.topK ?? 10, answer: options.answer ?? false },
+      body: { conversation_id: conversationId, question, top_k: options.topK ?? 10, answer: options.answer ?? false,
+              format: "json" },
     });
-    return data ?? fail(response, error);
+    return (data as QueryResult | undefined) ?? fail(response, error);
   }
 
   /** The tenant's conversations with their node counts. */

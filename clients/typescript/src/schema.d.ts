@@ -573,6 +573,23 @@ export interface components {
             /** Detail */
             detail: string;
         };
+        /**
+         * PromptEvidence
+         * @description Evidence as the lines System Two reads (:meth:`Evidence.for_prompt`), best first; ``text``
+         *     is the lines joined by newlines, ready for a prompt.
+         */
+        PromptEvidence: {
+            /** Answer */
+            answer?: string | null;
+            /** Lines */
+            lines: string[];
+            /** Question */
+            question: string;
+            /** Text */
+            text: string;
+            /** Trace Id */
+            trace_id?: string | null;
+        };
         /** QueryRequest */
         QueryRequest: {
             /**
@@ -582,6 +599,13 @@ export interface components {
             answer: boolean;
             /** Conversation Id */
             conversation_id: string;
+            /**
+             * Format
+             * @description json: every field of every item; prompt: the compact lines System Two reads (date, grounded event dates, speaker, text, what superseded it), best first, for an agent's context.
+             * @default json
+             * @enum {string}
+             */
+            format: "json" | "prompt";
             /** Question */
             question: string;
             /**
@@ -680,6 +704,13 @@ export interface components {
              * @description Search only these conversations (at most 50); default: all of the tenant's.
              */
             conversation_ids?: string[] | null;
+            /**
+             * Format
+             * @description json: every field of every item; prompt: the compact lines System Two reads (date, grounded event dates, speaker, text, what superseded it), best first, for an agent's context.
+             * @default json
+             * @enum {string}
+             */
+            format: "json" | "prompt";
             /** Question */
             question: string;
             /**
@@ -1432,7 +1463,7 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": components["schemas"]["QueryResponse"];
+                    "application/json": components["schemas"]["QueryResponse"] | components["schemas"]["PromptEvidence"];
                 };
             };
             /** @description The body is not JSON. */
@@ -1531,7 +1562,7 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": components["schemas"]["Recall"];
+                    "application/json": components["schemas"]["Recall"] | components["schemas"]["PromptEvidence"];
                 };
             };
             /** @description The body is not JSON. */

@@ -19,6 +19,9 @@ test("remember, recall, query, list, read back and forget", async () => {
   assert.equal(found.evidence[0].content, "I adopted a golden retriever puppy named Biscuit");
   const q = await client.query("ts-chat", "Which marathon?", { topK: 1 });
   assert.equal(q.evidence[0].event_id, "t2");
+  const lines = await client.recallLines("What is the puppy called?", { conversationIds: ["ts-chat"], topK: 1 });
+  assert.equal(lines.lines.length, 1);  // no observed_at sent: recorded when accepted, today
+  assert.match(lines.lines[0], /^\[recorded \d{4}-\d{2}-\d{2}\] Ana: I adopted a golden retriever puppy named Biscuit$/);
   assert.deepEqual((await client.conversations()).map((c) => c.conversation_id), ["ts-chat"]);
   assert.deepEqual((await client.nodes("ts-chat")).map((n) => n.event_id), ["t1", "t2"]);
   assert.deepEqual(await client.nodes("no-such-chat"), []);
