@@ -74,9 +74,6 @@ class Settings(BaseSettings):
     system_two_url: str | None = None
     system_two_model: str = "gpt-4o-mini"
     system_two_api_key: SecretStr | None = None
-    #: conversations' nodes the write path keeps in memory (about 5 KB each; least recently used
-    #: conversations go first and are reloaded from the store when written again)
-    cache_nodes: int = 100_000
     write_batch: int = 64
     write_wait_s: float = 0.1  # a worker waits at most this long to fill a micro-batch (latency floor)
     embedder: str = "e5-small-v2-int8@0.36.2"  # a name of topology.embedding.MODELS; recorded with each store

@@ -20,10 +20,8 @@ Contracts:
   first), ``overlapping_before`` by the number of distinct shared tokens then the latest seq,
   ``sharing_entities_before`` by shared entity ids then the latest seq, ``preceding`` by seq
   (observations only): the same answers as the store readers (a unit test compares them).
-* Memory is bounded: at most ``max_nodes`` nodes are kept (``Settings.cache_nodes``); the least
-  recently used conversations are dropped first (and reloaded from the store when needed again).
-  Embeddings are kept once, as float32 arrays (lossless: they are float32-exact), and put back
-  on the nodes :meth:`ScopeCache.get_nodes` answers; cosines are computed in float64.
+* Memory is bounded: at most ``max_nodes`` nodes are kept; the least recently used conversations
+  are dropped first (and reloaded from the store when needed again).
 * Recent links: :meth:`remember_links` keeps the strongest semantic edge into each of the last
   :data:`RECENT_LINKED` observations this process linked in each conversation (every semantic
   edge into a node is written when that node is linked, see ``topology.stages.relations``), so a
@@ -46,8 +44,8 @@ import numpy as np
 from storage.ports import NodeReader
 from topology.schemas import EdgeEvent, MemoryNode, Scope
 
-#: Nodes kept in memory across conversations by default (``Settings.cache_nodes``).
-MAX_NODES = 100_000
+#: Nodes kept in memory across conversations (about 2 KB each with a 384-d float32 vector).
+MAX_NODES = 200_000
 #: Observations per conversation whose incoming semantic edges are kept (a consolidation window
 #: is ``Params.consolidate_every`` = 20 writes).
 RECENT_LINKED = 64
@@ -55,8 +53,7 @@ RECENT_LINKED = 64
 
 @dataclass
 class _Conversation:
-    nodes: dict[str, MemoryNode] = field(default_factory=dict)  # without their embeddings
-    vectors: dict[str, np.ndarray] = field(default_factory=dict)  # node id -> float32 embedding
+    nodes: dict[str, MemoryNode] = field(default_factory=dict)
     tokens: dict[str, set[str]] = field(default_factory=dict)    # token -> node ids
     entities: dict[str, set[str]] = field(default_factory=dict)  # entity id -> node ids
     observations: list[tuple[int, str]] = field(default_factory=list)  # (seq, id), ascending
@@ -83,9 +80,8 @@ class _Conversation:
             self.dirty = True  # a row changes in place: rebuild
         else:
             self.fresh.append(n.id)
-        if n.embedding is not None:  # float32-exact (topology.embedding.rounded): kept losslessly
-            self.vectors[n.id] = np.asarray(n.embedding, dtype=np.float32)
-        n = n.without_embedding()  # a node without one keeps its earlier vector
+        if n.embedding is None and old is not None:
+            n = n.model_copy(update={"embedding": old.embedding})
         self.nodes[n.id] = n
         self.events[n.event_id] = n.seq
         for t in set(n.tokens):
@@ -95,19 +91,11 @@ class _Conversation:
         if n.kind == "observation":
             bisect.insort(self.observations, (n.seq, n.id))
 
-    def node(self, nid: str) -> MemoryNode | None:
-        """The node with its embedding (a new list of the float32 values: the ones it was added with)."""
-        n = self.nodes.get(nid)
-        if n is None:
-            return None
-        v = self.vectors.get(nid)
-        return n if v is None else n.model_copy(update={"embedding": v.astype(np.float64).tolist()})
-
     def _rows(self, ids: Sequence[str], dim: int) -> np.ndarray:
-        m = np.zeros((len(ids), dim), dtype=np.float32)  # products upcast to float64: exact
+        m = np.zeros((len(ids), dim), dtype=np.float64)
         for i, nid in enumerate(ids):
-            v = self.vectors.get(nid)
-            if v is not None:
+            v = self.nodes[nid].embedding
+            if v:
                 m[i] = v
         return m
 
@@ -295,4 +283,4 @@ class ScopeCache:
         conv = await self._conv(scope)
         missing = [i for i in ids if i not in conv.nodes]
         extra = {n.id: n for n in await self._store.get(scope, missing)} if missing else {}
-        return [n for i in ids if (n := conv.node(i) or extra.get(i)) is not None]
+        return [n for i in ids if (n := conv.nodes.get(i) or extra.get(i)) is not None]

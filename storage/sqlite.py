@@ -222,13 +222,8 @@ def _vec(blob: bytes | None) -> list[float] | None:
     return None if blob is None else np.frombuffer(blob, dtype=np.float32).astype(float).tolist()
 
 
-def _with_vector(node: MemoryNode, blob: bytes | None) -> MemoryNode:
-    """``node`` carrying the embedding stored as ``blob`` (a new list per call)."""
-    return node if blob is None else node.model_copy(update={"embedding": _vec(blob)})
-
-
-#: Decoded nodes kept in memory (without their embedding list, beside its float32 bytes: about
-#: 3.5 KB each): candidate discovery and queries fetch the same recent nodes again and again.
+#: Decoded nodes kept in memory (about 13 KB each with the embedding): candidate discovery and
+#: queries fetch the same recent nodes again and again.
 NODE_CACHE = 8192
 
 
@@ -240,8 +235,7 @@ class SqliteNodeStore(_Base):
 
     def __init__(self, conn: sqlite3.Connection) -> None:
         super().__init__(conn)
-        #: node id -> (the node without its embedding, the embedding's float32 bytes)
-        self._cache: OrderedDict[str, tuple[MemoryNode, bytes | None]] = OrderedDict()
+        self._cache: OrderedDict[str, MemoryNode] = OrderedDict()
 
     @translated
     async def upsert(self, nodes: Sequence[MemoryNode]) -> None:
@@ -266,11 +260,11 @@ class SqliteNodeStore(_Base):
         if not ids:
             return []
         cache = self._cache
-        found: dict[str, tuple[MemoryNode, bytes | None]] = {}
+        found: dict[str, MemoryNode] = {}
         for i in ids:
-            hit = cache.get(i)
-            if hit is not None and hit[0].tenant_id == scope.tenant_id and hit[0].conversation_id == scope.conversation_id:
-                found[i] = hit
+            n = cache.get(i)
+            if n is not None and n.tenant_id == scope.tenant_id and n.conversation_id == scope.conversation_id:
+                found[i] = n
                 cache.move_to_end(i)
         missing = [i for i in dict.fromkeys(ids) if i not in found]
         if missing:
@@ -279,10 +273,13 @@ class SqliteNodeStore(_Base):
                 f"SELECT id, body, embedding FROM nodes WHERE tenant=? AND conv=? AND id IN ({marks})",
                 (scope.tenant_id, scope.conversation_id, *missing)).fetchall()
             for r in rows:
-                found[r[0]] = cache[r[0]] = (MemoryNode.model_validate_json(r[1]), r[2])
+                node = MemoryNode.model_validate_json(r[1])
+                if r[2] is not None:
+                    node = node.model_copy(update={"embedding": _vec(r[2])})
+                found[r[0]] = cache[r[0]] = node
             while len(cache) > NODE_CACHE:
                 cache.popitem(last=False)
-        return [_with_vector(*found[i]) for i in ids if i in found]
+        return [found[i] for i in ids if i in found]
 
     @translated
     async def seqs(self, scope: Scope, event_ids: Sequence[str]) -> dict[str, int]:
@@ -347,7 +344,7 @@ class SqliteNodeStore(_Base):
         return [r[0] for r in rows]
 
     def _drop_cached(self, scope: Scope) -> None:
-        for nid in [i for i, (n, _) in self._cache.items()
+        for nid in [i for i, n in self._cache.items()
                     if n.tenant_id == scope.tenant_id and n.conversation_id == scope.conversation_id]:
             del self._cache[nid]
 
