@@ -7,7 +7,7 @@ import logging
 import time
 from dataclasses import dataclass
 
-from confluent_kafka import Consumer, KafkaException, TopicPartition
+from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 from confluent_kafka import admin as kafka_admin
 from confluent_kafka.admin._metadata import TopicMetadata
 
@@ -100,16 +100,23 @@ def _state(admin: kafka_admin.AdminClient, meta: TopicMetadata) -> TopicState:
     return TopicState(name, len(meta.partitions), replicas, isr)
 
 
+#: Errors the protocol defines as retriable that librdkafka does not flag so: a new leader whose
+#: high watermark has not caught up with its followers yet (just after a broker was lost).
+_TRANSIENT = {KafkaError.OFFSET_NOT_AVAILABLE, KafkaError.LEADER_NOT_AVAILABLE, KafkaError.NOT_LEADER_FOR_PARTITION}
+
+
 def watermarks(consumer: Consumer, tp: TopicPartition, attempts: int = 20) -> tuple[int, int]:
     """The partition's low and high offsets. A retriable error (the leader moved: a broker was
-    lost or restarted) is asked again after the client refreshed its metadata, as the protocol
-    expects of a client, for at most ``attempts`` half-second waits."""
+    lost or restarted; or the new leader's high watermark is not caught up yet) is asked again
+    after the client refreshed its metadata, as the protocol expects of a client, for at most
+    ``attempts`` half-second waits."""
     for attempt in range(attempts):
         try:
             low, high = consumer.get_watermark_offsets(tp, timeout=ADMIN_TIMEOUT_S)
             return int(low), int(high)
         except KafkaException as exc:
-            if attempt + 1 == attempts or not exc.args[0].retriable():
+            err = exc.args[0]
+            if attempt + 1 == attempts or not (err.retriable() or err.code() in _TRANSIENT):
                 raise
             consumer.list_topics(tp.topic, timeout=ADMIN_TIMEOUT_S)  # refreshes the leaders
             time.sleep(0.5)

@@ -128,3 +128,30 @@ def test_no_broker_fails_within_the_timeout() -> None:
         port = s.getsockname()[1]
     with pytest.raises(BrokerUnavailable, match=f"127.0.0.1:{port}"):
         KafkaClient(f"127.0.0.1:{port}").check(timeout_s=2.0)
+
+
+def test_watermarks_wait_for_a_new_leader_whose_high_watermark_is_not_caught_up() -> None:
+    from confluent_kafka import KafkaError, KafkaException, TopicPartition
+
+    from streams import kafka_admin
+
+    class Consumer:
+        """Answers as a new leader does right after a broker loss: OFFSET_NOT_AVAILABLE, then offsets."""
+
+        def __init__(self, failures: int, code: int = KafkaError.OFFSET_NOT_AVAILABLE) -> None:
+            self.failures, self.code, self.refreshed = failures, code, 0
+
+        def get_watermark_offsets(self, tp: TopicPartition, timeout: float) -> tuple[int, int]:
+            if self.failures:
+                self.failures -= 1
+                raise KafkaException(KafkaError(self.code))
+            return 0, 42
+
+        def list_topics(self, topic: str, timeout: float) -> None:
+            self.refreshed += 1
+
+    c = Consumer(2)
+    assert kafka_admin.watermarks(c, TopicPartition("t", 0)) == (0, 42)  # type: ignore[arg-type]
+    assert c.refreshed == 2
+    with pytest.raises(KafkaException):  # not transient: raised at once
+        kafka_admin.watermarks(Consumer(1, KafkaError.TOPIC_AUTHORIZATION_FAILED), TopicPartition("t", 0))  # type: ignore[arg-type]
