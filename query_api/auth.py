@@ -27,7 +27,7 @@ from storage.keys import SCOPES, ApiKeyRecord, ApiScope, KeyStore
 from topology.errors import Forbidden, Unauthenticated
 
 __all__ = ["SCOPES", "ApiKeyRecord", "ApiScope", "Authenticator", "Forbidden", "KeyStore", "Principal",
-           "Unauthenticated", "matches", "mint", "parse", "require", "same_tenant"]
+           "Unauthenticated", "looks_like_jwt", "matches", "mint", "parse", "require", "same_tenant"]
 _PREFIX = "jm_"
 _SCRYPT = {"n": 2**14, "r": 8, "p": 1, "dklen": 32}
 
@@ -91,6 +91,12 @@ def same_tenant(principal: Principal, tenant_id: str | None) -> str:
     return principal.tenant_id
 
 
+def looks_like_jwt(token: str) -> bool:
+    """Three dot-separated base64url parts (an API key never has a dot)."""
+    parts = token.split(".")
+    return len(parts) == 3 and all(parts[:2])
+
+
 class TokenVerifier(Protocol):
     """Bearer tokens that are not API keys (:class:`query_api.oidc.OidcVerifier`)."""
 
@@ -122,7 +128,7 @@ class Authenticator:
         if scheme.lower() != "bearer" or not key.strip():
             raise Unauthenticated("expected Authorization: Bearer <api key>")
         key = key.strip()
-        if self.tokens is not None and not key.startswith(_PREFIX):
+        if self.tokens is not None and looks_like_jwt(key):
             return await self.tokens.principal(key)
         fingerprint = hashlib.sha256(key.encode("utf-8", "replace")).digest()
         hit = self._cache.get(fingerprint)

@@ -46,12 +46,6 @@ class OidcConfig:
     refetch_cooldown_s: float = 30.0
 
 
-def looks_like_jwt(token: str) -> bool:
-    """Three dot-separated base64url parts (an API key never has a dot)."""
-    parts = token.split(".")
-    return len(parts) == 3 and all(parts[:2])
-
-
 def _discover(issuer: str, timeout_s: float = 10.0) -> str:
     url = issuer.rstrip("/") + "/.well-known/openid-configuration"
     with urllib.request.urlopen(url, timeout=timeout_s) as r:  # the operator's issuer URL

@@ -66,8 +66,8 @@ _KW = {"type": "keyword"}
 _OPAQUE = {"type": "keyword", "index": False, "doc_values": False}
 _SETTINGS: dict[str, Any] = {
     "number_of_replicas": 0,
-    # every write path refreshes what it wrote itself (Visibility.sync, refresh=true): no
-    # periodic refresh on top (each one a new segment per index written)
+    # a non-deferred write refreshes what it wrote (refresh=true), a read refreshes what it needs
+    # (Visibility.fresh): no periodic refresh on top (each one a new segment per index written)
     "refresh_interval": "-1",
     "codec": "best_compression",
     "analysis": {
@@ -289,13 +289,6 @@ class Visibility:
             done.exception()  # retrieved: a waiter re-raises it
             raise
         done.set_result(None)
-
-    async def sync(self) -> None:
-        """Send the buffer and refresh every index this process wrote since its last refresh:
-        everything it acknowledged is searchable by anyone after this returns."""
-        await self.flush()
-        for index in sorted(self._pending):
-            await self.fresh(index)
 
 
 class _Elastic:

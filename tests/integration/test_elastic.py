@@ -285,9 +285,9 @@ async def test_deferred_writes_are_one_request_merged_per_document_and_read_back
                                 mappings={"dynamic": "strict", "properties": {"tenant_id": {"type": "keyword"}}})
     await ns.upsert(make_nodes(B)[:2])
     with pytest.raises(StoreUnavailable):
-        await seen.sync()
+        await seen.flush()
     assert seen._ops == []
-    await seen.sync()  # nothing left to send
+    await seen.flush()  # nothing left to send
 
 
 async def test_an_owner_refreshes_for_its_own_writes_and_after_invalidate_only(

@@ -17,9 +17,9 @@ from jwt.algorithms import RSAAlgorithm
 
 from jevmem.settings import Settings
 from jevmem.wiring import EmbeddedService
-from query_api.auth import Authenticator, Unauthenticated, mint
+from query_api.auth import Authenticator, Unauthenticated, looks_like_jwt, mint
 from query_api.http import create_app
-from query_api.oidc import OidcConfig, OidcVerifier, looks_like_jwt
+from query_api.oidc import OidcConfig, OidcVerifier
 from storage.keys import SqliteKeyStore
 from tests.conftest import serve_http
 from topology.ports import Embedder
