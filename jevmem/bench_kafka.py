@@ -17,6 +17,7 @@ observation).
 from __future__ import annotations
 
 import asyncio
+import base64
 import os
 import subprocess
 import sys
@@ -27,7 +28,9 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+import orjson
 from confluent_kafka import Consumer, TopicPartition
+from pydantic import SecretStr
 
 from jevmem import locomo
 from jevmem.bench import percentile
@@ -44,7 +47,7 @@ from jevmem.wiring import build_embedded
 from streams.kafka_admin import ensure_topics, read_topic, watermarks
 from streams.kafka_client import KafkaClient
 from streams.producer import ObservationProducer
-from topology.schemas import CandidateSet, Observation, decode
+from topology.schemas import Observation
 from topology.topics import topics
 
 
@@ -119,11 +122,14 @@ def vector_stores(vectors: str | None, settings: Settings) -> list[tuple[str, st
 
 
 async def run_kafka(directory: Path, settings: Settings, workers: int = 2, rate: float = 0.0,
-                    timeout: float = 900.0, vectors: str | None = None) -> dict[str, Any]:
+                    timeout: float = 900.0, vectors: str | None = None, encryption: str = "off") -> dict[str, Any]:
     """``rate`` > 0 paces the producer at that many observations per second (lag at a sustained
     load); 0 sends everything at once (throughput; lag is then mostly queueing). The result has
-    one entry per vector store under ``kafka`` (see :func:`vector_stores`)."""
+    one entry per vector store under ``kafka`` (see :func:`vector_stores`), and per encryption
+    mode (``encryption`` "both": ``<store>`` and ``<store>+sealed``, with ``sealed_vs_plain``: the
+    sealed run's throughput and CPU per observation over the plain one's)."""
     stores = vector_stores(vectors, settings)
+    modes = encryption_modes(encryption)
     obs = interleave([locomo.observations(locomo.load(f), "bench", f"locomo-{f.stem}")
                       for f in sorted(directory.glob("*.json"))])
     if not obs:
@@ -137,23 +143,69 @@ async def run_kafka(directory: Path, settings: Settings, workers: int = 2, rate:
         embedded_s = time.perf_counter() - t0
         await mem.close()
 
-    runs = {name: await _distributed(obs, settings.model_copy(update={"qdrant_url": url}), workers, rate, timeout)
-            for name, url in stores}
-    return {
+    runs: dict[str, dict[str, Any]] = {}
+    for name, url in stores:
+        for on in modes:
+            conf = sealed_settings(settings.model_copy(update={"qdrant_url": url}), on)
+            runs[name + ("+sealed" if on else "")] = await _distributed(obs, conf, workers, rate, timeout)
+    out: dict[str, Any] = {
         "observations": len(obs),
         "embedded": {"seconds": round(embedded_s, 2), "observations_per_second": round(len(obs) / embedded_s, 2)},
         "kafka": runs,
         "kafka_vs_embedded_throughput": {name: round(embedded_s / run["seconds"], 3) for name, run in runs.items()},
     }
+    if len(modes) == 2:
+        out["sealed_vs_plain"] = {name: sealed_vs_plain(runs[name], runs[name + "+sealed"]) for name, _ in stores}
+    return out
+
+
+def sealed_vs_plain(plain: dict[str, Any], sealed: dict[str, Any]) -> dict[str, float]:
+    """A sealed run over a plain one: throughput ratio, and CPU per observation (workers plus
+    producer, and all measured components) ratios."""
+    def total(run: dict[str, Any], keys: Sequence[str] | None = None) -> float:
+        return float(sum(v for k, v in run["cpu_s"].items() if keys is None or k in keys))
+
+    return {"throughput": round(sealed["observations_per_second"] / plain["observations_per_second"], 3),
+            "cpu_workers_and_producer": round(total(sealed, ("workers", "producer")) /
+                                              max(1e-9, total(plain, ("workers", "producer"))), 3),
+            "cpu_all": round(total(sealed) / max(1e-9, total(plain)), 3)}
+
+
+ENCRYPTION = ("off", "on", "both")
+
+
+def encryption_modes(encryption: str) -> list[bool]:
+    """Whether each run of ``--encryption off|on|both`` seals the log (both: off, then on)."""
+    if encryption not in ENCRYPTION:
+        raise ValueError(f"encryption must be one of {ENCRYPTION}, not {encryption!r}")
+    return [m == "on" for m in ("off", "on") if encryption in (m, "both")]
+
+
+def sealed_settings(settings: Settings, on: bool) -> Settings:
+    """``settings`` with encryption ``on`` (a fresh key-encryption key when none is configured) or off."""
+    if not on:
+        return settings.model_copy(update={"encryption": False})
+    if settings.encryption_kek is None:
+        kek = SecretStr(base64.b64encode(os.urandom(32)).decode())
+        return settings.model_copy(update={"encryption": True, "encryption_kek": kek})
+    return settings.model_copy(update={"encryption": True})
+
+
+def _clear(raw: bytes) -> dict[str, Any]:
+    """A record's JSON object (sealed or not: the ids and timestamps read here stay in the clear)."""
+    data: dict[str, Any] = orjson.loads(raw)
+    return data
 
 
 async def _distributed(obs: list[Observation], settings: Settings, workers: int, rate: float,
                        timeout: float, servers: Servers | None = None) -> dict[str, Any]:
-    """One distributed run of ``obs`` on fresh topics, group and stores: throughput and lag; with
-    ``servers``, also the CPU seconds each component spent from the first record sent to the last
-    edge written (``cpu_s``) and the bytes each store holds afterwards (``disk_bytes``)."""
+    """One distributed run of ``obs`` on fresh topics, group and stores: throughput, lag, the
+    workers' and the producer's CPU seconds from the first record sent to the last edge written
+    (``cpu_s``; with ``servers``, each server's too) and, with ``servers``, the bytes each store
+    holds afterwards (``disk_bytes``). Sealed when ``settings.encryption``."""
     tag = f"bench{uuid.uuid4().hex[:8]}"
     s = settings.model_copy(update={"topic_prefix": tag, "app_id": tag, "store_prefix": f"{tag}-"})
+    keyring = s.keyring()
     spec = topics(tag)
     kafka = s.kafka()
     ensure_topics(kafka, tag, s.topic_layout())
@@ -168,14 +220,17 @@ async def _distributed(obs: list[Observation], settings: Settings, workers: int,
         await _wait(ready, 180, "workers ready")
         cpu0 = _cpu(procs, servers)
         es0 = await elasticsearch_work(es) if servers is not None else {}
-        async with ObservationProducer(kafka, tag) as producer:
+        producer_cpu0 = time.process_time()
+        async with ObservationProducer(kafka, tag, keyring=keyring) as producer:
             if rate <= 0:
-                await producer.send(obs)
+                for i in range(0, len(obs), 500):  # as a service's requests would: keys made per request
+                    await producer.send(obs[i: i + 500])
             else:
                 step, start = 8, time.monotonic()
                 for i in range(0, len(obs), step):
                     await asyncio.sleep(max(0.0, start + i / rate - time.monotonic()))
                     await producer.send(obs[i: i + step])
+        producer_cpu = time.process_time() - producer_cpu0
         await _wait(lambda: end_offsets(kafka, spec["candidates"].name) >= len(obs), timeout,
                     "every observation linked")
         last, stable_since = -1, time.monotonic()
@@ -185,20 +240,23 @@ async def _distributed(obs: list[Observation], settings: Settings, workers: int,
                 last, stable_since = now, time.monotonic()
             await asyncio.sleep(0.5)
         cpu = {k: v - cpu0[k] for k, v in _cpu(procs, servers).items()}
+        cpu["producer"] = producer_cpu
         es_work = {k: v - es0[k] for k, v in (await elasticsearch_work(es)).items()} if servers is not None else {}
     finally:
         stop_workers(procs)
+        if keyring is not None:
+            await keyring.close()
     stages = worker_stages(line for i in range(workers) for line in (logdir / f"w{i}.log").read_bytes().splitlines())
 
     sent = {}
     for r in read_topic(kafka, spec["observations"].name):
-        o = decode(Observation, r.value)
-        sent[(o.scope.key, o.event_id)] = r.timestamp_ms
+        o = _clear(r.value)
+        sent[(o["tenant_id"], o["conversation_id"], o["event_id"])] = r.timestamp_ms
     lags, late = [], []
     middle = sorted(sent.values())[len(sent) // 2]
     for r in read_topic(kafka, spec["candidates"].name):
-        node = decode(CandidateSet, r.value).node
-        at = sent[(node.scope.key, node.event_id)]
+        node = _clear(r.value)["node"]
+        at = sent[(node["tenant_id"], node["conversation_id"], node["event_id"])]
         lags.append(r.timestamp_ms - at)
         if at >= middle:
             late.append(lags[-1])
@@ -206,7 +264,7 @@ async def _distributed(obs: list[Observation], settings: Settings, workers: int,
     end = max(r.timestamp_ms for r in read_topic(kafka, spec["edges"].name))
     kafka_s = (end - first) / 1000.0
     out: dict[str, Any] = {
-        "workers": workers, "partitions": s.partitions, "producer_rate": rate or None,
+        "workers": workers, "partitions": s.partitions, "producer_rate": rate or None, "encryption": s.encryption,
         "seconds": round(kafka_s, 2), "observations_per_second": round(len(obs) / kafka_s, 2),
         # the second half of the stream by send time: past the first sight of each conversation
         # (a store read each) and of each tenant (its index created)
@@ -220,8 +278,8 @@ async def _distributed(obs: list[Observation], settings: Settings, workers: int,
             out["elasticsearch_work"] = es_work
     finally:
         await es.close()
+    out["cpu_s"] = {k: round(v, 3) for k, v in cpu.items()}
     if servers is not None:
-        out["cpu_s"] = {k: round(v, 3) for k, v in cpu.items()}
         out["disk_bytes"] = {"elasticsearch": es_bytes, "qdrant": servers.qdrant_bytes(f"{tag}_memories"),
                              "kafka": servers.kafka_bytes(t.name for t in spec.values())}
     return out
@@ -229,20 +287,20 @@ async def _distributed(obs: list[Observation], settings: Settings, workers: int,
 
 def _cpu(procs: Sequence[subprocess.Popen[bytes]], servers: Servers | None) -> dict[str, float]:
     """CPU seconds so far of the workers together and of each server (zeros without ``servers``)."""
-    if servers is None:
-        return {"workers": 0.0}
-    return {"workers": sum(cpu_seconds(p.pid) for p in procs), **servers.cpu()}
+    workers = sum(cpu_seconds(p.pid) for p in procs)
+    return {"workers": workers} if servers is None else {"workers": workers, **servers.cpu()}
 
 
 async def run_fanin(settings: Settings, workers: int = 2, conversations: int = 200, turns: int = 10,
                     tenants: int = 10, timeout: float = 900.0,
-                    pids: dict[str, list[int]] | None = None) -> dict[str, Any]:
+                    pids: dict[str, list[int]] | None = None, encryption: str = "off") -> dict[str, Any]:
     """The fan-in benchmark: a synthetic multi-tenant stream (``bench scale``'s workload:
     ``conversations`` x ``turns`` observations of ``tenants`` tenants, interleaved) through the
     embedded pipeline and through Kafka + ``workers`` Faust workers, in the same run, with the
     CPU each component spends per observation and the bytes each store keeps per observation.
     Two distributed runs on fresh topics and stores: a burst (throughput, lag under a backlog)
-    and a steady stream at half the burst's throughput (lag at a sustainable load)."""
+    and a steady stream at half the burst's throughput (lag at a sustainable load); with
+    ``encryption`` "both", a third: the burst with the log sealed (``sealed_vs_plain``)."""
     from jevmem.bench_meter import allocated_bytes, per_observation
     from jevmem.bench_scale import workload
 
@@ -257,7 +315,11 @@ async def run_fanin(settings: Settings, workers: int = 2, conversations: int = 2
         await mem.close()
         embedded_disk = allocated_bytes([Path(tmp)])
     vectors = settings.qdrant_url
+    modes = encryption_modes(encryption)
+    settings = sealed_settings(settings, modes[0])
     burst = await _distributed(obs, settings, workers, 0.0, timeout, servers)
+    sealed = (await _distributed(obs, sealed_settings(settings, True), workers, 0.0, timeout, servers)
+              if len(modes) == 2 else None)
     steady = await _distributed(obs, settings, workers, burst["observations_per_second"] / 2, timeout, servers)
     n = len(obs)
     cpu = per_observation(burst["cpu_s"], n, 1000.0)
@@ -272,5 +334,7 @@ async def run_fanin(settings: Settings, workers: int = 2, conversations: int = 2
         "disk_bytes_per_observation": {**{k: round(v / n) for k, v in burst["disk_bytes"].items()},
                                        "embedded": round(embedded_disk / n)},
         "lag_ms": {"burst": burst["lag_ms"], "steady": {**steady["lag_ms"], "rate": steady["producer_rate"]}},
-        "runs": {"burst": burst, "steady": steady},
+        "runs": {"burst": burst, "steady": steady, **({"burst_sealed": sealed} if sealed else {})},
+        **({"sealed_vs_plain": {**sealed_vs_plain(burst, sealed), "cpu_ms_per_observation_sealed": {
+            k: round(v, 3) for k, v in per_observation(sealed["cpu_s"], n, 1000.0).items()}}} if sealed else {}),
     }

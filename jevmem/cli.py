@@ -23,6 +23,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 
 from jevmem import locomo
+from jevmem.cli_encryption import encryption_app
 from jevmem.cli_keys import keys_app
 from jevmem.settings import Settings
 
@@ -38,6 +39,7 @@ models_app = typer.Typer(help="Embedding models (files from package registries, 
                               "names; cached, verified).", no_args_is_help=True)
 app.add_typer(models_app, name="models")
 app.add_typer(keys_app, name="keys")
+app.add_typer(encryption_app, name="encryption")
 console = Console(stderr=True)
 T = TypeVar("T")
 
@@ -76,6 +78,14 @@ class Vectors(StrEnum):
 
     qdrant = "qdrant"
     elastic = "elastic"
+    both = "both"
+
+
+class Encryption(StrEnum):
+    """``jevmem bench kafka --encryption``: whether the runs seal the log."""
+
+    off = "off"
+    on = "on"
     both = "both"
 
 
@@ -436,14 +446,35 @@ def produce(path: Annotated[Path, typer.Argument(metavar="FILE", help="JSONL obs
     """Publish JSONL observations or a LoCoMo file to the observations topic (idempotent producer)."""
     from streams.kafka_admin import ensure_topics
     from streams.producer import ObservationProducer
+    from topology.errors import InvalidEvent
+    from topology.schemas import DeadLetter, Observation, decode
 
     settings = _settings(tenant=tenant)
     payloads = read_observation_payloads(path, settings.tenant, conversation)
     ensure_topics(settings.kafka(), settings.topic_prefix, settings.topic_layout())
 
     async def go() -> int:
-        async with ObservationProducer(settings.kafka(), settings.topic_prefix) as producer:
-            return len(await producer.send_raw([(partition_key(raw), raw) for raw in payloads]))
+        from jevmem.distributed import checked_keyring
+
+        keyring = await checked_keyring(settings)
+        try:
+            async with ObservationProducer(settings.kafka(), settings.topic_prefix, keyring=keyring) as producer:
+                if keyring is None:
+                    return len(await producer.send_raw([(partition_key(raw), raw) for raw in payloads]))
+                # sealed: what decodes is sent as observations; what does not goes straight to the
+                # dead letters (sealed too), never in the clear onto the observations topic
+                good, bad = [], []
+                for i, raw in enumerate(payloads):
+                    try:
+                        good.append(decode(Observation, raw))
+                    except InvalidEvent as exc:
+                        bad.append(DeadLetter.of(raw, exc.reason, f"{path.name}:{i + 1}"))
+                if bad:
+                    await producer.dead_letter(bad)
+                return len(await producer.send(good)) + len(bad)
+        finally:
+            if keyring is not None:
+                await keyring.close()
 
     console.print(f"published {_run(go())} records to {settings.topic_prefix}.observations.v1")
 
@@ -585,6 +616,9 @@ def bench_kafka(directory: Annotated[Path | None, typer.Argument(
                 vectors: Annotated[Vectors | None, typer.Option(
                     help="Vectors in qdrant (JEVMEM_QDRANT_URL), elastic, or both (one run each). "
                          "Default: qdrant if configured, else elastic.")] = None,
+                encryption: Annotated[Encryption, typer.Option(
+                    help="Seal the log (on), not (off), or one run each (both) to compare their cost. "
+                         "Without a configured key-encryption key, a fresh one is made for the run.")] = Encryption.off,
                 as_json: Json = False) -> None:
     """Observations/s and end-to-end lag through Kafka + N Faust workers vs the embedded pipeline
     (needs a running broker, Elasticsearch node and, for vectors in Qdrant, a Qdrant server).
@@ -606,9 +640,10 @@ def bench_kafka(directory: Annotated[Path | None, typer.Argument(
             pids.setdefault(role, []).append(int(value))
         if where in ("elastic", "qdrant"):
             settings = settings.model_copy(update={"qdrant_url": settings.qdrant_url if where == "qdrant" else None})
-        out = _run(run_fanin(settings, workers, conversations, turns, tenants, pids=pids or None))
+        out = _run(run_fanin(settings, workers, conversations, turns, tenants, pids=pids or None,
+                             encryption=encryption.value))
     else:
-        out = _run(run_kafka(directory, settings, workers, rate, vectors=where))
+        out = _run(run_kafka(directory, settings, workers, rate, vectors=where, encryption=encryption.value))
     if as_json:
         sys.stdout.write(orjson.dumps(out).decode() + "\n")
     else:
@@ -676,4 +711,13 @@ def bench_chaos(directory: Annotated[Path, typer.Argument(metavar="DIR", help="L
 
 
 def main() -> None:
-    app()
+    """The ``jevmem`` command; a configuration error (a missing or wrong key-encryption key, a
+    store built with another model, an unsupported server) ends it with its message and exit
+    status 2 instead of a traceback."""
+    from topology.errors import IncompatibleStore, KekMissing, ModelMismatch
+
+    try:
+        app()
+    except (KekMissing, ModelMismatch, IncompatibleStore) as exc:
+        Console(stderr=True).print(f"jevmem: {escape(str(exc))}")
+        raise SystemExit(2) from None

@@ -27,6 +27,7 @@ from storage.ports import VectorIndex
 from storage.qdrant import QdrantVectorIndex, check_server
 from storage.scope_cache import ScopeCache
 from streams.kafka_admin import ensure_topics, read_topic
+from streams.keyring import Keyring
 from streams.producer import ObservationProducer
 from streams.write_path import Stores
 from topology.errors import ModelMismatch
@@ -111,7 +112,8 @@ def _qdrant_vectors(settings: Settings, prefix: str, dim: int) -> QdrantVectorIn
     return settings.qdrant(dim, prefix.replace("-", "_") + "memories")
 
 
-def distributed_stores(settings: Settings, prefix: str, dim: int, owner: bool = False) -> Stores:
+def distributed_stores(settings: Settings, prefix: str, dim: int, owner: bool = False,
+                       keyring: Keyring | None = None) -> Stores:
     """Elasticsearch (lexical, nodes, edges) + vectors in Qdrant (one collection per store
     generation, ``<prefix>memories``) when ``qdrant_url`` is set, else in Elasticsearch's exact
     (flat) vector index. Dead letters live on their Kafka topic.
@@ -119,34 +121,43 @@ def distributed_stores(settings: Settings, prefix: str, dim: int, owner: bool = 
     Every read sees every write acknowledged before it began (``storage.elastic.Visibility``);
     ``owner`` (a worker, or the service): only after :meth:`Stores.fresh_reads`, which the
     owner calls when that matters (a partition assignment, a request), and always for what
-    this process wrote itself."""
+    this process wrote itself. ``keyring``: dead letters are sealed (and read) with it."""
     es = settings.elasticsearch()
     seen = Visibility(es, strict_reads=not owner)  # one bulk per batch; reads refresh what they need
     vectors: VectorIndex = (_qdrant_vectors(settings, prefix, dim) if settings.qdrant_url
                             else ElasticVectorIndex(es, prefix, dim, seen))
     return Stores(nodes=ElasticNodeStore(es, prefix, seen), edges=ElasticEdgeStore(es, prefix, seen), vectors=vectors,
-                  lexical=ElasticLexicalIndex(es, prefix, seen), dead_letters=TopicDeadLetters(settings),
+                  lexical=ElasticLexicalIndex(es, prefix, seen), dead_letters=TopicDeadLetters(settings, keyring),
                   visibility=seen.flush, invalidate=seen.invalidate)
 
 
 class TopicDeadLetters:
     """Dead letters on the dead-letter topic (DeadLetterSink port)."""
 
-    def __init__(self, settings: Settings) -> None:
+    def __init__(self, settings: Settings, keyring: Keyring | None = None) -> None:
         self.settings = settings
+        self.keyring = keyring
         self._producer: ObservationProducer | None = None
 
     async def put(self, letters: Sequence[DeadLetter]) -> None:
         if self._producer is None:
-            self._producer = ObservationProducer(self.settings.kafka(), self.settings.topic_prefix)
+            self._producer = ObservationProducer(self.settings.kafka(), self.settings.topic_prefix, keyring=self.keyring)
         await self._producer.dead_letter(letters)
 
     async def recent(self, limit: int = 100, tenant_id: str | None = None) -> list[DeadLetter]:
-        """Reads the whole topic (an operator's view, not a hot path), newest ``limit`` kept."""
+        """Reads the whole topic (an operator's view, not a hot path), newest ``limit`` kept;
+        sealed letters whose keys a forget destroyed are left out."""
         topic = topics(self.settings.topic_prefix)["deadletters"].name
         records = await asyncio.to_thread(read_topic, self.settings.kafka(), topic)
-        letters = [decode(DeadLetter, r.value) for r in records]
+        values: Sequence[bytes | dict[str, Any]] = [r.value for r in records]
+        if self.keyring is not None:
+            values, _ = await self.keyring.open_readable([r.value for r in records])
+        letters = [decode(DeadLetter, v) for v in values]
         return [d for d in letters if tenant_id is None or d.tenant_id == tenant_id][-limit:]
+
+    async def forget(self, scope: Scope, event_id: str | None) -> int:
+        """Nothing to delete here: the topic keeps its letters, sealed under keys the forget destroys."""
+        return 0
 
 
 async def resolve_prefix(settings: Settings) -> str:
@@ -180,6 +191,7 @@ class DistributedService:
         self._stores: Stores | None = None
         self._producer: ObservationProducer | None = None
         self._controller: RetrievalController | None = None
+        self._keyring: Keyring | None = None
         self._s2 = system_two(settings)
 
     async def start(self) -> None:
@@ -187,8 +199,9 @@ class DistributedService:
         prefix = await resolve_prefix(self.settings)
         await check_model(self.settings, prefix, self.embedder.name)
         await check_vectors(self.settings)
-        self._stores = distributed_stores(self.settings, prefix, self.embedder.dim, owner=True)
-        self._producer = ObservationProducer(self.settings.kafka(), self.settings.topic_prefix)
+        self._keyring = await checked_keyring(self.settings)
+        self._stores = distributed_stores(self.settings, prefix, self.embedder.dim, owner=True, keyring=self._keyring)
+        self._producer = ObservationProducer(self.settings.kafka(), self.settings.topic_prefix, keyring=self._keyring)
         s = self._stores
         inner, scorer = system_one_and_scorer(self.settings)
         self._controller = RetrievalController(self.embedder, inner, s.vectors, s.lexical,
@@ -208,6 +221,8 @@ class DistributedService:
             await self._producer.close()
         if self._stores is not None:
             await self._stores.close()
+        if self._keyring is not None:
+            await self._keyring.close()
         if self._s2 is not None:
             await self._s2.aclose()
 
@@ -277,13 +292,14 @@ def run_worker(settings: Settings) -> None:
     asyncio.run(check_model(settings, prefix, embedder.name))
     asyncio.run(prepare_indices(settings, prefix, embedder.dim))  # checks the Qdrant server's version too
     embedder.embed(["warm up"] * 4)  # first inferences allocate: not on the first batch's clock
-    stores = distributed_stores(settings, prefix, embedder.dim, owner=True)
+    keyring = asyncio.run(checked_keyring(settings))
+    stores = distributed_stores(settings, prefix, embedder.dim, owner=True, keyring=keyring)
     config = AppConfig(kafka=settings.kafka(), app_id=settings.app_id, prefix=settings.topic_prefix,
                        layout=settings.topic_layout(), batch=settings.write_batch, within_s=settings.write_wait_s,
                        datadir=str(settings.worker_datadir))
-    output = ObservationProducer(settings.kafka(), settings.topic_prefix,
+    output = ObservationProducer(settings.kafka(), settings.topic_prefix, None,
                                  **{"compression.type": settings.kafka_output_compression})
-    app = create_app(config, Services(write_path(settings, stores, embedder), stores, output.publish))
+    app = create_app(config, Services(write_path(settings, stores, embedder), stores, output.publish, keyring))
 
     @app.timer(5.0)  # type: ignore[untyped-decorator]
     async def report_lag() -> None:
@@ -311,21 +327,27 @@ async def replay(settings: Settings, source: str, new_prefix: str, switch: bool)
     if source == "edges":  # the memories topic carries the old generation's vectors
         await check_model(settings, old_prefix, embedder.name)
     await check_model(settings, new_prefix, embedder.name)
-    old = distributed_stores(settings, old_prefix, embedder.dim)
-    new = distributed_stores(settings, new_prefix, embedder.dim)
+    keyring = await checked_keyring(settings)
+    old = distributed_stores(settings, old_prefix, embedder.dim, keyring=keyring)
+    new = distributed_stores(settings, new_prefix, embedder.dim, keyring=keyring)
+    unreadable = 0
 
-    def log(role: str) -> list[bytes]:
-        return [r.value for r in read_topic(settings.kafka(), spec[role].name)]
+    async def log(role: str) -> list[bytes | dict[str, Any]]:
+        """The topic's values, opened; records sealed under destroyed keys (forgotten) left out."""
+        nonlocal unreadable
+        values: list[bytes] = [r.value for r in await asyncio.to_thread(read_topic, settings.kafka(), spec[role].name)]
+        if keyring is None:
+            return list(values)
+        readable, gone = await keyring.open_readable(values)
+        unreadable += gone
+        return readable
 
     try:
         if source == "edges":
-            report = await rebuild_from_log(new, await asyncio.to_thread(log, "memories"),
-                                            await asyncio.to_thread(log, "edges"),
-                                            await asyncio.to_thread(log, "consolidation"))
+            report = await rebuild_from_log(new, await log("memories"), await log("edges"), await log("consolidation"))
         elif source == "observations":
             wp = write_path(settings, new, embedder)
-            report = await recompute(EmbeddedPipeline(new, wp, wp.so), await asyncio.to_thread(log, "observations"),
-                                     settings.write_batch)
+            report = await recompute(EmbeddedPipeline(new, wp, wp.so), await log("observations"), settings.write_batch)
         else:
             raise ValueError("source must be 'edges' or 'observations'")
         problems = await verify(old, new, report.scopes)
@@ -340,7 +362,23 @@ async def replay(settings: Settings, source: str, new_prefix: str, switch: bool)
         return {"source": source, "from_prefix": old_prefix, "to_prefix": new_prefix,
                 "scopes": len(report.scopes), "nodes": report.nodes, "edges": report.edges,
                 "decisions": report.decisions, "forgets": report.forgets, "controller_calls": report.controller_calls,
-                "identical": not problems, "problems": problems, "switched": switched}
+                "unreadable": unreadable, "identical": not problems, "problems": problems, "switched": switched}
     finally:
         await old.close()
         await new.close()
+        if keyring is not None:
+            await keyring.close()
+
+
+async def checked_keyring(settings: Settings) -> Keyring | None:
+    """The deployment's keyring when encryption is on (None otherwise), checked against the
+    stored keys: :class:`~topology.errors.KekMissing` when the key-encryption key is missing,
+    malformed, or not the one the stored keys are wrapped by."""
+    keyring = settings.keyring()
+    if keyring is not None:
+        try:
+            await keyring.check()
+        except BaseException:
+            await keyring.close()
+            raise
+    return keyring

@@ -24,7 +24,9 @@ if TYPE_CHECKING:
 
     from query_api.oidc import OidcVerifier
     from storage.qdrant import QdrantVectorIndex
+    from streams.keyring import Keyring
     from topology.ports import Embedder
+    from topology.sealing import Keks
 
 ENV_PREFIX = "JEVMEM_"
 
@@ -131,6 +133,13 @@ class Settings(BaseSettings):
     oidc_scope_claim: str = "scope"
     oidc_scope_prefix: str = ""  # e.g. "jevmem:" when the issuer's scopes read jevmem:query
     auth_cache_seconds: float = 5.0  # a verified key is trusted this long (revocation delay)
+    # crypto-shredding of the Kafka log (docs/security.md): personal fields of every topic record
+    # sealed under a data key per observation, destroyed by a forget
+    encryption: bool = False
+    # base64 of 32 random bytes (`jevmem encryption new-kek`); several, comma- or newline-separated,
+    # the current one first, while rotating. Or JEVMEM_ENCRYPTION_KEK_FILE (a file of them).
+    encryption_kek: SecretStr | None = None
+    encryption_key_cache_s: float = 300.0  # an unwrapped data key stays in a process's memory this long
 
     def load_embedder(self) -> Embedder:
         """The configured embedder: a named in-process model, or (``openai:<model>``) the
@@ -160,6 +169,34 @@ class Settings(BaseSettings):
         return OidcVerifier(OidcConfig(issuer=self.oidc_issuer, audience=self.oidc_audience, jwks_url=self.oidc_jwks_url,
                                        tenant_claim=self.oidc_tenant_claim, scope_claim=self.oidc_scope_claim,
                                        scope_prefix=self.oidc_scope_prefix))
+
+    def keks(self) -> Keks:
+        """The configured key-encryption keys; :class:`~topology.errors.KekMissing` when there
+        are none or they do not parse."""
+        from topology.errors import KekMissing
+        from topology.sealing import Keks
+
+        if self.encryption_kek is not None:
+            try:
+                return Keks.parse(self.encryption_kek.get_secret_value(), "JEVMEM_ENCRYPTION_KEK")
+            except ValueError as exc:
+                raise KekMissing(str(exc)) from exc
+        raise KekMissing("JEVMEM_ENCRYPTION=true needs a key-encryption key: set JEVMEM_ENCRYPTION_KEK (base64 of "
+                         "32 random bytes; `jevmem encryption new-kek` makes one) or JEVMEM_ENCRYPTION_KEK_FILE")
+
+    def keyring(self) -> Keyring | None:
+        """The deployment's keyring (data keys in Elasticsearch, index ``<topic prefix>-datakeys``)
+        when encryption is on, else None. Raises :class:`~topology.errors.KekMissing` when the
+        key-encryption key is missing or malformed; :meth:`streams.keyring.Keyring.check` then
+        checks it against the stored keys."""
+        if not self.encryption:
+            return None
+        from storage.datakeys import ElasticDataKeys
+        from streams.keyring import Keyring
+
+        keks = self.keks()
+        store = ElasticDataKeys(self.elasticsearch(), f"{self.topic_prefix.lower()}-datakeys")
+        return Keyring(store, keks, ttl_s=self.encryption_key_cache_s)
 
     def kafka(self) -> KafkaClient:
         """How this process's Kafka clients connect (every client, from these settings)."""

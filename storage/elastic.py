@@ -169,7 +169,7 @@ def es_errors(what: str) -> Iterator[None]:
         raise StoreUnavailable(f"elasticsearch {what}: {exc}") from exc
 
 
-def _failed(res: Any, conflicts_ok: bool = False) -> list[dict[str, Any]]:
+def failed_items(res: Any, conflicts_ok: bool = False) -> list[dict[str, Any]]:
     """The failed items of a bulk response (``conflicts_ok``: a ``create`` of an existing
     document, status 409, is not a failure)."""
     if not res.get("errors"):
@@ -255,7 +255,7 @@ class Visibility:
         with es_errors(f"bulk ({len(ops)} lines)"):
             res = await self._client.bulk(operations=ops)
         self._pending |= {str(i["_index"]) for item in res["items"] for i in item.values() if "_index" in i}
-        bad = _failed(res)
+        bad = failed_items(res)
         if bad:
             raise StoreUnavailable(f"elasticsearch bulk: {len(bad)} failed, first: {bad[0]['error']}")
 
@@ -394,7 +394,7 @@ class _Elastic:
         with es_errors(f"bulk {index}"):
             res = await (self._client.bulk(index=index, operations=ops, refresh=True) if index
                          else self._client.bulk(operations=ops, refresh=True))
-        bad = _failed(res, conflicts_ok)
+        bad = failed_items(res, conflicts_ok)
         if bad:
             raise StoreUnavailable(f"elasticsearch bulk {index}: {len(bad)} failed, first: {bad[0]['error']}")
         items: list[dict[str, Any]] = res["items"]

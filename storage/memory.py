@@ -168,6 +168,11 @@ class MemoryDeadLetters:
     async def put(self, letters: Sequence[DeadLetter]) -> None:
         self.letters += letters
 
+    async def forget(self, scope: Scope, event_id: str | None) -> int:
+        keep = [d for d in self.letters if d.scope != scope or (event_id is not None and d.event_id != event_id)]
+        n, self.letters = len(self.letters) - len(keep), keep
+        return n
+
     async def recent(self, limit: int = 100, tenant_id: str | None = None) -> list[DeadLetter]:
         mine = [d for d in self.letters if tenant_id is None or d.tenant_id == tenant_id]
         return mine[-limit:] if limit > 0 else ([] if limit == 0 else mine)

@@ -215,3 +215,9 @@ class DeadLetterSink(Protocol):
         """The newest ``limit`` letters, oldest first; only ``tenant_id``'s when given (letters
         whose tenant is unknown are then never listed)."""
         ...
+
+    async def forget(self, scope: Scope, event_id: str | None) -> int:
+        """Delete the letters that name ``scope`` (and ``event_id``, unless None); the count. A
+        sink that cannot delete (a topic) returns 0: its letters are sealed under keys the forget
+        destroys (``streams.keyring``)."""
+        ...

@@ -686,12 +686,30 @@ class SqliteDeadLetters(_Base):
             columns = {r[1] for r in conn.execute("PRAGMA table_info(dead_letters)")}
             if "tenant" not in columns:  # stores made before letters carried their tenant
                 conn.execute("ALTER TABLE dead_letters ADD COLUMN tenant TEXT")
+            if "conv" not in columns:  # stores made before letters named their conversation and event
+                conn.execute("ALTER TABLE dead_letters ADD COLUMN conv TEXT")
+                conn.execute("ALTER TABLE dead_letters ADD COLUMN event TEXT")
+                for n, body in conn.execute("SELECT n, body FROM dead_letters").fetchall():
+                    old = DeadLetter.model_validate(orjson.loads(body))
+                    claimed = DeadLetter.of(old.original, old.reason, old.source, old.tenant_id)
+                    conn.execute("UPDATE dead_letters SET conv = ?, event = ? WHERE n = ?",
+                                 (claimed.conversation_id, claimed.event_id, n))
             conn.execute("CREATE INDEX IF NOT EXISTS dead_letters_tenant ON dead_letters(tenant, n)")
+            conn.execute("CREATE INDEX IF NOT EXISTS dead_letters_scope ON dead_letters(tenant, conv, event)")
 
     @translated
     async def put(self, letters: Sequence[DeadLetter]) -> None:
-        self._write("INSERT INTO dead_letters (tenant, body) VALUES (?, ?)",
-                    [(d.tenant_id, orjson.dumps(d.model_dump(mode="json"))) for d in letters])
+        self._write("INSERT INTO dead_letters (tenant, conv, event, body) VALUES (?, ?, ?, ?)",
+                    [(d.tenant_id, d.conversation_id, d.event_id, orjson.dumps(d.model_dump(mode="json")))
+                     for d in letters])
+
+    @translated
+    async def forget(self, scope: Scope, event_id: str | None) -> int:
+        if event_id is None:
+            return self._delete([("DELETE FROM dead_letters WHERE tenant = ? AND conv = ?",
+                                  (scope.tenant_id, scope.conversation_id))], counted=0)
+        return self._delete([("DELETE FROM dead_letters WHERE tenant = ? AND conv = ? AND event = ?",
+                              (scope.tenant_id, scope.conversation_id, event_id))], counted=0)
 
     @translated
     async def recent(self, limit: int = 100, tenant_id: str | None = None) -> list[DeadLetter]:

@@ -49,14 +49,17 @@ from datetime import UTC, datetime
 from typing import Any
 
 import faust
+import orjson
 
 from streams import forget as forgetting
 from streams.kafka_client import KafkaClient
-from streams.write_path import Stores, dead_letter, write_batch
-from topology import observe
+from streams.keyring import Keyring, letter_owner, sealed
+from streams.write_path import Stores, Written, dead_letter, write_batch
+from topology import observe, sealing
 from topology.errors import InvalidEvent
 from topology.pipeline import WritePath, dedupe
-from topology.schemas import DeadLetter, Forget, Observation, Scope, decode_input, encode
+from topology.schemas import DeadLetter, EdgeEvent, Forget, Observation, Scope, decode_input, encode
+from topology.sealing import DataKey
 from topology.topics import TopicLayout
 
 log = logging.getLogger("jevmem.streams")
@@ -94,6 +97,8 @@ class Services:
     write_path: WritePath
     stores: Stores
     publish: Publish
+    #: seals the personal fields of every output record and opens sealed input (None: plaintext)
+    keyring: Keyring | None = None
 
 
 async def retrying(what: str, attempt: Callable[[], Awaitable[None]],
@@ -114,11 +119,12 @@ async def retrying(what: str, attempt: Callable[[], Awaitable[None]],
             delay = min(max_s, delay * 2)
 
 
-def decode_batch(values: Sequence[tuple[bytes, str]], timestamps: Sequence[float] | None = None,
+def decode_batch(values: Sequence[tuple[bytes | dict[str, Any], str]], timestamps: Sequence[float] | None = None,
                  ) -> tuple[list[Observation | Forget], list[DeadLetter]]:
     """Observations and forgets of a batch in order (between two forgets, the first copy of each
     event id is kept, see ``dedupe``; a copy after a forget is a new request) and a dead letter for
-    every value that does not decode; ``values`` are (bytes, "topic:partition:offset"). An
+    every value that does not decode; ``values`` are (bytes, or the JSON object they were opened
+    to, "topic:partition:offset"). An
     observation without ``observed_at`` (from a producer other than ours, which stamps them) is
     observed at its record's timestamp (``timestamps``, seconds: in the log, so a replay sees the
     same)."""
@@ -131,7 +137,7 @@ def decode_batch(values: Sequence[tuple[bytes, str]], timestamps: Sequence[float
                 item = item.stamped(datetime.fromtimestamp(timestamps[i], UTC))
             good.append(item)
         except InvalidEvent as exc:
-            letters.append(dead_letter(value, exc.reason, source))
+            letters.append(dead_letter(value if isinstance(value, bytes) else orjson.dumps(value), exc.reason, source))
     out: list[Observation | Forget] = []
     for part in forgetting.split_at_forgets(good):
         out += [part] if isinstance(part, Forget) else dedupe(part)
@@ -216,7 +222,7 @@ def create_app(config: AppConfig, services: Services) -> faust.App:
     for role in outputs:  # declared so the app creates them with their retention and configs
         topic(role)
     memories, candidates, judgments, edges, consolidation, deadletters = (spec[r].name for r in outputs)
-    wp, stores, publish = services.write_path, services.stores, services.publish
+    wp, stores, publish, keyring = services.write_path, services.stores, services.publish, services.keyring
 
     async def process(values: Sequence[tuple[bytes, str]], trace_ids: Sequence[str],
                       timestamps: Sequence[float]) -> None:
@@ -229,9 +235,26 @@ def create_app(config: AppConfig, services: Services) -> faust.App:
             observe.TRACE_ID.reset(token)
 
     async def process_traced(values: Sequence[tuple[bytes, str]], timestamps: Sequence[float]) -> None:
-        items, letters = decode_batch(values, timestamps)
+        inputs: Sequence[tuple[bytes | dict[str, Any], str]] = values
+        event_keys: dict[tuple[str, str], DataKey] = {}
+        if keyring is not None:
+            opened = await keyring.open([v for v, _ in values])
+            kept = [i for i, v in enumerate(opened.values) if v is not None]
+            if opened.forgotten:  # sealed under a key a forget destroyed: forgotten, not invalid
+                observe.count("forgotten_record", opened.forgotten, "topic")
+                log.info("skipped records whose keys were destroyed by a forget",
+                         extra={"records": opened.forgotten, "first": values[0][1]})
+            inputs = [(v if isinstance((v := opened.values[i]), dict) else values[i][0], values[i][1]) for i in kept]
+            timestamps = [timestamps[i] for i in kept]
+            for i in kept:
+                key, v = opened.keys[i], opened.values[i]
+                if key is not None and isinstance(v, dict) and isinstance(v.get("event_id"), str):
+                    event_keys[(key.tenant_id + "\x00" + key.conversation_id, v["event_id"])] = key
+        items, letters = decode_batch(inputs, timestamps)
         if letters:
-            await publish([(deadletters, [("rejected", encode(d)) for d in letters])])
+            keys = await keyring.create([letter_owner(d) for d in letters]) if keyring is not None else []
+            await publish([(deadletters, [("rejected", sealed(d, keys[i] if keys else None))
+                                          for i, d in enumerate(letters)])])
             observe.count("dead_letter", len(letters), "topic")
             for d in letters:
                 log.warning("dead letter %s: %s", d.source, d.reason)
@@ -239,28 +262,58 @@ def create_app(config: AppConfig, services: Services) -> faust.App:
             if isinstance(part, Forget):
                 await forget(part)
             else:
-                await write(part)
+                await write(part, event_keys)
 
     async def forget(request: Forget) -> None:
         marker = await forgetting.plan(stores, request)
         key, value = marker.scope.key, encode(marker)
         await publish([(memories, [(key, value)]), (edges, [(key, value)]), (consolidation, [(key, value)])])
         await forgetting.apply(stores, marker)
+        if keyring is not None:  # after the stores are clean: from now on the log's copies are unreadable
+            destroyed = await keyring.destroy(marker.scope, None if marker.event_id is None else marker.node_ids,
+                                              before=request.requested_at.timestamp())
+            log.info("forget applied", extra={"event": marker.event_id, "nodes": len(marker.node_ids),
+                                              "keys_destroyed": destroyed})
 
-    async def write(obs: list[Observation]) -> None:
+    async def output_keys(w: Written, event_keys: Mapping[tuple[str, str], DataKey]) -> dict[str, DataKey]:
+        """The key sealing each output record, by node id: an observation's node (and what was
+        judged for it) under the key its observation came with, every other node under a new one."""
+        assert keyring is not None
+        by_node: dict[str, DataKey] = {}
+        for n in w.nodes:
+            k = event_keys.get((n.tenant_id + "\x00" + n.conversation_id, n.event_id))
+            if k is not None:
+                by_node[n.id] = k
+        written = {n.id for n in w.nodes + w.derived}
+        scope_of = {n.id: (n.tenant_id, n.conversation_id) for n in w.nodes + w.derived}
+        for e in w.edges + w.links:
+            scope_of.setdefault(sealing.edge_owner(e.source, e.target, written), (e.tenant_id, e.conversation_id))
+        owners = [nid for nid in scope_of if nid not in by_node]
+        for nid, k in zip(owners, await keyring.create([(*scope_of[nid], nid) for nid in owners]), strict=True):
+            by_node[nid] = k
+        return by_node
+
+    async def write(obs: list[Observation], event_keys: Mapping[tuple[str, str], DataKey]) -> None:
         # in chunks, pipelined: chunk i+1 is embedded while chunk i is linked and written (the
         # stores take one bulk request per batch, see Stores.sync, so chunks cost no extra requests)
         t0 = time.perf_counter()
         with observe.tally() as stages:
             w = await write_batch(stores, wp, obs, chunk=config.batch)
             with observe.timed("emit"):
+                keys = await output_keys(w, event_keys) if keyring is not None else {}
+                written = {n.id for n in w.nodes + w.derived}
+
+                def edge_key(e: EdgeEvent) -> DataKey | None:
+                    return keys.get(sealing.edge_owner(e.source, e.target, written))
+
                 await publish([
-                    (memories, [(n.scope.key, encode(n)) for n in w.nodes + w.derived]),
+                    (memories, [(n.scope.key, sealed(n, keys.get(n.id))) for n in w.nodes + w.derived]),
                     # the node travels whole on the memories topic; here it is named, not repeated
-                    (candidates, [(c.node.scope.key, encode(c.model_copy(update={"node": c.node.without_embedding()})))
+                    (candidates, [(c.node.scope.key, sealed(c.model_copy(update={"node": c.node.without_embedding()}),
+                                                            keys.get(c.node.id)))
                                   for c in w.candidates]),
                     (judgments, [(_key(j.tenant_id, j.conversation_id), encode(j)) for j in w.judgments]),
-                    (edges, [(_key(e.tenant_id, e.conversation_id), encode(e)) for e in w.edges + w.links]),
+                    (edges, [(_key(e.tenant_id, e.conversation_id), sealed(e, edge_key(e))) for e in w.edges + w.links]),
                     (consolidation, [(_key(d.tenant_id, d.conversation_id), encode(d)) for d in w.decisions]),
                 ])
         log.info("stored", extra={"observations": len(obs), "new": w.new, "edges": len(w.edges),

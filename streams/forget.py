@@ -9,11 +9,12 @@ A forget is two steps, so that every driver deletes exactly the same things:
   the scope.
 * :func:`apply` deletes what a marker describes, in an order that makes a retry after a crash
   harmless: the forgotten-event record first (so the seq can never be handed out again, even if
-  the deletion is cut short), then edges touching the nodes, decisions referencing them,
-  vectors, lexical entries, and the nodes last (so a retry still finds what is left).
-  Every step is an idempotent delete. The Faust worker logs the marker on the memories, edges
-  and consolidation topics *before* applying it, and a rebuild from that derived log applies each
-  topic's share of it (``parts``) at the same point of that topic.
+  the deletion is cut short), then edges touching the nodes, decisions referencing them, the
+  dead letters naming the conversation (or the event), vectors, lexical entries, and the nodes
+  last (so a retry still finds what is left). Every step is an idempotent delete. The Faust
+  worker logs the marker on the memories, edges and consolidation topics *before* applying it,
+  and a rebuild from that derived log applies each topic's share of it (``parts``) at the same
+  point of that topic.
 
 Both take the stores as :class:`ForgetTargets` (what :class:`streams.write_path.Stores` offers).
 
@@ -31,7 +32,7 @@ from collections.abc import Awaitable, Callable, Collection, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal, Protocol
 
-from storage.ports import EdgeStore, LexicalIndex, NodeEraser, NodeReader, VectorIndex
+from storage.ports import DeadLetterSink, EdgeStore, LexicalIndex, NodeEraser, NodeReader, VectorIndex
 from topology import ids
 from topology.schemas import Forget, Forgotten, MemoryNode, Observation, Scope
 
@@ -54,6 +55,9 @@ class ForgetTargets(Protocol):
 
     @property
     def lexical(self) -> LexicalIndex: ...
+
+    @property
+    def dead_letters(self) -> DeadLetterSink: ...
 
     @property
     def on_forget(self) -> list[Callable[[Scope], Awaitable[None]]]: ...
@@ -123,6 +127,7 @@ async def apply(stores: ForgetTargets, marker: Forgotten, parts: Collection[Part
         rep.decisions = await (stores.edges.delete_scope_decisions(scope) if whole
                                else stores.edges.delete_decisions(scope, marker.node_ids))
     if "nodes" in parts:
+        await stores.dead_letters.forget(scope, marker.event_id)
         if whole:
             await stores.vectors.delete_scope(scope)
             await stores.lexical.delete_scope(scope)

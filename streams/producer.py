@@ -5,6 +5,10 @@ duplicate or reorder within a partition. The key is :attr:`Scope.key` (tenant + 
 a conversation stays ordered, partitioned by murmur2 like the Java and aiokafka clients.
 ``send`` resolves only when the broker acknowledged every record and raises
 :class:`BrokerUnavailable` listing the records that failed (delivery reports surfaced).
+
+With a :class:`~streams.keyring.Keyring` (``JEVMEM_ENCRYPTION``), every observation and dead
+letter is sealed under a new data key of its own, stored before the record is produced
+(``topology.sealing``); forget requests travel in the clear (they carry only ids).
 """
 
 from __future__ import annotations
@@ -19,7 +23,8 @@ from typing import Any
 from confluent_kafka import KafkaError, Message, Producer
 
 from streams.kafka_client import FATAL_CODES, KafkaClient
-from topology import observe
+from streams.keyring import Keyring, letter_owner, sealed
+from topology import ids, observe
 from topology.errors import BrokerUnavailable
 from topology.schemas import DeadLetter, Forget, Observation, encode
 from topology.topics import topics
@@ -58,8 +63,10 @@ class ObservationProducer:
     never work (authentication or TLS refused) fails the pending call at once with what to fix,
     instead of after the acknowledgement timeout."""
 
-    def __init__(self, kafka: KafkaClient | str, prefix: str = "jevmem", **config: Any) -> None:
+    def __init__(self, kafka: KafkaClient | str, prefix: str = "jevmem", keyring: Keyring | None = None,
+                 **config: Any) -> None:
         self._kafka = KafkaClient.of(kafka)
+        self.keyring = keyring
         self._fatal: KafkaError | None = None
         self._producer = Producer(producer_config(self._kafka, error_cb=self._on_error, **config))
         spec = topics(prefix)
@@ -164,7 +171,13 @@ class ObservationProducer:
         without ``observed_at`` is observed now (:meth:`Observation.stamped`): the time is in the
         log, so a replay sees the same."""
         now = datetime.now(UTC)
-        return await self._produce(self.topic, [(o.scope.key, encode(o.stamped(now))) for o in observations])
+        if self.keyring is None:
+            return await self._produce(self.topic, [(o.scope.key, encode(o.stamped(now))) for o in observations])
+        keys = await self.keyring.create([(o.tenant_id, o.conversation_id, ids.node_id(o.tenant_id, o.conversation_id,
+                                                                                        o.event_id))
+                                          for o in observations])
+        return await self._produce(self.topic, [(o.scope.key, sealed(o.stamped(now), k))
+                                                for o, k in zip(observations, keys, strict=True)])
 
     async def forget(self, requests: Sequence[Forget]) -> list[Delivery]:
         """Publish forget requests onto the observations topic, keyed like the conversation's
@@ -177,7 +190,13 @@ class ObservationProducer:
         return await self._produce(self.topic, records)
 
     async def dead_letter(self, letters: Sequence[DeadLetter]) -> list[Delivery]:
-        return await self._produce(self.dead_letter_topic, [("rejected", encode(d)) for d in letters])
+        """Publish dead letters (sealed, each under a new key of the conversation it names, when
+        the producer has a keyring)."""
+        if self.keyring is None:
+            return await self._produce(self.dead_letter_topic, [("rejected", encode(d)) for d in letters])
+        keys = await self.keyring.create([letter_owner(d) for d in letters])
+        return await self._produce(self.dead_letter_topic, [("rejected", sealed(d, k))
+                                                            for d, k in zip(letters, keys, strict=True)])
 
     async def close(self) -> None:
         """Wait for what is queued (at most the acknowledgement timeout; nothing when the

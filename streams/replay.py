@@ -20,13 +20,17 @@ Replays never bring forgotten memory back:
   each marker where it stands (nodes, vectors, lexical entries and the forgotten-event record;
   edges; decisions). A conversation forgotten and then written again comes back with only what was
   written after the forget, in both modes.
+
+With encryption on, the caller opens the records first (``streams.keyring.Keyring.open_readable``):
+records sealed under a key a forget destroyed cannot be read and are left out, which changes
+nothing, since the forgets at their places delete what they held anyway.
 """
 
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import TypeVar
+from typing import Any, TypeVar
 
 from pydantic import BaseModel
 
@@ -48,6 +52,9 @@ from topology.schemas import (
 
 M = TypeVar("M", bound=BaseModel)
 
+#: A logged value: its bytes, or the JSON object it was opened to (``streams.keyring``).
+Record = bytes | dict[str, Any]
+
 CHUNK = 500
 
 
@@ -62,7 +69,7 @@ class RebuildReport:
     forgets: int = 0
 
 
-async def _replay_topic(stores: Stores, records: Sequence[bytes], cls: type[M], part: forgetting.Part,
+async def _replay_topic(stores: Stores, records: Sequence[Record], cls: type[M], part: forgetting.Part,
                         upsert: Callable[[list[M]], Awaitable[None]]) -> tuple[list[M], list[Forgotten]]:
     """Upsert one derived topic in order, in chunks of :data:`CHUNK`, applying this topic's share
     of each :class:`Forgotten` marker where it stands; returns what was upserted and the markers."""
@@ -90,8 +97,8 @@ async def _replay_topic(stores: Stores, records: Sequence[bytes], cls: type[M], 
     return done, markers
 
 
-async def rebuild_from_log(stores: Stores, memories: Sequence[bytes], edges: Sequence[bytes],
-                           decisions: Sequence[bytes]) -> RebuildReport:
+async def rebuild_from_log(stores: Stores, memories: Sequence[Record], edges: Sequence[Record],
+                           decisions: Sequence[Record]) -> RebuildReport:
     """Materialise logged nodes, edges and decisions (idempotent upserts; later records win),
     applying forget markers in place (see the module docstring)."""
     report = RebuildReport()
@@ -106,7 +113,7 @@ async def rebuild_from_log(stores: Stores, memories: Sequence[bytes], edges: Seq
     return report
 
 
-async def recompute(pipeline: EmbeddedPipeline, observations: Sequence[bytes], batch: int = 64) -> RebuildReport:
+async def recompute(pipeline: EmbeddedPipeline, observations: Sequence[Record], batch: int = 64) -> RebuildReport:
     """Run the write path again over logged observations, applying each forget at its place
     (invalid records were dead-lettered the first time and are skipped)."""
     report = RebuildReport()

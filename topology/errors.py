@@ -17,7 +17,9 @@ Every error this product raises on purpose is a :class:`JevMemError`::
     │   ├── SystemOneError
     │   └── SystemTwoError
     ├── IncompatibleStore       a store server's version is not supported (configuration)
-    └── ModelMismatch           a store was built with another embedding model (configuration)
+    ├── ModelMismatch           a store was built with another embedding model (configuration)
+    ├── KekMissing              encryption is on without the key-encryption key the keys need (configuration)
+    └── SealingError            a sealed record or wrapped key does not authenticate
 
 Adapters translate their backend's own exceptions into this tree in one place each
 (``storage.sqlite.sqlite_errors``, ``storage.elastic.es_errors``, ``storage.qdrant``'s guard), so
@@ -104,3 +106,13 @@ class IncompatibleStore(JevMemError):
 
 class ModelMismatch(JevMemError):
     """A store was built with another embedding model than the one configured."""
+
+
+class KekMissing(JevMemError):
+    """Encryption is on but no key-encryption key is configured, or a stored data key is wrapped
+    by one that is not configured (configuration: the message says what to set)."""
+
+
+class SealingError(JevMemError):
+    """A sealed record or a wrapped data key does not authenticate: tampered, or sealed for
+    another key or conversation."""

@@ -301,29 +301,47 @@ class DeadLetter(_Event):
     source: str = ""
     received_at: datetime
     tenant_id: str | None = None
+    #: the conversation and event the payload names, when it names valid ones (a forget of the
+    #: conversation, or of the event, deletes the letter too)
+    conversation_id: str | None = None
+    event_id: str | None = None
     truncated: bool = False
     original_bytes: int | None = None
 
     @classmethod
     def of(cls, original: bytes | str, reason: str, source: str, tenant_id: str | None = None) -> DeadLetter:
         """A dead letter for ``original``; ``tenant_id`` None: taken from the payload when it is a
-        JSON object with a valid ``tenant_id``."""
+        JSON object with a valid ``tenant_id`` (its ``conversation_id`` and ``event_id`` are
+        always taken from it when valid)."""
         text, cut, size = limits.bounded_original(original)
-        if tenant_id is None:
-            tenant_id = _claimed_tenant(original)
+        claims = _claims(original)
         return cls(original=text, reason=reason, source=source, received_at=datetime.now(UTC),
-                   tenant_id=tenant_id, truncated=cut, original_bytes=size)
+                   tenant_id=claims.get("tenant_id") if tenant_id is None else tenant_id,
+                   conversation_id=claims.get("conversation_id"), event_id=claims.get("event_id"),
+                   truncated=cut, original_bytes=size)
+
+    @property
+    def scope(self) -> Scope | None:
+        """The conversation the letter belongs to, when it names one."""
+        if self.tenant_id is None or self.conversation_id is None:
+            return None
+        return Scope(tenant_id=self.tenant_id, conversation_id=self.conversation_id)
 
 
-def _claimed_tenant(original: bytes | str) -> str | None:
+def _claims(original: bytes | str) -> dict[str, str]:
+    """The valid ``tenant_id``, ``conversation_id`` and ``event_id`` a JSON payload names."""
     try:
         data = orjson.loads(original)
     except orjson.JSONDecodeError:
-        return None
-    tenant = data.get("tenant_id") if isinstance(data, dict) else None
-    if isinstance(tenant, str) and 0 < len(tenant) <= limits.MAX_ID and limits.text_problem(tenant, control=True) is None:
-        return tenant
-    return None
+        return {}
+    if not isinstance(data, dict):
+        return {}
+    out = {}
+    for name in ("tenant_id", "conversation_id", "event_id"):
+        v = data.get(name)
+        if isinstance(v, str) and 0 < len(v) <= limits.MAX_ID and limits.text_problem(v, control=True) is None:
+            out[name] = v
+    return out
 
 
 class WriteResult(BaseModel):
@@ -343,13 +361,16 @@ def encode(model: BaseModel) -> bytes:
     return orjson.dumps(model.model_dump(mode="json"))
 
 
-def decode(cls: type[M], raw: bytes | str) -> M:
-    """Parse and validate; raise :class:`InvalidEvent` with a readable reason on any failure."""
+def decode(cls: type[M], raw: bytes | str | dict[str, Any]) -> M:
+    """Parse (unless ``raw`` is already a JSON object) and validate; raise :class:`InvalidEvent`
+    with a readable reason on any failure."""
     return validate(cls, _object(raw))
 
 
-def _object(raw: bytes | str) -> dict[str, Any]:
+def _object(raw: bytes | str | dict[str, Any]) -> dict[str, Any]:
     """``raw`` parsed as a JSON object, or :class:`InvalidEvent`."""
+    if isinstance(raw, dict):
+        return raw
     try:
         data = orjson.loads(raw)
     except orjson.JSONDecodeError as exc:
@@ -359,14 +380,14 @@ def _object(raw: bytes | str) -> dict[str, Any]:
     return data
 
 
-def decode_input(raw: bytes | str) -> Observation | Forget:
+def decode_input(raw: bytes | str | dict[str, Any]) -> Observation | Forget:
     """An observations-topic record: a :class:`Forget` when it says ``"op": "forget"``, else an
     :class:`Observation`; raise :class:`InvalidEvent` with a readable reason on any failure."""
     data = _object(raw)
     return validate(Forget, data) if data.get("op") == "forget" else validate(Observation, data)
 
 
-def decode_logged(cls: type[M], raw: bytes | str) -> M | Forgotten:
+def decode_logged(cls: type[M], raw: bytes | str | dict[str, Any]) -> M | Forgotten:
     """A derived-log record (memories, edges, consolidation topics): a :class:`Forgotten` marker
     when it says ``"op": "forgotten"``, else ``cls``."""
     data = _object(raw)

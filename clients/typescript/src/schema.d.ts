@@ -314,6 +314,10 @@ export interface components {
          *     topic; None when unknown: such letters are listed to no tenant).
          */
         DeadLetter: {
+            /** Conversation Id */
+            conversation_id?: string | null;
+            /** Event Id */
+            event_id?: string | null;
             /** Original */
             original: string;
             /** Original Bytes */

@@ -1,0 +1,206 @@
+"""The keyring: data keys made, found, cached and destroyed for sealed topic records.
+
+Granularity: one data key per *observation as produced* (its node id recorded with it), one per
+derived node, one per dead letter. Every record about an observation (the observation itself, its
+memory node and candidate set, the edges judged for it) is sealed under that observation's key, so
+forgetting one observation destroys exactly the keys of its node and of the derived nodes built
+from it, and forgetting a conversation destroys every key of the conversation. A key destroyed is
+gone from the key store and from this process's cache; nothing else holds it.
+
+A forget destroys the keys made at or before its ``requested_at``: an event sent again after the
+forget was requested gets a new key, which survives (as its memory does). This compares clocks of
+the processes that make keys (producers, workers) and the one that stamps the forget: keep them
+synchronised (NTP); a clock running more than a forget's round trip ahead could keep a key alive.
+
+Caching: unwrapped keys are kept in memory at most ``ttl_s`` seconds (``max_keys`` at most, oldest
+dropped first). A key store outage raises :class:`~topology.errors.StoreUnavailable` (the worker
+retries its batch, the API answers 503); nothing is ever written or read in the clear instead.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import OrderedDict
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import orjson
+from pydantic import BaseModel
+
+from storage.datakeys import DataKeyStore, WrappedKey
+from topology import sealing
+from topology.errors import KekMissing
+from topology.schemas import CandidateSet, DeadLetter, EdgeEvent, MemoryNode, Observation, Scope, encode
+from topology.sealing import DataKey, Keks
+
+
+@dataclass
+class Opened:
+    """A batch of topic values opened: each value as a JSON object (unsealed when it was sealed),
+    or None when its key was destroyed (the record was forgotten), or the bytes as they were when
+    they are not a JSON object (for the decoder to reject); and the key each sealed value used."""
+
+    values: list[dict[str, Any] | bytes | None]
+    keys: list[DataKey | None]
+
+    @property
+    def forgotten(self) -> int:
+        return sum(v is None for v in self.values)
+
+
+class Keyring:
+    def __init__(self, store: DataKeyStore, keks: Keks, ttl_s: float = 300.0, max_keys: int = 100_000) -> None:
+        self.store, self.keks = store, keks
+        self.ttl_s, self.max_keys = ttl_s, max_keys
+        self._cache: OrderedDict[str, tuple[float, DataKey]] = OrderedDict()
+
+    def _remember(self, key: DataKey) -> None:
+        self._cache[key.kid] = (time.monotonic() + self.ttl_s, key)
+        self._cache.move_to_end(key.kid)
+        while len(self._cache) > self.max_keys:
+            self._cache.popitem(last=False)
+
+    def _cached(self, kid: str) -> DataKey | None:
+        hit = self._cache.get(kid)
+        if hit is None:
+            return None
+        if hit[0] < time.monotonic():
+            del self._cache[kid]
+            return None
+        return hit[1]
+
+    async def check(self) -> None:
+        """Start-up check: every stored key is wrapped by a configured key-encryption key, else
+        :class:`~topology.sealing.KekMissing` naming the missing one."""
+        for kek_id in sorted(await self.store.kek_ids()):
+            self.keks.by_id(kek_id)
+
+    async def create(self, owners: Sequence[tuple[str, str, str | None]]) -> list[DataKey]:
+        """A new key for each ``(tenant id, conversation id, node id)``, stored (durable) before
+        this returns. A dead letter that names no conversation gets ``""`` for what it lacks."""
+        keys = [sealing.new_data_key(t, c, node) for t, c, node in owners]
+        if not keys:
+            return []
+        now, kek = time.time(), self.keks.current
+        await self.store.put([WrappedKey(kid=k.kid, tenant_id=k.tenant_id, conversation_id=k.conversation_id,
+                                         node_id=k.node_id, kek_id=kek.id, wrapped=kek.wrap(k), created_at=now)
+                              for k in keys])
+        for k in keys:
+            self._remember(k)
+        return keys
+
+    async def lookup(self, kids: Sequence[str]) -> dict[str, DataKey]:
+        """The keys of ``kids`` that exist (a destroyed key is absent)."""
+        out: dict[str, DataKey] = {}
+        missing: list[str] = []
+        for kid in dict.fromkeys(kids):
+            hit = self._cached(kid)
+            if hit is None:
+                missing.append(kid)
+            else:
+                out[kid] = hit
+        for rec in await self.store.get(missing) if missing else []:
+            secret = self.keks.by_id(rec.kek_id).unwrap(rec.wrapped, rec.tenant_id, rec.conversation_id, rec.kid)
+            key = DataKey(kid=rec.kid, tenant_id=rec.tenant_id, conversation_id=rec.conversation_id,
+                          secret=secret, node_id=rec.node_id)
+            self._remember(key)
+            out[key.kid] = key
+        return out
+
+    async def destroy(self, scope: Scope, node_ids: Sequence[str] | None, before: float) -> int:
+        """Destroy the scope's keys made at or before ``before`` (all, or those of ``node_ids``),
+        in the store and in this cache; the number destroyed in the store."""
+        n = await self.store.destroy(scope, node_ids, before)
+        nodes = None if node_ids is None else set(node_ids)
+        for kid, (_, k) in list(self._cache.items()):
+            if (k.tenant_id, k.conversation_id) == (scope.tenant_id, scope.conversation_id) and (
+                    nodes is None or k.node_id in nodes):
+                del self._cache[kid]
+        return n
+
+    async def rotate(self, page: int = 500) -> int:
+        """Re-wrap every stored key wrapped by a previous key-encryption key under the current
+        one (the log is untouched); the number re-wrapped. Idempotent; safe while running."""
+        done = 0
+        for old in self.keks.previous:
+            while batch := await self.store.wrapped_by(old.id, page):
+                cur = self.keks.current
+                rewrapped = []
+                for rec in batch:
+                    key = DataKey(kid=rec.kid, tenant_id=rec.tenant_id, conversation_id=rec.conversation_id,
+                                  secret=old.unwrap(rec.wrapped, rec.tenant_id, rec.conversation_id, rec.kid),
+                                  node_id=rec.node_id)
+                    rewrapped.append(rec.model_copy(update={"kek_id": cur.id, "wrapped": cur.wrap(key)}))
+                await self.store.put(rewrapped)
+                done += len(rewrapped)
+        return done
+
+    async def close(self) -> None:
+        self._cache.clear()
+        await self.store.close()
+
+    async def open(self, raws: Sequence[bytes | dict[str, Any]]) -> Opened:
+        """``raws`` as JSON objects, unsealed with keys looked up in one call."""
+        parsed: list[dict[str, Any] | bytes] = []
+        for raw in raws:
+            if isinstance(raw, dict):
+                parsed.append(raw)
+                continue
+            try:
+                data = orjson.loads(raw)
+            except orjson.JSONDecodeError:
+                parsed.append(raw)
+                continue
+            parsed.append(data if isinstance(data, dict) else raw)
+        kids = [k for d in parsed if isinstance(d, dict) and (k := sealing.kid_of(d))]
+        found = await self.lookup(kids) if kids else {}
+        values: list[dict[str, Any] | bytes | None] = []
+        keys: list[DataKey | None] = []
+        for d in parsed:
+            kid = sealing.kid_of(d) if isinstance(d, dict) else None
+            if kid is None:
+                values.append(d)
+                keys.append(None)
+            elif kid not in found:
+                values.append(None)
+                keys.append(None)
+            else:
+                assert isinstance(d, dict)
+                values.append(sealing.unseal(d, found[kid]))
+                keys.append(found[kid])
+        return Opened(values, keys)
+
+
+    async def open_readable(self, raws: Sequence[bytes]) -> tuple[list[dict[str, Any] | bytes], int]:
+        """The values of ``raws`` that can still be read (unsealed objects, or bytes that are not
+        a JSON object), in order, and how many were left out because their key was destroyed."""
+        opened = await self.open(raws)
+        return [v for v in opened.values if v is not None], opened.forgotten
+
+
+_SEALERS: dict[type[BaseModel], Callable[[Mapping[str, Any], DataKey], dict[str, Any]]] = {
+    Observation: sealing.seal_observation, MemoryNode: sealing.seal_node, CandidateSet: sealing.seal_candidates,
+    EdgeEvent: sealing.seal_edge, DeadLetter: sealing.seal_dead_letter}
+
+
+def sealed(model: BaseModel, key: DataKey | None) -> bytes:
+    """``model``'s record value: sealed under ``key`` when it is a kind with personal fields and a
+    key is given, else as ``topology.schemas.encode`` writes it."""
+    sealer = _SEALERS.get(type(model)) if key is not None else None
+    if sealer is None or key is None:
+        return encode(model)
+    return orjson.dumps(sealer(model.model_dump(mode="json"), key))
+
+
+__all__ = ["KekMissing", "Keyring", "Opened", "sealed"]
+
+
+def letter_owner(letter: DeadLetter) -> tuple[str, str, str | None]:
+    """Whose key seals a dead letter: its conversation's (and its event's node, when it names
+    one), so a forget of either destroys it."""
+    from topology import ids
+
+    t, c = letter.tenant_id or "", letter.conversation_id or ""
+    node = ids.node_id(t, c, letter.event_id) if t and c and letter.event_id else None
+    return t, c, node
