@@ -9,6 +9,7 @@ from collections.abc import Sequence
 from datetime import UTC, datetime
 from typing import Any
 
+import orjson
 from elasticsearch import AsyncElasticsearch, ConflictError, NotFoundError
 
 from jevmem.settings import Settings
@@ -151,7 +152,7 @@ class TopicDeadLetters:
         records = await asyncio.to_thread(read_topic, self.settings.kafka(), topic)
         values: Sequence[bytes | dict[str, Any]] = [r.value for r in records]
         if self.keyring is not None:
-            values, _ = await self.keyring.open_readable([r.value for r in records])
+            values, _ = await self.keyring.open_readable([r.value for r in records], cache=False)
         letters = [decode(DeadLetter, v) for v in values]
         return [d for d in letters if tenant_id is None or d.tenant_id == tenant_id][-limit:]
 
@@ -292,7 +293,8 @@ def run_worker(settings: Settings) -> None:
     asyncio.run(check_model(settings, prefix, embedder.name))
     asyncio.run(prepare_indices(settings, prefix, embedder.dim))  # checks the Qdrant server's version too
     embedder.embed(["warm up"] * 4)  # first inferences allocate: not on the first batch's clock
-    keyring = asyncio.run(checked_keyring(settings))
+    asyncio.run(check_keys(settings))
+    keyring = settings.keyring()  # its client connects on the worker's event loop
     stores = distributed_stores(settings, prefix, embedder.dim, owner=True, keyring=keyring)
     config = AppConfig(kafka=settings.kafka(), app_id=settings.app_id, prefix=settings.topic_prefix,
                        layout=settings.topic_layout(), batch=settings.write_batch, within_s=settings.write_wait_s,
@@ -317,7 +319,7 @@ async def replay(settings: Settings, source: str, new_prefix: str, switch: bool)
     and consolidation topics, no System One calls; "observations": recompute), verify the rebuilt
     graph equals the active one, and make it active when ``switch`` and identical."""
     from streams.embedded import EmbeddedPipeline
-    from streams.replay import rebuild_from_log, recompute, verify
+    from streams.replay import Unreadable, rebuild_from_log, recompute, verify
 
     spec = topics(settings.topic_prefix)
     embedder = settings.load_embedder()
@@ -332,19 +334,31 @@ async def replay(settings: Settings, source: str, new_prefix: str, switch: bool)
     new = distributed_stores(settings, new_prefix, embedder.dim, keyring=keyring)
     unreadable = 0
 
-    async def log(role: str) -> list[bytes | dict[str, Any]]:
-        """The topic's values, opened; records sealed under destroyed keys (forgotten) left out."""
+    async def log(role: str) -> list[bytes | dict[str, Any] | Unreadable]:
+        """The topic's values, opened: a record sealed under a destroyed key (forgotten) is left
+        out, or, on the observations topic, an :class:`~streams.replay.Unreadable` in its place."""
         nonlocal unreadable
         values: list[bytes] = [r.value for r in await asyncio.to_thread(read_topic, settings.kafka(), spec[role].name)]
         if keyring is None:
             return list(values)
-        readable, gone = await keyring.open_readable(values)
-        unreadable += gone
-        return readable
+        opened = await keyring.open(values)
+        unreadable += opened.forgotten
+        out: list[bytes | dict[str, Any] | Unreadable] = []
+        for raw, value in zip(values, opened.values, strict=True):
+            if value is not None:
+                out.append(value)
+            elif role == "observations":
+                clear = orjson.loads(raw)
+                out.append(Unreadable(Scope(tenant_id=clear["tenant_id"], conversation_id=clear["conversation_id"]),
+                                      clear["event_id"]))
+        return out
 
     try:
         if source == "edges":
-            report = await rebuild_from_log(new, await log("memories"), await log("edges"), await log("consolidation"))
+            memories, edges, decisions = await log("memories"), await log("edges"), await log("consolidation")
+            report = await rebuild_from_log(new, [v for v in memories if not isinstance(v, Unreadable)],
+                                            [v for v in edges if not isinstance(v, Unreadable)],
+                                            [v for v in decisions if not isinstance(v, Unreadable)])
         elif source == "observations":
             wp = write_path(settings, new, embedder)
             report = await recompute(EmbeddedPipeline(new, wp, wp.so), await log("observations"), settings.write_batch)
@@ -368,6 +382,13 @@ async def replay(settings: Settings, source: str, new_prefix: str, switch: bool)
         await new.close()
         if keyring is not None:
             await keyring.close()
+
+
+async def check_keys(settings: Settings) -> None:
+    """:func:`checked_keyring`, closed again (a start-up check on its own event loop)."""
+    keyring = await checked_keyring(settings)
+    if keyring is not None:
+        await keyring.close()
 
 
 async def checked_keyring(settings: Settings) -> Keyring | None:

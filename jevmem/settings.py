@@ -176,7 +176,7 @@ class Settings(BaseSettings):
         from topology.errors import KekMissing
         from topology.sealing import Keks
 
-        if self.encryption_kek is not None:
+        if self.encryption_kek is not None and self.encryption_kek.get_secret_value().strip():
             try:
                 return Keks.parse(self.encryption_kek.get_secret_value(), "JEVMEM_ENCRYPTION_KEK")
             except ValueError as exc:

@@ -126,7 +126,7 @@ class SqliteDataKeys:
 class ElasticDataKeys:
     """Data keys in one Elasticsearch index (``_id`` = key id). Writes are durable without a
     refresh; :meth:`get` reads by id (real time); :meth:`destroy` refreshes first, so it finds
-    every key written before it."""
+    every key written before it, and deletes what a search finds, page by page."""
 
     MAPPING: ClassVar[dict[str, Any]] = {"dynamic": "strict", "properties": {
         "tenant_id": {"type": "keyword"}, "conversation_id": {"type": "keyword"}, "node_id": {"type": "keyword"},
@@ -189,10 +189,21 @@ class ElasticDataKeys:
         if node_ids is not None and not node_ids:
             return 0
         await self._ensure()
+        query, n = self._query(scope, node_ids, before), 0
+        # found by a search and bulk-deleted, page after page (no _delete_by_query in every build)
         with es_errors(f"datakeys destroy {self._index}"):
-            res = await self._es.delete_by_query(index=self._index, query=self._query(scope, node_ids, before),
-                                                 refresh=True, conflicts="proceed", slices="auto")
-        return int(res.get("deleted", 0))
+            await self._es.indices.refresh(index=self._index)
+            while True:
+                res = await self._es.search(index=self._index, query=query, size=1000, source=False)
+                hits = [h["_id"] for h in res["hits"]["hits"]]
+                if not hits:
+                    return n
+                out = await self._es.bulk(index=self._index, refresh=True,
+                                          operations=[{"delete": {"_id": i}} for i in hits])
+                failed = [i for i in failed_items(out) if i.get("status") != 404]
+                if failed:
+                    raise StoreUnavailable(f"elasticsearch datakeys destroy {self._index}: {failed[0].get('error')}")
+                n += len(hits)
 
     async def kek_ids(self) -> set[str]:
         await self._ensure()

@@ -12,8 +12,10 @@ forget was requested gets a new key, which survives (as its memory does). This c
 the processes that make keys (producers, workers) and the one that stamps the forget: keep them
 synchronised (NTP); a clock running more than a forget's round trip ahead could keep a key alive.
 
-Caching: unwrapped keys are kept in memory at most ``ttl_s`` seconds (``max_keys`` at most, oldest
-dropped first). A key store outage raises :class:`~topology.errors.StoreUnavailable` (the worker
+Caching: unwrapped keys a process looked up are kept in its memory at most ``ttl_s`` seconds
+(``max_keys`` at most, oldest dropped first): a worker reads each input key once. Keys it makes
+are not cached, and reads that must see a destruction at once (the API's dead-letter listing)
+bypass the cache. A key store outage raises :class:`~topology.errors.StoreUnavailable` (the worker
 retries its batch, the API answers 503); nothing is ever written or read in the clear instead.
 """
 
@@ -86,16 +88,15 @@ class Keyring:
         await self.store.put([WrappedKey(kid=k.kid, tenant_id=k.tenant_id, conversation_id=k.conversation_id,
                                          node_id=k.node_id, kek_id=kek.id, wrapped=kek.wrap(k), created_at=now)
                               for k in keys])
-        for k in keys:
-            self._remember(k)
-        return keys
+        return keys  # not cached: whoever made a key seals with it at once; readers look it up
 
-    async def lookup(self, kids: Sequence[str]) -> dict[str, DataKey]:
-        """The keys of ``kids`` that exist (a destroyed key is absent)."""
+    async def lookup(self, kids: Sequence[str], cache: bool = True) -> dict[str, DataKey]:
+        """The keys of ``kids`` that exist (a destroyed key is absent); ``cache`` False: read the
+        store and keep nothing (for reads that must see a destruction at once)."""
         out: dict[str, DataKey] = {}
         missing: list[str] = []
         for kid in dict.fromkeys(kids):
-            hit = self._cached(kid)
+            hit = self._cached(kid) if cache else None
             if hit is None:
                 missing.append(kid)
             else:
@@ -104,7 +105,8 @@ class Keyring:
             secret = self.keks.by_id(rec.kek_id).unwrap(rec.wrapped, rec.tenant_id, rec.conversation_id, rec.kid)
             key = DataKey(kid=rec.kid, tenant_id=rec.tenant_id, conversation_id=rec.conversation_id,
                           secret=secret, node_id=rec.node_id)
-            self._remember(key)
+            if cache:
+                self._remember(key)
             out[key.kid] = key
         return out
 
@@ -140,8 +142,8 @@ class Keyring:
         self._cache.clear()
         await self.store.close()
 
-    async def open(self, raws: Sequence[bytes | dict[str, Any]]) -> Opened:
-        """``raws`` as JSON objects, unsealed with keys looked up in one call."""
+    async def open(self, raws: Sequence[bytes | dict[str, Any]], cache: bool = True) -> Opened:
+        """``raws`` as JSON objects, unsealed with keys looked up in one call (see :meth:`lookup`)."""
         parsed: list[dict[str, Any] | bytes] = []
         for raw in raws:
             if isinstance(raw, dict):
@@ -154,7 +156,7 @@ class Keyring:
                 continue
             parsed.append(data if isinstance(data, dict) else raw)
         kids = [k for d in parsed if isinstance(d, dict) and (k := sealing.kid_of(d))]
-        found = await self.lookup(kids) if kids else {}
+        found = await self.lookup(kids, cache) if kids else {}
         values: list[dict[str, Any] | bytes | None] = []
         keys: list[DataKey | None] = []
         for d in parsed:
@@ -172,10 +174,10 @@ class Keyring:
         return Opened(values, keys)
 
 
-    async def open_readable(self, raws: Sequence[bytes]) -> tuple[list[dict[str, Any] | bytes], int]:
+    async def open_readable(self, raws: Sequence[bytes], cache: bool = True) -> tuple[list[dict[str, Any] | bytes], int]:
         """The values of ``raws`` that can still be read (unsealed objects, or bytes that are not
         a JSON object), in order, and how many were left out because their key was destroyed."""
-        opened = await self.open(raws)
+        opened = await self.open(raws, cache)
         return [v for v in opened.values if v is not None], opened.forgotten
 
 

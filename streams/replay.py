@@ -21,9 +21,11 @@ Replays never bring forgotten memory back:
   edges; decisions). A conversation forgotten and then written again comes back with only what was
   written after the forget, in both modes.
 
-With encryption on, the caller opens the records first (``streams.keyring.Keyring.open_readable``):
-records sealed under a key a forget destroyed cannot be read and are left out, which changes
-nothing, since the forgets at their places delete what they held anyway.
+With encryption on, the caller opens the records first (``streams.keyring.Keyring.open``):
+records sealed under a key a forget destroyed cannot be read. On the derived topics they are left
+out, which changes nothing: the markers at their places delete what they held anyway (and keep
+the forgotten seqs). On the observations topic each becomes an :class:`Unreadable` that keeps its
+place: it takes the seq the first run gave it, as a forgotten event, so later events keep theirs.
 """
 
 from __future__ import annotations
@@ -36,7 +38,7 @@ from pydantic import BaseModel
 
 from streams import forget as forgetting
 from streams.embedded import EmbeddedPipeline
-from streams.write_path import Stores
+from streams.write_path import Stores, number
 from topology.errors import InvalidEvent
 from topology.schemas import (
     ConsolidationDecision,
@@ -113,18 +115,49 @@ async def rebuild_from_log(stores: Stores, memories: Sequence[Record], edges: Se
     return report
 
 
-async def recompute(pipeline: EmbeddedPipeline, observations: Sequence[Record], batch: int = 64) -> RebuildReport:
+@dataclass(frozen=True)
+class Unreadable:
+    """A logged observation sealed under a key a forget destroyed: only its ids can be read."""
+
+    scope: Scope
+    event_id: str
+
+
+async def reserve(stores: Stores, item: Unreadable) -> None:
+    """Give an unreadable (forgotten) observation the seq the first run gave it, recorded as a
+    forgotten event, so the events after it keep their seqs; nothing when its event is known."""
+    nodes = stores.seq_source or stores.nodes
+    if item.event_id in await nodes.seqs(item.scope, [item.event_id]) or item.event_id in await nodes.forgotten(item.scope):
+        return
+    stub = Observation(tenant_id=item.scope.tenant_id, conversation_id=item.scope.conversation_id,
+                       event_id=item.event_id, content="-")
+    [(_, seq)], _ = await number(nodes, [stub])
+    await stores.nodes.record_forgotten(item.scope, item.event_id, seq)
+    for listener in stores.on_forget:
+        await listener(item.scope)
+
+
+async def recompute(pipeline: EmbeddedPipeline, observations: Sequence[Record | Unreadable],
+                    batch: int = 64) -> RebuildReport:
     """Run the write path again over logged observations, applying each forget at its place
-    (invalid records were dead-lettered the first time and are skipped)."""
+    (invalid records were dead-lettered the first time and are skipped; an :class:`Unreadable`
+    one only keeps its seq, see :func:`reserve`)."""
     report = RebuildReport()
-    valid: list[Observation | Forget] = []
+    valid: list[Observation | Forget | Unreadable] = []
     for raw in observations:
+        if isinstance(raw, Unreadable):
+            valid.append(raw)
+            continue
         try:
             valid.append(decode_input(raw))
         except InvalidEvent:
             report.skipped += 1
     calls0 = pipeline.so.calls
-    for part in forgetting.split_at_forgets(valid):
+    for part in _runs(valid):
+        if isinstance(part, Unreadable):
+            await reserve(pipeline.stores, part)
+            report.skipped += 1
+            continue
         if isinstance(part, Forget):
             await pipeline.forget(part.scope, part.event_id)
             report.forgets += 1
@@ -136,6 +169,19 @@ async def recompute(pipeline: EmbeddedPipeline, observations: Sequence[Record], 
     report.scopes.update(o.scope for o in valid)
     report.controller_calls = pipeline.so.calls - calls0
     return report
+
+
+def _runs(items: Sequence[Observation | Forget | Unreadable]) -> list[list[Observation] | Forget | Unreadable]:
+    """Runs of observations and, between them, the forgets and unreadable records, order kept."""
+    out: list[list[Observation] | Forget | Unreadable] = []
+    for item in items:
+        if not isinstance(item, Observation):
+            out.append(item)
+        elif out and isinstance(out[-1], list):
+            out[-1].append(item)
+        else:
+            out.append([item])
+    return out
 
 
 @dataclass(frozen=True)
