@@ -46,7 +46,12 @@ HTTP_SECONDS = Histogram("jevmem_http_request_seconds", "HTTP request latency by
 CONSUMER_LAG = Gauge("jevmem_consumer_lag", "Records behind the log end, per assigned partition.",
                      ["topic", "partition"], registry=REGISTRY)
 
-_COUNTERS = {"dead_letter": DEAD_LETTERS, "store_error": STORE_ERRORS}  # labelled; "accepted" is not
+FORGOTTEN_RECORDS = Counter("jevmem_forgotten_records",
+                            "Sealed input records skipped because a forget destroyed their key, by origin.", ["origin"],
+                            registry=REGISTRY)
+
+_COUNTERS = {"dead_letter": DEAD_LETTERS, "store_error": STORE_ERRORS,  # labelled; "accepted" is not
+             "forgotten_record": FORGOTTEN_RECORDS}
 _MEASURES = {"controller_requests_per_write": CONTROLLER_PER_WRITE,
              "controller_requests_per_query": CONTROLLER_PER_QUERY}
 

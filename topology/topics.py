@@ -9,8 +9,10 @@ intermediate topics are kept a week for debugging; dead letters a month.
 Forgetting: a :class:`~topology.schemas.Forget` travels on the observations topic; the worker logs
 a :class:`~topology.schemas.Forgotten` marker on the memories, edges and consolidation topics (see
 ``streams.forget``). Records carry ``op`` to tell them apart (``decode_input``, ``decode_logged``).
-Note that forgetting deletes from the stores, not from the topics: the log keeps the original
-records (retention forever), and replay applies the forgets again.
+Forgetting deletes from the stores; the topics keep their records, and replay applies the forgets
+again. With encryption on (``topology.sealing``), records carry their personal fields sealed under
+a key per observation, and a forget destroys those keys, so what it forgot is unreadable in the log
+too.
 """
 
 from __future__ import annotations

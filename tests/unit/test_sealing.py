@@ -11,6 +11,7 @@ import sys
 import time
 from datetime import UTC, datetime
 
+import numpy as np
 import orjson
 import pytest
 from pydantic import SecretStr
@@ -86,6 +87,16 @@ async def test_each_kind_keeps_ids_clear_and_seals_every_personal_field() -> Non
         opened = await ring.open([raw])
         assert opened.values[0] == model.model_dump(mode="json") and opened.keys[0] == key
         assert type(model).model_validate(opened.values[0]) == model
+    # an embedding travels as exact float32 bytes inside the ciphertext: smaller than its JSON
+    from topology.embedding import rounded
+
+    [vec] = rounded(np.random.default_rng(3).standard_normal((1, 384)))
+    with_vec = n.model_copy(update={"embedding": vec})
+    raw = sealed(with_vec, key)
+    assert len(raw) < len(encode(with_vec)) / 2
+    assert MemoryNode.model_validate((await ring.open([raw])).values[0]) == with_vec
+    odd = n.model_copy(update={"embedding": [0.1, 1 / 3]})  # not float32-exact: kept as JSON, exactly
+    assert MemoryNode.model_validate((await ring.open([sealed(odd, key)])).values[0]) == odd
     raw = sealed(cands, key)
     assert MARK.encode() not in raw and orjson.loads(raw)["candidates"][0]["node_id"] == "a"
     assert decode(CandidateSet, (await ring.open([raw])).values[0]) == cands  # type: ignore[arg-type]
