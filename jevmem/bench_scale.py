@@ -16,6 +16,7 @@ conversation is short then (small candidate pools), which conflates the two effe
 
 from __future__ import annotations
 
+import itertools
 import random
 import resource
 import tempfile
@@ -90,7 +91,7 @@ def _disk_mb(path: Path) -> float:
 async def run_scale(settings: Settings, embedder: Embedder, n: int = 100_000, conversations: int = 1000,
                     tenants: int = 10, queries: int = 200, active: int | None = None,
                     progress: Callable[[int, int], None] | None = None) -> dict[str, Any]:
-    obs = list(workload(n, conversations, tenants, active=active))
+    stream = workload(n, conversations, tenants, active=active)  # made as it is ingested: not held
     tenth = max(1, n // 10)
     rates: list[float] = []
     with tempfile.TemporaryDirectory(prefix="jevmem-scale-") as tmp:
@@ -98,7 +99,7 @@ async def run_scale(settings: Settings, embedder: Embedder, n: int = 100_000, co
         try:
             t_all = time.perf_counter()
             for k in range(10):
-                part = obs[k * tenth: (k + 1) * tenth if k < 9 else n]
+                part = list(itertools.islice(stream, tenth if k < 9 else n))
                 t0 = time.perf_counter()
                 await mem.pipeline.ingest(part)
                 rates.append(round(len(part) / (time.perf_counter() - t0), 2))
@@ -106,15 +107,19 @@ async def run_scale(settings: Settings, embedder: Embedder, n: int = 100_000, co
                     progress(min(n, (k + 1) * tenth), n)
             total_s = time.perf_counter() - t_all
             rng = random.Random(11)
-            latencies = []
+            asked = []
             for _ in range(queries):
                 c = rng.randrange(conversations)
-                scope = Scope(tenant_id=f"tenant-{c % tenants}", conversation_id=f"conv-{c}")
-                question = f"What did {rng.choice(_NAMES)} say about {rng.choice(_PLACES)}?"
-                t1 = time.perf_counter()
-                await mem.controller.retrieve(scope, question, top_k=10)
-                latencies.append((time.perf_counter() - t1) * 1000)
+                asked.append((Scope(tenant_id=f"tenant-{c % tenants}", conversation_id=f"conv-{c}"),
+                              f"What did {rng.choice(_NAMES)} say about {rng.choice(_PLACES)}?"))
+            latencies: dict[str, list[float]] = {"cold": [], "warm": []}
+            for kind in ("cold", "warm"):  # warm: the same queries again (caches hold them)
+                for scope, question in asked:
+                    t1 = time.perf_counter()
+                    await mem.controller.retrieve(scope, question, top_k=10)
+                    latencies[kind].append((time.perf_counter() - t1) * 1000)
             disk = _disk_mb(Path(tmp))
+            tables = table_bytes(Path(tmp))
         finally:
             await mem.close()
     return {
@@ -123,7 +128,33 @@ async def run_scale(settings: Settings, embedder: Embedder, n: int = 100_000, co
         "observations_per_second": round(n / total_s, 2),
         "rate_by_tenth": rates,
         "last_over_first": round(rates[-1] / rates[0], 3) if rates[0] else None,
-        "query_ms": {"p50": round(percentile(latencies, 50), 2), "p95": round(percentile(latencies, 95), 2)},
+        "query_ms": {"p50": round(percentile(latencies["cold"], 50), 2), "p95": round(percentile(latencies["cold"], 95), 2),
+                     "warm": {"p50": round(percentile(latencies["warm"], 50), 2),
+                              "p95": round(percentile(latencies["warm"], 95), 2)}},
         "peak_rss_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1),
+        "cache_nodes": settings.cache_nodes,
         "disk_mb": disk,
+        "disk_bytes_per_observation": round(disk * 2**20 / n),
+        "disk_by_table_mb": tables,
     }
+
+
+def table_bytes(path: Path) -> dict[str, float]:
+    """MB per SQLite table and index (``dbstat``) of every database under ``path``, and per
+    top-level directory for what is not SQLite (the vector engine's files)."""
+    import sqlite3
+
+    out: dict[str, float] = {}
+    for db in sorted(path.rglob("*.sqlite3")):
+        conn = sqlite3.connect(f"file:{db}?mode=ro", uri=True)
+        try:
+            for name, size in conn.execute("SELECT name, SUM(pgsize) FROM dbstat GROUP BY name"):
+                key = name if db.name == "memory.sqlite3" else f"{db.name}:{name}"
+                out[key] = out.get(key, 0.0) + size / 2**20
+        except sqlite3.OperationalError:  # a build without dbstat
+            out[db.name] = db.stat().st_size / 2**20
+        finally:
+            conn.close()
+    for d in sorted(p for p in path.iterdir() if p.is_dir()):
+        out[f"{d.name}/"] = _disk_mb(d)
+    return {k: round(v, 1) for k, v in sorted(out.items(), key=lambda kv: -kv[1]) if v >= 0.05}

@@ -11,7 +11,7 @@ import os
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
-from pydantic import SecretStr
+from pydantic import Field, SecretStr
 from pydantic.fields import FieldInfo
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
 
@@ -77,6 +77,10 @@ class Settings(BaseSettings):
     system_two_model: str = "gpt-4o-mini"
     system_two_api_key: SecretStr | None = None
     write_batch: int = 64
+    # the write path keeps this many nodes of the conversations it writes in memory (least recently
+    # written conversations dropped first, reloaded from the store when written again); about 3 KB
+    # each with a 384-d embedding: the writer's memory budget
+    cache_nodes: int = Field(default=200_000, ge=1)
     write_wait_s: float = 0.1  # a worker waits at most this long to fill a micro-batch (latency floor)
     embedder: str = "e5-small-v2-int8@0.36.2"  # a name of topology.embedding.MODELS; recorded with each store
     model_cache: Path | None = None  # default: ~/.cache/jevmem/models

@@ -93,7 +93,7 @@ def build_embedded(settings: Settings, embedder: Embedder | None = None, data_di
     stores = embedded_stores(data_dir if data_dir is not None else settings.data_dir, emb.dim, emb.name)
     inner, scorer = system_one_and_scorer(settings)
     so = CountingSystemOne(inner)
-    reader = ScopeCache(stores.nodes)
+    reader = ScopeCache(stores.nodes, settings.cache_nodes)
     stores.attach(reader)
     write_path = WritePath(emb, so, reader, settings.params, summariser=system_two(settings))
     controller = RetrievalController(emb, so.inner, stores.vectors, stores.lexical, stores.nodes, stores.edges,

@@ -6,6 +6,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Protocol
 
+import numpy as np
+
 from storage.ports import BatchVectorSearch, EarlierNodes, LexicalIndex, NodeReader
 from topology.schemas import MemoryNode, Scope
 
@@ -39,3 +41,12 @@ class StoreReader:
 
     async def get_nodes(self, scope: Scope, ids: Sequence[str]) -> list[MemoryNode]:
         return await self.nodes.get(scope, ids)
+
+    async def embeddings(self, scope: Scope, ids: Sequence[str], dim: int) -> np.ndarray:
+        found = {n.id: n.embedding for n in await self.nodes.get(scope, ids)}
+        m = np.zeros((len(ids), dim), dtype=np.float64)
+        for row, i in enumerate(ids):
+            v = found.get(i)
+            if v:
+                m[row] = v
+        return m

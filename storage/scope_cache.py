@@ -44,7 +44,8 @@ import numpy as np
 from storage.ports import NodeReader
 from topology.schemas import EdgeEvent, MemoryNode, Scope
 
-#: Nodes kept in memory across conversations (about 2 KB each with a 384-d float32 vector).
+#: Nodes kept in memory across conversations by default (``JEVMEM_CACHE_NODES``): about 3 KB
+#: each with a 384-d float32 vector.
 MAX_NODES = 200_000
 #: Observations per conversation whose incoming semantic edges are kept (a consolidation window
 #: is ``Params.consolidate_every`` = 20 writes).
@@ -53,6 +54,11 @@ RECENT_LINKED = 64
 
 @dataclass
 class _Conversation:
+    """One conversation in memory. Nodes are kept without their embeddings; the embeddings live
+    once, as float32 rows of ``matrix`` (row ``row_of[id]``; the embeddings are float32-exact,
+    ``topology.embedding.rounded``, so nothing is lost), or in ``pending`` until the next
+    :meth:`index` appends them."""
+
     nodes: dict[str, MemoryNode] = field(default_factory=dict)
     tokens: dict[str, set[str]] = field(default_factory=dict)    # token -> node ids
     entities: dict[str, set[str]] = field(default_factory=dict)  # entity id -> node ids
@@ -60,10 +66,11 @@ class _Conversation:
     events: dict[str, int] = field(default_factory=dict)         # event id -> seq (every node)
     forgotten: dict[str, int] = field(default_factory=dict)      # event id -> seq, as the store has them
     ids: list[str] = field(default_factory=list)                 # row order of ``matrix``
-    matrix: np.ndarray | None = None                              # rows: embeddings (zeros when none)
+    row_of: dict[str, int] = field(default_factory=dict)
+    matrix: np.ndarray | None = None                             # float32 rows (zeros: no embedding)
     seqs: np.ndarray | None = None
-    dirty: bool = True                                            # rebuild ``matrix`` from scratch
     fresh: list[str] = field(default_factory=list)               # new ids not in ``matrix`` yet
+    pending: dict[str, np.ndarray] = field(default_factory=dict)  # their embeddings
     #: node id -> its strongest incoming semantic edge (None: it has none), for the last
     #: RECENT_LINKED nodes linked here
     incoming: OrderedDict[str, EdgeEvent | None] = field(default_factory=OrderedDict)
@@ -77,11 +84,18 @@ class _Conversation:
                 self.entities.get(e.id, set()).discard(n.id)
             if old.kind == "observation":
                 self.observations.remove((old.seq, old.id))
-            self.dirty = True  # a row changes in place: rebuild
         else:
             self.fresh.append(n.id)
-        if n.embedding is None and old is not None:
-            n = n.model_copy(update={"embedding": old.embedding})
+        row = self.row_of.get(n.id)
+        if row is not None and self.seqs is not None:
+            self.seqs[row] = n.seq  # a row changes in place
+        if n.embedding is not None:
+            vec = np.asarray(n.embedding, dtype=np.float32)
+            if row is not None and self.matrix is not None and self.matrix.shape[1] == len(vec):
+                self.matrix[row] = vec
+            else:
+                self.pending[n.id] = vec
+            n = n.without_embedding()  # a node without one keeps the embedding it had
         self.nodes[n.id] = n
         self.events[n.event_id] = n.seq
         for t in set(n.tokens):
@@ -91,28 +105,34 @@ class _Conversation:
         if n.kind == "observation":
             bisect.insort(self.observations, (n.seq, n.id))
 
-    def _rows(self, ids: Sequence[str], dim: int) -> np.ndarray:
-        m = np.zeros((len(ids), dim), dtype=np.float64)
-        for i, nid in enumerate(ids):
-            v = self.nodes[nid].embedding
-            if v:
-                m[i] = v
-        return m
-
     def index(self, dim: int) -> tuple[list[str], np.ndarray, np.ndarray]:
-        """Row ids (insertion order), the embedding matrix and the seqs; new nodes are appended,
-        a replaced node rebuilds it."""
-        if self.dirty or self.matrix is None or self.seqs is None or self.matrix.shape[1] != dim:
-            self.ids = list(self.nodes)
-            self.matrix = self._rows(self.ids, dim)
-            self.seqs = np.asarray([self.nodes[i].seq for i in self.ids], dtype=np.int64)
-            self.dirty = False
-        elif self.fresh:
+        """Row ids (insertion order), the float32 embedding matrix and the seqs, with new nodes
+        appended."""
+        if self.matrix is None or self.seqs is None:
+            self.matrix, self.seqs = np.zeros((0, dim), dtype=np.float32), np.zeros(0, dtype=np.int64)
+        if self.fresh:
+            rows = np.zeros((len(self.fresh), dim), dtype=np.float32)
+            for i, nid in enumerate(self.fresh):
+                v = self.pending.get(nid)
+                if v is not None and len(v) == dim:
+                    rows[i] = v
+                self.row_of[nid] = len(self.ids) + i
             self.ids += self.fresh
-            self.matrix = np.vstack([self.matrix, self._rows(self.fresh, dim)])
+            self.matrix = np.vstack([self.matrix, rows])
             self.seqs = np.concatenate([self.seqs, np.asarray([self.nodes[i].seq for i in self.fresh], dtype=np.int64)])
-        self.fresh = []
+            self.fresh, self.pending = [], {}
         return self.ids, self.matrix, self.seqs
+
+    def vector(self, nid: str) -> np.ndarray | None:
+        """The node's embedding (float32), if it has one."""
+        v = self.pending.get(nid)
+        if v is not None:
+            return v
+        row = self.row_of.get(nid)
+        if row is None or self.matrix is None:
+            return None
+        out = self.matrix[row]
+        return out if out.any() else None
 
 
 def _top(counts: Counter[str], nodes: dict[str, MemoryNode], before_seq: int, limit: int) -> list[str]:
@@ -132,6 +152,15 @@ class ScopeCache:
         self._convs: OrderedDict[Scope, _Conversation] = OrderedDict()
         self._size = 0
         self._loading: dict[Scope, asyncio.Future[_Conversation]] = {}
+
+    @property
+    def max_nodes(self) -> int:
+        return self._max
+
+    @property
+    def size(self) -> int:
+        """Nodes held now, over every conversation in memory."""
+        return self._size
 
     async def drop(self, scope: Scope) -> None:
         """Forget one conversation (after a forget deleted some of it; reloaded on next use)."""
@@ -252,7 +281,7 @@ class ScopeCache:
                 continue
             ids, m, seqs = conv.index(len(queries[asked[0]][1]))
             # one product for every query of the conversation; scores rounded as stored features are
-            scores = np.round(m @ np.asarray([queries[q][1] for q in asked], dtype=np.float64).T, 6)
+            scores = np.round(m.astype(np.float64) @ np.asarray([queries[q][1] for q in asked], dtype=np.float64).T, 6)
             for col, q in enumerate(asked):
                 ok = np.flatnonzero(seqs < queries[q][2])
                 order = ok[np.lexsort((-seqs[ok], -scores[ok, col]))][:limit]  # best first; ties: later first
@@ -280,7 +309,21 @@ class ScopeCache:
         return [nid for _, nid in reversed(conv.observations[max(0, end - limit): end])] if limit > 0 else []
 
     async def get_nodes(self, scope: Scope, ids: Sequence[str]) -> list[MemoryNode]:
+        """The nodes without their embeddings (:meth:`embeddings` has them)."""
         conv = await self._conv(scope)
         missing = [i for i in ids if i not in conv.nodes]
-        extra = {n.id: n for n in await self._store.get(scope, missing)} if missing else {}
+        extra = {n.id: n.without_embedding() for n in await self._store.get(scope, missing)} if missing else {}
         return [n for i in ids if (n := conv.nodes.get(i) or extra.get(i)) is not None]
+
+    async def embeddings(self, scope: Scope, ids: Sequence[str], dim: int) -> np.ndarray:
+        conv = await self._conv(scope)
+        missing = [i for i in ids if i not in conv.nodes]
+        extra = {n.id: n.embedding for n in await self._store.get(scope, missing)} if missing else {}
+        m = np.zeros((len(ids), dim), dtype=np.float64)
+        for row, i in enumerate(ids):
+            v = conv.vector(i)
+            if v is not None and len(v) == dim:
+                m[row] = v
+            elif extra.get(i):
+                m[row] = extra[i]
+        return m

@@ -16,6 +16,7 @@ from __future__ import annotations
 import functools
 import hashlib
 import sqlite3
+import zlib
 from collections import OrderedDict
 from collections.abc import Callable, Coroutine, Iterable, Iterator, Sequence
 from contextlib import contextmanager
@@ -44,10 +45,9 @@ CREATE TABLE IF NOT EXISTS node_entities (
 CREATE INDEX IF NOT EXISTS node_entities_seq ON node_entities(tenant, conv, entity, seq);
 CREATE TABLE IF NOT EXISTS edges (
   tenant TEXT NOT NULL, conv TEXT NOT NULL, id TEXT NOT NULL, view TEXT NOT NULL,
-  source TEXT NOT NULL, target TEXT NOT NULL, probability REAL NOT NULL, body BLOB NOT NULL,
-  PRIMARY KEY (tenant, conv, id));
-CREATE INDEX IF NOT EXISTS edges_source ON edges(tenant, conv, source, view);
-CREATE INDEX IF NOT EXISTS edges_target ON edges(tenant, conv, target, view);
+  source TEXT NOT NULL, target TEXT NOT NULL, probability REAL NOT NULL, label TEXT NOT NULL,
+  directed INTEGER NOT NULL, by_rule INTEGER NOT NULL, version INTEGER NOT NULL,
+  PRIMARY KEY (tenant, conv, id)) WITHOUT ROWID;
 CREATE TABLE IF NOT EXISTS decisions (
   tenant TEXT NOT NULL, conv TEXT NOT NULL, id TEXT NOT NULL, body BLOB NOT NULL,
   PRIMARY KEY (tenant, conv, id));
@@ -164,6 +164,52 @@ def migrate_lexical(conn: sqlite3.Connection) -> int:
 CACHE_KIB = 256 * 1024
 
 
+_EDGE_INDEXES = """
+CREATE INDEX IF NOT EXISTS edges_source ON edges(tenant, conv, source, view);
+CREATE INDEX IF NOT EXISTS edges_target ON edges(tenant, conv, target, view);
+"""
+
+
+def migrate_edges(conn: sqlite3.Connection) -> int:
+    """Rewrite an edge table of the earlier layout (a rowid table with each edge's JSON body) into
+    the current one (clustered by conversation, ``WITHOUT ROWID``, every field a column); the
+    number of edges moved (0 when already current)."""
+    columns = {r[1] for r in conn.execute("PRAGMA table_info(edges)")}
+    if "body" not in columns:
+        conn.executescript(_EDGE_INDEXES)
+        return 0
+    with transaction(conn):
+        conn.execute("CREATE TABLE edges_v2 (tenant TEXT NOT NULL, conv TEXT NOT NULL, id TEXT NOT NULL, "
+                     "view TEXT NOT NULL, source TEXT NOT NULL, target TEXT NOT NULL, probability REAL NOT NULL, "
+                     "label TEXT NOT NULL, directed INTEGER NOT NULL, by_rule INTEGER NOT NULL, "
+                     "version INTEGER NOT NULL, PRIMARY KEY (tenant, conv, id)) WITHOUT ROWID")
+        moved = conn.execute(
+            "INSERT INTO edges_v2 SELECT tenant, conv, id, view, source, target, probability, "
+            "json_extract(CAST(body AS TEXT), '$.label'), "
+            "json_extract(CAST(body AS TEXT), '$.direction') = 'directed', "
+            "json_extract(CAST(body AS TEXT), '$.created_by') = 'rule', "
+            "json_extract(CAST(body AS TEXT), '$.schema_version') FROM edges ORDER BY tenant, conv, id").rowcount
+        conn.execute("DROP TABLE edges")
+        conn.execute("ALTER TABLE edges_v2 RENAME TO edges")
+        conn.executescript(_EDGE_INDEXES)
+    return moved
+
+
+def _edge_row(e: EdgeEvent) -> tuple[object, ...]:
+    return (e.tenant_id, e.conversation_id, e.id, e.view, e.source, e.target, e.probability, e.label,
+            int(e.direction == "directed"), int(e.created_by == "rule"), e.schema_version)
+
+
+#: The columns an edge is read back from (:func:`_edge_of`).
+_EDGE_COLUMNS = "tenant, conv, id, view, source, target, probability, label, directed, by_rule, version"
+
+
+def _edge_of(r: Sequence[Any]) -> EdgeEvent:
+    return EdgeEvent(tenant_id=r[0], conversation_id=r[1], id=r[2], view=r[3], source=r[4], target=r[5],
+                     probability=r[6], label=r[7], direction="directed" if r[8] else "undirected",
+                     created_by="rule" if r[9] else "system_one", schema_version=r[10])
+
+
 def connect(path: str | Path) -> sqlite3.Connection:
     """Open (and create) the database with WAL, a page cache of :data:`CACHE_KIB`, and the schema."""
     if str(path) != ":memory:":
@@ -176,6 +222,7 @@ def connect(path: str | Path) -> sqlite3.Connection:
         conn.execute(f"PRAGMA cache_size=-{CACHE_KIB}")
         conn.executescript(_SCHEMA)
         migrate_lexical(conn)
+        migrate_edges(conn)
     return conn
 
 
@@ -222,20 +269,32 @@ def _vec(blob: bytes | None) -> list[float] | None:
     return None if blob is None else np.frombuffer(blob, dtype=np.float32).astype(float).tolist()
 
 
-#: Decoded nodes kept in memory (about 13 KB each with the embedding): candidate discovery and
-#: queries fetch the same recent nodes again and again.
+def _packed_body(n: MemoryNode) -> bytes:
+    """A node's body as stored: its JSON (without the embedding), zlib-compressed (about half)."""
+    return zlib.compress(orjson.dumps(n.without_embedding().model_dump(mode="json")), 1)
+
+
+def _body(raw: bytes) -> bytes:
+    """A stored body's JSON (bodies written before compression are JSON already)."""
+    return raw if raw[:1] == b"{" else zlib.decompress(raw)
+
+
+#: Decoded nodes kept in memory (about 3 KB each, the embedding as float32 bytes): candidate
+#: discovery and queries fetch the same recent nodes again and again.
 NODE_CACHE = 8192
 
 
 class SqliteNodeStore(_Base):
     """Canonical nodes (JSON body + float32 embedding) and an entity posting table.
 
-    ``get`` keeps an LRU of decoded nodes; this store is its database's only writer of nodes,
-    and an upsert drops the nodes it rewrites from the cache, so the cache never serves stale data."""
+    ``get`` keeps an LRU of decoded nodes (without their embeddings, which it keeps as the stored
+    float32 bytes: a sixth of the memory of a float list); this store is its database's only
+    writer of nodes, and an upsert drops the nodes it rewrites from the cache, so the cache never
+    serves stale data."""
 
     def __init__(self, conn: sqlite3.Connection) -> None:
         super().__init__(conn)
-        self._cache: OrderedDict[str, MemoryNode] = OrderedDict()
+        self._cache: OrderedDict[str, tuple[MemoryNode, bytes | None]] = OrderedDict()
 
     @translated
     async def upsert(self, nodes: Sequence[MemoryNode]) -> None:
@@ -250,7 +309,7 @@ class SqliteNodeStore(_Base):
                     "INSERT INTO nodes VALUES (?,?,?,?,?,?,?,?) ON CONFLICT(tenant, conv, id) DO UPDATE SET "
                     "body=excluded.body, embedding=COALESCE(excluded.embedding, nodes.embedding), seq=excluded.seq",
                     (n.tenant_id, n.conversation_id, n.id, n.event_id, n.seq, n.kind,
-                     orjson.dumps(n.without_embedding().model_dump(mode="json")), emb))
+                     _packed_body(n), emb))
                 self._conn.executemany(
                     "INSERT OR IGNORE INTO node_entities VALUES (?,?,?,?,?)",
                     [(n.tenant_id, n.conversation_id, e.id, n.id, n.seq) for e in n.entities])
@@ -260,11 +319,11 @@ class SqliteNodeStore(_Base):
         if not ids:
             return []
         cache = self._cache
-        found: dict[str, MemoryNode] = {}
+        found: dict[str, tuple[MemoryNode, bytes | None]] = {}
         for i in ids:
-            n = cache.get(i)
-            if n is not None and n.tenant_id == scope.tenant_id and n.conversation_id == scope.conversation_id:
-                found[i] = n
+            hit = cache.get(i)
+            if hit is not None and hit[0].tenant_id == scope.tenant_id and hit[0].conversation_id == scope.conversation_id:
+                found[i] = hit
                 cache.move_to_end(i)
         missing = [i for i in dict.fromkeys(ids) if i not in found]
         if missing:
@@ -273,13 +332,16 @@ class SqliteNodeStore(_Base):
                 f"SELECT id, body, embedding FROM nodes WHERE tenant=? AND conv=? AND id IN ({marks})",
                 (scope.tenant_id, scope.conversation_id, *missing)).fetchall()
             for r in rows:
-                node = MemoryNode.model_validate_json(r[1])
-                if r[2] is not None:
-                    node = node.model_copy(update={"embedding": _vec(r[2])})
-                found[r[0]] = cache[r[0]] = node
+                found[r[0]] = cache[r[0]] = (MemoryNode.model_validate_json(_body(r[1])), r[2])
             while len(cache) > NODE_CACHE:
                 cache.popitem(last=False)
-        return [found[i] for i in ids if i in found]
+        out = []
+        for i in ids:
+            hit = found.get(i)
+            if hit is not None:
+                node, blob = hit
+                out.append(node if blob is None else node.model_copy(update={"embedding": _vec(blob)}))
+        return out
 
     @translated
     async def seqs(self, scope: Scope, event_ids: Sequence[str]) -> dict[str, int]:
@@ -317,7 +379,7 @@ class SqliteNodeStore(_Base):
         rows = self._conn.execute(
             "SELECT body FROM nodes WHERE tenant=? AND conv=? ORDER BY seq, id",
             (scope.tenant_id, scope.conversation_id)).fetchall()
-        return [MemoryNode.model_validate(orjson.loads(r[0])) for r in rows]
+        return [MemoryNode.model_validate_json(_body(r[0])) for r in rows]
 
     @translated
     async def conversations(self, tenant_id: str) -> list[tuple[str, int]]:
@@ -442,7 +504,7 @@ class SqliteEdgeStore(_Base):
             index: dict[str, dict[str, dict[str, tuple[float, str]]]] = {}
             labels: dict[str, str] = {}
             for eid, view, source, target, p, label in self._conn.execute(
-                    "SELECT id, view, source, target, probability, json_extract(CAST(body AS TEXT), '$.label') "
+                    "SELECT id, view, source, target, probability, label "
                     "FROM edges WHERE tenant=? AND conv=?", (scope.tenant_id, scope.conversation_id)):
                 for end in (source, target) if target != source else (source,):
                     index.setdefault(end, {}).setdefault(view, {})[eid] = (-p, eid)
@@ -455,10 +517,10 @@ class SqliteEdgeStore(_Base):
         for e in edges:
             self._cache.pop(e.id, None)
         self._write(
-            "INSERT INTO edges VALUES (?,?,?,?,?,?,?,?) ON CONFLICT(tenant, conv, id) DO UPDATE SET "
-            "probability=excluded.probability, body=excluded.body",
-            [(e.tenant_id, e.conversation_id, e.id, e.view, e.source, e.target, e.probability,
-              orjson.dumps(e.model_dump(mode="json"))) for e in edges])
+            f"INSERT INTO edges ({_EDGE_COLUMNS}) VALUES (?,?,?,?,?,?,?,?,?,?,?) ON CONFLICT(tenant, conv, id) "
+            "DO UPDATE SET probability=excluded.probability, directed=excluded.directed, by_rule=excluded.by_rule, "
+            "version=excluded.version",
+            [_edge_row(e) for e in edges])
 
     @staticmethod
     def _found(adj: _Adjacency, node_ids: Sequence[str], views: Sequence[View]) -> list[tuple[float, str]]:
@@ -495,10 +557,10 @@ class SqliteEdgeStore(_Base):
         for start in range(0, len(missing), 500):
             part = missing[start: start + 500]
             rows = self._conn.execute(
-                f"SELECT id, body FROM edges WHERE tenant=? AND conv=? AND id IN ({','.join('?' * len(part))})",
+                f"SELECT {_EDGE_COLUMNS} FROM edges WHERE tenant=? AND conv=? AND id IN ({','.join('?' * len(part))})",
                 (scope.tenant_id, scope.conversation_id, *part)).fetchall()
             for r in rows:
-                cache[r[0]] = EdgeEvent.model_validate_json(r[1])
+                cache[r[2]] = _edge_of(r)
         out = []
         for i in ranked:
             if (e := cache.get(i)) is not None:
@@ -532,9 +594,9 @@ class SqliteEdgeStore(_Base):
 
     @translated
     async def scan(self, scope: Scope) -> list[EdgeEvent]:
-        rows = self._conn.execute("SELECT body FROM edges WHERE tenant=? AND conv=? ORDER BY id",
+        rows = self._conn.execute(f"SELECT {_EDGE_COLUMNS} FROM edges WHERE tenant=? AND conv=? ORDER BY id",
                                   (scope.tenant_id, scope.conversation_id)).fetchall()
-        return [EdgeEvent.model_validate(orjson.loads(r[0])) for r in rows]
+        return [_edge_of(r) for r in rows]
 
     @translated
     async def upsert_decisions(self, decisions: Sequence[ConsolidationDecision]) -> None:

@@ -8,9 +8,12 @@ which makes candidate discovery independent of how events were batched.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 from topology.schemas import EdgeEvent, MemoryNode, Scope
+
+if TYPE_CHECKING:
+    import numpy as np
 
 
 class Embedder(Protocol):
@@ -56,7 +59,13 @@ class MemoryReader(Protocol):
         ...
 
     async def get_nodes(self, scope: Scope, ids: Sequence[str]) -> list[MemoryNode]:
-        """Nodes with their embeddings; unknown ids are skipped."""
+        """Nodes, with or without their embeddings (:meth:`embeddings` gives them); unknown ids are
+        skipped."""
+        ...
+
+    async def embeddings(self, scope: Scope, ids: Sequence[str], dim: int) -> np.ndarray:
+        """The embeddings of ``ids`` as float64 rows, in order (a zero row for an unknown id or a
+        node without one)."""
         ...
 
 

@@ -137,7 +137,11 @@ async def discover(node: MemoryNode, reader: MemoryReader, k: int) -> CandidateS
         ids.update(dict.fromkeys(await reader.similar_before(scope, node.embedding, node.seq, POOL_PER_SOURCE)))
     ids.update(dict.fromkeys(await _non_vector_pool(node, reader)))
     pool = await reader.get_nodes(scope, sorted(ids))
-    return CandidateSet(node=node, candidates=rank(node, pool, k))
+    cos = None
+    if node.embedding and pool:
+        rows = await reader.embeddings(scope, [m.id for m in pool], len(node.embedding))
+        cos = dict(zip([m.id for m in pool], (rows @ np.asarray(node.embedding)).tolist(), strict=True))
+    return CandidateSet(node=node, candidates=rank(node, pool, k, cos))
 
 
 async def discover_many(nodes: Sequence[MemoryNode], reader: MemoryReader, k: int) -> list[CandidateSet]:
@@ -163,10 +167,10 @@ async def discover_many(nodes: Sequence[MemoryNode], reader: MemoryReader, k: in
     for group, got in zip(groups, fetched_by_group, strict=True):
         fetched = {m.id: m for m in got}
         members = list(fetched.values())
-        dim = len(group[0].embedding or []) or len(next((m.embedding for m in members if m.embedding), []))
+        dim = next((len(n.embedding) for n in group if n.embedding), 0)
         # every (new node, pool node) cosine of the scope in one matrix product
-        sims = (matrix([n.embedding for n in group], dim) @ matrix([m.embedding for m in members], dim).T
-                if dim and members else None)
+        sims = (matrix([n.embedding for n in group], dim) @ (await reader.embeddings(
+            group[0].scope, [m.id for m in members], dim)).T if dim and members else None)
         col = {m.id: j for j, m in enumerate(members)}
         for row, n in enumerate(group):
             pool = [fetched[i] for i in sorted(pools[n.id]) if i in fetched]
