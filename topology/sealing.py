@@ -10,7 +10,8 @@ What stays in the clear is an allow-list per record type (:data:`CLEAR`): ids, s
 probabilities, the scope. Everything else (content, speaker, metadata, provenance, entities,
 tokens, embeddings, edge labels, a dead letter's original and reason) is sealed, so a field added
 to a schema later is sealed unless someone decides otherwise. Records with nothing personal
-(forget requests and markers, judgments, consolidation decisions) are not sealed.
+(forget requests and markers, judgments, consolidation decisions, and edges whose label is a
+rule's name, :data:`RULE_LABELS`) are not sealed.
 
 The associated data of each ciphertext is its key id and the key's scope, and a key is only ever
 handed out for its own scope (``streams.keyring``), so a sealed part cannot be moved to another
@@ -254,7 +255,15 @@ def seal_observation(data: Mapping[str, Any], key: DataKey) -> dict[str, Any]:
     return seal(data, CLEAR["observation"], key)
 
 
+#: Edge labels of a closed vocabulary (the rules' and judgments' names): they say nothing about
+#: a person, so such an edge is written as it is. Any other label (an entity edge's shared names,
+#: an alias) is sealed.
+RULE_LABELS = frozenset({"before", "next", "related", "causes", "consolidation_link", "supersedes", "summarises"})
+
+
 def seal_edge(data: Mapping[str, Any], key: DataKey) -> dict[str, Any]:
+    if data.get("label") in RULE_LABELS:
+        return dict(data)
     return seal(data, CLEAR["edge"], key)
 
 
