@@ -10,7 +10,8 @@ What stays in the clear is an allow-list per record type (:data:`CLEAR`): ids, s
 probabilities, the scope. Everything else (content, speaker, metadata, provenance, entities,
 tokens, embeddings, edge labels, a dead letter's original and reason) is sealed, so a field added
 to a schema later is sealed unless someone decides otherwise. Records with nothing personal
-(forget requests and markers, judgments, consolidation decisions) are not sealed.
+(forget requests and markers, judgments, consolidation decisions, and edges whose label is a
+rule's name, :data:`RULE_LABELS`) are not sealed.
 
 The associated data of each ciphertext is its key id and the key's scope, and a key is only ever
 handed out for its own scope (``streams.keyring``), so a sealed part cannot be moved to another
@@ -23,6 +24,7 @@ Pure: no I/O; the random nonces and keys come from :func:`os.urandom`.
 from __future__ import annotations
 
 import base64
+import functools
 import hashlib
 import os
 from collections.abc import Callable, Mapping, Sequence
@@ -75,11 +77,13 @@ class DataKey:
     secret: bytes = field(repr=False)
     node_id: str | None = None
 
-    @property
+    @functools.cached_property
     def aad(self) -> bytes:
         return f"jevmem.sealed.v1|{scope_key(self.tenant_id, self.conversation_id)}|{self.kid}".encode()
 
-    def aead(self) -> AESGCM:
+    @functools.cached_property
+    def cipher(self) -> AESGCM:
+        """The AES-256-GCM instance of this key (made once: a batch seals many records with it)."""
         return AESGCM(self.secret)
 
 
@@ -192,7 +196,7 @@ def seal(data: Mapping[str, Any], clear: frozenset[str], key: DataKey) -> dict[s
     if "embedding" in secret:
         secret["embedding"] = _packed(secret["embedding"])
     nonce = os.urandom(NONCE_BYTES)
-    ct = key.aead().encrypt(nonce, orjson.dumps(secret), key.aad)
+    ct = key.cipher.encrypt(nonce, orjson.dumps(secret), key.aad)
     out["sealed"] = {"kid": key.kid, "nonce": b64(nonce), "data": b64(ct)}
     return out
 
@@ -223,7 +227,7 @@ def unseal(data: Mapping[str, Any], key: DataKey) -> dict[str, Any]:
         if name in out and out[name] is not None and want and out[name] != want:
             raise SealingError(f"the record's {name} is not its key's")
     try:
-        plain = key.aead().decrypt(unb64(sealed["nonce"]), unb64(sealed["data"]), key.aad)
+        plain = key.cipher.decrypt(unb64(sealed["nonce"]), unb64(sealed["data"]), key.aad)
     except (InvalidTag, KeyError, TypeError, ValueError) as exc:
         raise SealingError("the sealed part does not authenticate under its key") from exc
     secret = orjson.loads(plain)
@@ -251,7 +255,15 @@ def seal_observation(data: Mapping[str, Any], key: DataKey) -> dict[str, Any]:
     return seal(data, CLEAR["observation"], key)
 
 
+#: Edge labels of a closed vocabulary (the rules' and judgments' names): they say nothing about
+#: a person, so such an edge is written as it is. Any other label (an entity edge's shared names,
+#: an alias) is sealed.
+RULE_LABELS = frozenset({"before", "next", "related", "causes", "consolidation_link", "supersedes", "summarises"})
+
+
 def seal_edge(data: Mapping[str, Any], key: DataKey) -> dict[str, Any]:
+    if data.get("label") in RULE_LABELS:
+        return dict(data)
     return seal(data, CLEAR["edge"], key)
 
 

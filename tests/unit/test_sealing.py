@@ -105,6 +105,8 @@ async def test_each_kind_keeps_ids_clear_and_seals_every_personal_field() -> Non
                                 caused_by=0.1, causes=0.2)
     forget = Forget(tenant_id="t", conversation_id="c", requested_at=datetime.now(UTC))
     assert sealed(judgment, key) == encode(judgment) and sealed(forget, key) == encode(forget)
+    related = edge.model_copy(update={"view": "semantic", "label": "related"})  # a rule's name: nothing personal
+    assert sealed(related, key) == encode(related)
     assert sealed(observation(), None) == encode(observation())
 
 
