@@ -279,22 +279,20 @@ def _body(raw: bytes) -> bytes:
     return raw if raw[:1] == b"{" else zlib.decompress(raw)
 
 
-#: Decoded nodes kept in memory (about 3 KB each, the embedding as float32 bytes): candidate
-#: discovery and queries fetch the same recent nodes again and again.
+#: Decoded nodes kept in memory (about 13 KB each with the embedding): candidate discovery and
+#: queries fetch the same recent nodes again and again.
 NODE_CACHE = 8192
 
 
 class SqliteNodeStore(_Base):
     """Canonical nodes (JSON body + float32 embedding) and an entity posting table.
 
-    ``get`` keeps an LRU of decoded nodes (without their embeddings, which it keeps as the stored
-    float32 bytes: a sixth of the memory of a float list); this store is its database's only
-    writer of nodes, and an upsert drops the nodes it rewrites from the cache, so the cache never
-    serves stale data."""
+    ``get`` keeps an LRU of decoded nodes; this store is its database's only writer of nodes,
+    and an upsert drops the nodes it rewrites from the cache, so the cache never serves stale data."""
 
     def __init__(self, conn: sqlite3.Connection) -> None:
         super().__init__(conn)
-        self._cache: OrderedDict[str, tuple[MemoryNode, bytes | None]] = OrderedDict()
+        self._cache: OrderedDict[str, MemoryNode] = OrderedDict()
 
     @translated
     async def upsert(self, nodes: Sequence[MemoryNode]) -> None:
@@ -319,11 +317,11 @@ class SqliteNodeStore(_Base):
         if not ids:
             return []
         cache = self._cache
-        found: dict[str, tuple[MemoryNode, bytes | None]] = {}
+        found: dict[str, MemoryNode] = {}
         for i in ids:
-            hit = cache.get(i)
-            if hit is not None and hit[0].tenant_id == scope.tenant_id and hit[0].conversation_id == scope.conversation_id:
-                found[i] = hit
+            n = cache.get(i)
+            if n is not None and n.tenant_id == scope.tenant_id and n.conversation_id == scope.conversation_id:
+                found[i] = n
                 cache.move_to_end(i)
         missing = [i for i in dict.fromkeys(ids) if i not in found]
         if missing:
@@ -332,16 +330,13 @@ class SqliteNodeStore(_Base):
                 f"SELECT id, body, embedding FROM nodes WHERE tenant=? AND conv=? AND id IN ({marks})",
                 (scope.tenant_id, scope.conversation_id, *missing)).fetchall()
             for r in rows:
-                found[r[0]] = cache[r[0]] = (MemoryNode.model_validate_json(_body(r[1])), r[2])
+                node = MemoryNode.model_validate_json(_body(r[1]))
+                if r[2] is not None:
+                    node = node.model_copy(update={"embedding": _vec(r[2])})
+                found[r[0]] = cache[r[0]] = node
             while len(cache) > NODE_CACHE:
                 cache.popitem(last=False)
-        out = []
-        for i in ids:
-            hit = found.get(i)
-            if hit is not None:
-                node, blob = hit
-                out.append(node if blob is None else node.model_copy(update={"embedding": _vec(blob)}))
-        return out
+        return [found[i] for i in ids if i in found]
 
     @translated
     async def seqs(self, scope: Scope, event_ids: Sequence[str]) -> dict[str, int]:

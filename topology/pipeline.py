@@ -191,4 +191,20 @@ class WritePath:
         chosen = sorted(best.items(), key=lambda kv: -window[kv[0]].seq)[: self.params.consolidation_pairs]
         olders = {n.id: n for n in await self.reader.get_nodes(scope, sorted({v[1] for _, v in chosen}))}
         pairs = [(window[nid], olders[src]) for nid, (_, src) in chosen if src in olders]
+        pairs = await self._embedded(scope, pairs)
         return await consolidation.consolidate(run, pairs, self.so, self.params, self.summariser)
+
+    async def _embedded(self, scope: Scope, pairs: list[tuple[MemoryNode, MemoryNode]]
+                        ) -> list[tuple[MemoryNode, MemoryNode]]:
+        """``pairs`` with every node's embedding (the reader may give nodes without them; a
+        consolidation pair's cosine needs them)."""
+        ids = sorted({n.id for pair in pairs for n in pair if n.embedding is None})
+        if not ids:
+            return pairs
+        rows = await self.reader.embeddings(scope, ids, self.embedder.dim)
+        vec = {i: (r.tolist() if r.any() else None) for i, r in zip(ids, rows, strict=True)}
+
+        def full(n: MemoryNode) -> MemoryNode:
+            return n if n.embedding is not None else n.model_copy(update={"embedding": vec.get(n.id)})
+
+        return [(full(a), full(b)) for a, b in pairs]
