@@ -81,6 +81,8 @@ class Settings(BaseSettings):
     # written conversations dropped first, reloaded from the store when written again); about 3 KB
     # each with a 384-d embedding: the writer's memory budget
     cache_nodes: int = Field(default=200_000, ge=1)
+    # the embedded store's SQLite page cache, shared by its connections (MiB): the rest of the budget
+    sqlite_cache_mb: int = Field(default=768, ge=1)
     write_wait_s: float = 0.1  # a worker waits at most this long to fill a micro-batch (latency floor)
     embedder: str = "e5-small-v2-int8@0.36.2"  # a name of topology.embedding.MODELS; recorded with each store
     model_cache: Path | None = None  # default: ~/.cache/jevmem/models

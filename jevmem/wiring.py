@@ -15,7 +15,7 @@ from query_api.system_two import OpenAICompatibleSystemTwo
 from storage.keys import ElasticKeyStore, KeyStore, SqliteKeyStore
 from storage.qdrant_edge import QdrantEdgeVectorIndex
 from storage.scope_cache import ScopeCache
-from storage.sqlite import SqliteDeadLetters, SqliteEdgeStore, SqliteLexicalIndex, SqliteNodeStore, check_model, connect
+from storage.sqlite import CACHE_MB, SqliteDeadLetters, SqliteEdgeStore, SqliteLexicalIndex, SqliteNodeStore, check_model, connect
 from streams.embedded import EmbeddedPipeline
 from streams.write_path import Stores
 from topology.pipeline import WritePath
@@ -59,7 +59,7 @@ def key_store(settings: Settings) -> KeyStore:
     return SqliteKeyStore(Path(settings.data_dir) / "keys.sqlite3")
 
 
-def embedded_stores(data_dir: Path | str, dim: int, embedder: str | None = None) -> Stores:
+def embedded_stores(data_dir: Path | str, dim: int, embedder: str | None = None, cache_mb: int = CACHE_MB) -> Stores:
     """SQLite (nodes, edges, lexical, dead letters) + Qdrant's in-process engine for vectors under
     ``data_dir``; ``":memory:"`` keeps SQLite in RAM and vectors in a temporary directory.
 
@@ -67,7 +67,9 @@ def embedded_stores(data_dir: Path | str, dim: int, embedder: str | None = None)
     :class:`~topology.errors.ModelMismatch` (its vectors would not be comparable)."""
     mem = str(data_dir) == ":memory:"
     db = ":memory:" if mem else Path(data_dir) / "memory.sqlite3"
-    conns = [connect(db) for _ in range(4)] if not mem else [connect(":memory:")] * 4
+    # the node, edge and lexical connections share ``cache_mb`` of page cache; dead letters get SQLite's default
+    caches = [cache_mb * 1024 // 3] * 3 + [2048]
+    conns = [connect(db, kib) for kib in caches] if not mem else [connect(":memory:")] * 4
     if embedder is not None:
         check_model(conns[0], embedder)
     return Stores(
@@ -90,7 +92,8 @@ class Embedded:
 
 def build_embedded(settings: Settings, embedder: Embedder | None = None, data_dir: Path | str | None = None) -> Embedded:
     emb = embedder or settings.load_embedder()
-    stores = embedded_stores(data_dir if data_dir is not None else settings.data_dir, emb.dim, emb.name)
+    stores = embedded_stores(data_dir if data_dir is not None else settings.data_dir, emb.dim, emb.name,
+                             settings.sqlite_cache_mb)
     inner, scorer = system_one_and_scorer(settings)
     so = CountingSystemOne(inner)
     reader = ScopeCache(stores.nodes, settings.cache_nodes)

@@ -162,6 +162,9 @@ def migrate_lexical(conn: sqlite3.Connection) -> int:
 #: all over the B-trees; with the default cache each such write re-reads pages from the OS once
 #: the database outgrows it, and the write cost grows with the size of memory.
 CACHE_KIB = 256 * 1024
+#: Page cache of an embedded store, in MiB, shared by its node, edge and lexical connections
+#: (``JEVMEM_SQLITE_CACHE_MB``).
+CACHE_MB = 3 * 256
 
 
 _EDGE_INDEXES = """
@@ -210,8 +213,8 @@ def _edge_of(r: Sequence[Any]) -> EdgeEvent:
                      created_by="rule" if r[9] else "system_one", schema_version=r[10])
 
 
-def connect(path: str | Path) -> sqlite3.Connection:
-    """Open (and create) the database with WAL, a page cache of :data:`CACHE_KIB`, and the schema."""
+def connect(path: str | Path, cache_kib: int = CACHE_KIB) -> sqlite3.Connection:
+    """Open (and create) the database with WAL, a page cache of ``cache_kib``, and the schema."""
     if str(path) != ":memory:":
         Path(path).parent.mkdir(parents=True, exist_ok=True)
     with sqlite_errors(str(path)):
@@ -219,7 +222,7 @@ def connect(path: str | Path) -> sqlite3.Connection:
         conn.execute("PRAGMA journal_mode=WAL")
         conn.execute("PRAGMA synchronous=NORMAL")
         conn.execute("PRAGMA busy_timeout=10000")
-        conn.execute(f"PRAGMA cache_size=-{CACHE_KIB}")
+        conn.execute(f"PRAGMA cache_size=-{max(64, cache_kib)}")
         conn.executescript(_SCHEMA)
         migrate_lexical(conn)
         migrate_edges(conn)

@@ -1,0 +1,88 @@
+"""The embedded store's layout: edges clustered by conversation with every field a column, node
+bodies compressed, and stores of the earlier layout read as they were (migrated on open)."""
+
+from __future__ import annotations
+
+import sqlite3
+from pathlib import Path
+
+import orjson
+
+from storage.scope_cache import ScopeCache
+from storage.sqlite import SqliteEdgeStore, SqliteNodeStore, connect
+from tests.conftest import chat_observations
+from topology.fakes import HashingEmbedder
+from topology.schemas import EdgeEvent, MemoryNode, Scope
+
+SCOPE = Scope(tenant_id="t1", conversation_id="c1")
+
+
+def _edges() -> list[EdgeEvent]:
+    return [EdgeEvent(id=f"e{i}", tenant_id="t1", conversation_id="c1", view=view, source=f"n{i}", target=f"n{i + 1}",
+                      direction=direction, probability=0.25 + i / 100, label=label, created_by=by)
+            for i, (view, direction, label, by) in enumerate([
+                ("semantic", "undirected", "related", "system_one"), ("temporal", "directed", "next", "rule"),
+                ("entity", "undirected", "shares:ana,lima", "rule"), ("causal", "directed", "causes", "system_one")])]
+
+
+async def test_edges_of_the_earlier_layout_are_migrated_on_open_and_read_the_same(tmp_path: Path) -> None:
+    db = tmp_path / "memory.sqlite3"
+    old = sqlite3.connect(db)
+    old.executescript("""
+        CREATE TABLE edges (tenant TEXT NOT NULL, conv TEXT NOT NULL, id TEXT NOT NULL, view TEXT NOT NULL,
+          source TEXT NOT NULL, target TEXT NOT NULL, probability REAL NOT NULL, body BLOB NOT NULL,
+          PRIMARY KEY (tenant, conv, id));
+        CREATE INDEX edges_source ON edges(tenant, conv, source, view);
+        CREATE INDEX edges_target ON edges(tenant, conv, target, view);""")
+    old.executemany("INSERT INTO edges VALUES (?,?,?,?,?,?,?,?)", [
+        (e.tenant_id, e.conversation_id, e.id, e.view, e.source, e.target, e.probability,
+         orjson.dumps(e.model_dump(mode="json"))) for e in _edges()])
+    old.commit()
+    old.close()
+    conn = connect(db)
+    store = SqliteEdgeStore(conn)
+    assert await store.scan(SCOPE) == sorted(_edges(), key=lambda e: e.id)
+    assert "body" not in {r[1] for r in conn.execute("PRAGMA table_info(edges)")}
+    assert "WITHOUT ROWID" in conn.execute("SELECT sql FROM sqlite_master WHERE name='edges'").fetchone()[0]
+    assert {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE tbl_name='edges' AND type='index'")} >= {
+        "edges_source", "edges_target"}
+    got = await store.neighbours(SCOPE, ["n1"], ["semantic", "temporal"], 10)
+    assert [e.id for e in got] == ["e1", "e0"]
+    conn.close()
+    assert await SqliteEdgeStore(connect(db)).scan(SCOPE) == sorted(_edges(), key=lambda e: e.id)  # opened again
+
+
+async def test_node_bodies_are_compressed_and_bodies_written_before_are_read(tmp_path: Path) -> None:
+    conn = connect(tmp_path / "memory.sqlite3")
+    nodes = SqliteNodeStore(conn)
+    [vec] = HashingEmbedder().embed(["hello"])
+    a = MemoryNode(id="a", tenant_id="t1", conversation_id="c1", event_id="e1", seq=0, content="hello " * 50,
+                   tokens=["hello"], embedding=vec)
+    await nodes.upsert([a])
+    body = conn.execute("SELECT body FROM nodes WHERE id='a'").fetchone()[0]
+    assert body[:1] != b"{" and len(body) < len(orjson.dumps(a.without_embedding().model_dump(mode="json"))) / 2
+    b = a.model_copy(update={"id": "b", "event_id": "e2", "seq": 1, "embedding": None})
+    conn.execute("INSERT INTO nodes VALUES (?,?,?,?,?,?,?,?)", ("t1", "c1", "b", "e2", 1, "observation",
+                                                              orjson.dumps(b.model_dump(mode="json")), None))
+    fresh = SqliteNodeStore(conn)
+    assert await fresh.get(SCOPE, ["a", "b"]) == [a, b] and await fresh.scan(SCOPE) == [a, b]
+
+
+async def test_the_write_path_cache_keeps_each_embedding_once_and_gives_it_back_exactly() -> None:
+    from jevmem.wiring import embedded_stores
+
+    stores = embedded_stores(":memory:", HashingEmbedder().dim)
+    cache = ScopeCache(stores.nodes, max_nodes=100)
+    obs = chat_observations(n=6)
+    emb = HashingEmbedder().embed([o.content for o in obs])
+    written = [MemoryNode(id=f"n{i}", tenant_id="t1", conversation_id="c1", event_id=o.event_id, seq=i,
+                          content=o.content, embedding=emb[i]) for i, o in enumerate(obs)]
+    await stores.nodes.upsert(written)
+    await cache.add(written)
+    held = await cache.get_nodes(SCOPE, [n.id for n in written])
+    assert [n.embedding for n in held] == [None] * 6  # nodes are held without their vectors
+    rows = await cache.embeddings(SCOPE, [n.id for n in written] + ["unknown"], HashingEmbedder().dim)
+    assert rows[:6].tolist() == emb and not rows[6].any()
+    await cache.drop(SCOPE)  # reloaded from the store: the same vectors
+    assert (await cache.embeddings(SCOPE, [n.id for n in written], HashingEmbedder().dim)).tolist() == emb
+    await stores.close()
