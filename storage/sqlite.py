@@ -194,7 +194,8 @@ def migrate_edges(conn: sqlite3.Connection) -> int:
             "json_extract(CAST(body AS TEXT), '$.schema_version') FROM edges ORDER BY tenant, conv, id").rowcount
         conn.execute("DROP TABLE edges")
         conn.execute("ALTER TABLE edges_v2 RENAME TO edges")
-        conn.executescript(_EDGE_INDEXES)
+        for statement in _EDGE_INDEXES.strip().splitlines():  # executescript would commit mid-transaction
+            conn.execute(statement)
     return moved
 
 
