@@ -9,7 +9,6 @@ replay into new stores reads the same keys.
 
 from __future__ import annotations
 
-import sqlite3
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, ClassVar, Protocol
@@ -18,7 +17,7 @@ from elasticsearch import ApiError, AsyncElasticsearch
 from pydantic import BaseModel, ConfigDict
 
 from storage.elastic import es_errors, failed_items
-from storage.sqlite import sqlite_errors, translated
+from storage.sqlite import open_file, sqlite_errors, translated
 from topology.errors import StoreUnavailable
 from topology.schemas import Scope
 
@@ -66,12 +65,8 @@ class SqliteDataKeys:
     """Data keys in ``path`` (its own SQLite file beside the store; ``:memory:`` for tests)."""
 
     def __init__(self, path: str | Path) -> None:
-        if str(path) != ":memory:":
-            Path(path).parent.mkdir(parents=True, exist_ok=True)
+        self._conn = open_file(path)
         with sqlite_errors(str(path)):
-            self._conn = sqlite3.connect(str(path), check_same_thread=False, isolation_level=None)
-            self._conn.execute("PRAGMA journal_mode=WAL")
-            self._conn.execute("PRAGMA busy_timeout=10000")
             self._conn.execute("CREATE TABLE IF NOT EXISTS data_keys (kid TEXT PRIMARY KEY, tenant TEXT NOT NULL, "
                                "conversation TEXT NOT NULL, node TEXT, kek TEXT NOT NULL, wrapped TEXT NOT NULL, "
                                "created REAL NOT NULL)")

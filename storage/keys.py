@@ -7,7 +7,6 @@ Elasticsearch index is not prefixed by a generation.
 
 from __future__ import annotations
 
-import sqlite3
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, ClassVar, Literal, Protocol, get_args
@@ -16,7 +15,7 @@ from elasticsearch import ApiError, AsyncElasticsearch, NotFoundError
 from pydantic import BaseModel, ConfigDict
 
 from storage.elastic import es_errors
-from storage.sqlite import sqlite_errors, translated
+from storage.sqlite import open_file, sqlite_errors, translated
 from topology.schemas import Ident
 
 ApiScope = Literal["ingest", "query", "admin"]
@@ -58,12 +57,8 @@ class SqliteKeyStore:
     """Key records in ``path`` (its own SQLite file; ``:memory:`` for tests)."""
 
     def __init__(self, path: str | Path) -> None:
-        if str(path) != ":memory:":
-            Path(path).parent.mkdir(parents=True, exist_ok=True)
+        self._conn = open_file(path)
         with sqlite_errors(str(path)):
-            self._conn = sqlite3.connect(str(path), check_same_thread=False, isolation_level=None)
-            self._conn.execute("PRAGMA journal_mode=WAL")
-            self._conn.execute("PRAGMA busy_timeout=10000")
             self._conn.execute("CREATE TABLE IF NOT EXISTS api_keys (key_id TEXT PRIMARY KEY, tenant TEXT NOT NULL, "
                                "created REAL NOT NULL, body TEXT NOT NULL)")
 

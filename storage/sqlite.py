@@ -214,6 +214,18 @@ def _edge_of(r: Sequence[Any]) -> EdgeEvent:
                      created_by="rule" if r[9] else "system_one", schema_version=r[10])
 
 
+def open_file(path: str | Path) -> sqlite3.Connection:
+    """A SQLite file of its own beside the store (API keys, data keys): created with its folder,
+    WAL, autocommit, a 10 s busy timeout; ``:memory:`` for tests."""
+    if str(path) != ":memory:":
+        Path(path).parent.mkdir(parents=True, exist_ok=True)
+    with sqlite_errors(str(path)):
+        conn = sqlite3.connect(str(path), check_same_thread=False, isolation_level=None)
+        conn.execute("PRAGMA journal_mode=WAL")
+        conn.execute("PRAGMA busy_timeout=10000")
+    return conn
+
+
 def connect(path: str | Path, cache_kib: int = CACHE_KIB) -> sqlite3.Connection:
     """Open (and create) the database with WAL, a page cache of ``cache_kib``, and the schema."""
     if str(path) != ":memory:":

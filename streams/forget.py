@@ -30,7 +30,7 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Collection, Sequence
 from dataclasses import dataclass
-from typing import Any, Literal, Protocol
+from typing import Any, Literal, Protocol, TypeVar
 
 from storage.ports import DeadLetterSink, EdgeStore, LexicalIndex, NodeEraser, NodeReader, VectorIndex
 from topology import ids
@@ -61,6 +61,8 @@ class ForgetTargets(Protocol):
 
     @property
     def on_forget(self) -> list[Callable[[Scope], Awaitable[None]]]: ...
+
+T = TypeVar("T")
 
 Part = Literal["nodes", "edges", "decisions"]
 ALL_PARTS: tuple[Part, ...] = ("nodes", "edges", "decisions")
@@ -141,12 +143,13 @@ async def apply(stores: ForgetTargets, marker: Forgotten, parts: Collection[Part
     return rep
 
 
-def split_at_forgets(items: Sequence[Observation | Forget]) -> list[list[Observation] | Forget]:
-    """An input batch as runs of observations and the forgets between them, order kept, so a
-    driver writes the observations before a forget, applies it, then writes the rest. Pure."""
-    out: list[list[Observation] | Forget] = []
+def split_at_forgets(items: Sequence[Observation | T]) -> list[list[Observation] | T]:
+    """An input batch as runs of observations and the other items between them (forgets; a
+    replay's unreadable records), order kept, so a driver writes the observations before a
+    forget, applies it, then writes the rest. Pure."""
+    out: list[list[Observation] | T] = []
     for item in items:
-        if isinstance(item, Forget):
+        if not isinstance(item, Observation):
             out.append(item)
         elif out and isinstance(out[-1], list):
             out[-1].append(item)

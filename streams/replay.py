@@ -32,7 +32,7 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, TypeVar
+from typing import Any, TypeVar, cast
 
 from pydantic import BaseModel
 
@@ -153,7 +153,8 @@ async def recompute(pipeline: EmbeddedPipeline, observations: Sequence[Record | 
         except InvalidEvent:
             report.skipped += 1
     calls0 = pipeline.so.calls
-    for part in _runs(valid):
+    parts = cast(list[list[Observation] | Forget | Unreadable], forgetting.split_at_forgets(valid))
+    for part in parts:
         if isinstance(part, Unreadable):
             await reserve(pipeline.stores, part)
             report.skipped += 1
@@ -170,18 +171,6 @@ async def recompute(pipeline: EmbeddedPipeline, observations: Sequence[Record | 
     report.controller_calls = pipeline.so.calls - calls0
     return report
 
-
-def _runs(items: Sequence[Observation | Forget | Unreadable]) -> list[list[Observation] | Forget | Unreadable]:
-    """Runs of observations and, between them, the forgets and unreadable records, order kept."""
-    out: list[list[Observation] | Forget | Unreadable] = []
-    for item in items:
-        if not isinstance(item, Observation):
-            out.append(item)
-        elif out and isinstance(out[-1], list):
-            out[-1].append(item)
-        else:
-            out.append([item])
-    return out
 
 
 @dataclass(frozen=True)
