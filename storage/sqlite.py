@@ -215,8 +215,9 @@ def _edge_of(r: Sequence[Any]) -> EdgeEvent:
 
 
 def open_file(path: str | Path) -> sqlite3.Connection:
-    """A SQLite file of its own beside the store (API keys, data keys): created with its folder,
-    WAL, autocommit, a 10 s busy timeout; ``:memory:`` for tests."""
+    """A SQLite connection to ``path``, created with its folder: WAL, autocommit, a 10 s busy
+    timeout; ``:memory:`` for tests. The memory store (:func:`connect`) and the side files (API
+    keys, data keys) all open this way."""
     if str(path) != ":memory:":
         Path(path).parent.mkdir(parents=True, exist_ok=True)
     with sqlite_errors(str(path)):
@@ -227,14 +228,11 @@ def open_file(path: str | Path) -> sqlite3.Connection:
 
 
 def connect(path: str | Path, cache_kib: int = CACHE_KIB) -> sqlite3.Connection:
-    """Open (and create) the database with WAL, a page cache of ``cache_kib``, and the schema."""
-    if str(path) != ":memory:":
-        Path(path).parent.mkdir(parents=True, exist_ok=True)
+    """Open (and create) the database as :func:`open_file` does, with a page cache of
+    ``cache_kib``, and the schema."""
+    conn = open_file(path)
     with sqlite_errors(str(path)):
-        conn = sqlite3.connect(str(path), check_same_thread=False, isolation_level=None)
-        conn.execute("PRAGMA journal_mode=WAL")
         conn.execute("PRAGMA synchronous=NORMAL")
-        conn.execute("PRAGMA busy_timeout=10000")
         conn.execute(f"PRAGMA cache_size=-{max(64, cache_kib)}")
         conn.executescript(_SCHEMA)
         migrate_lexical(conn)

@@ -236,7 +236,7 @@ def create_app(config: AppConfig, services: Services) -> faust.App:
 
     async def process_traced(values: Sequence[tuple[bytes, str]], timestamps: Sequence[float]) -> None:
         inputs: Sequence[tuple[bytes | dict[str, Any], str]] = values
-        event_keys: dict[tuple[str, str], DataKey] = {}
+        event_keys: dict[tuple[str, str, str], DataKey] = {}
         if keyring is not None:
             opened = await keyring.open([v for v, _ in values])
             kept = [i for i, v in enumerate(opened.values) if v is not None]
@@ -249,7 +249,7 @@ def create_app(config: AppConfig, services: Services) -> faust.App:
             for i in kept:
                 key, v = opened.keys[i], opened.values[i]
                 if key is not None and isinstance(v, dict) and isinstance(v.get("event_id"), str):
-                    event_keys[(key.tenant_id + "\x00" + key.conversation_id, v["event_id"])] = key
+                    event_keys[(key.tenant_id, key.conversation_id, v["event_id"])] = key
         items, letters = decode_batch(inputs, timestamps)
         if letters:
             keys = await keyring.create([letter_owner(d) for d in letters]) if keyring is not None else []
@@ -275,13 +275,13 @@ def create_app(config: AppConfig, services: Services) -> faust.App:
             log.info("forget applied", extra={"event": marker.event_id, "nodes": len(marker.node_ids),
                                               "keys_destroyed": destroyed})
 
-    async def output_keys(w: Written, event_keys: Mapping[tuple[str, str], DataKey]) -> dict[str, DataKey]:
+    async def output_keys(w: Written, event_keys: Mapping[tuple[str, str, str], DataKey]) -> dict[str, DataKey]:
         """The key sealing each output record, by node id: an observation's node (and what was
         judged for it) under the key its observation came with, every other node under a new one."""
         assert keyring is not None
         by_node: dict[str, DataKey] = {}
         for n in w.nodes:
-            k = event_keys.get((n.tenant_id + "\x00" + n.conversation_id, n.event_id))
+            k = event_keys.get((n.tenant_id, n.conversation_id, n.event_id))
             if k is not None:
                 by_node[n.id] = k
         written = {n.id for n in w.nodes + w.derived}
@@ -293,7 +293,7 @@ def create_app(config: AppConfig, services: Services) -> faust.App:
             by_node[nid] = k
         return by_node
 
-    async def write(obs: list[Observation], event_keys: Mapping[tuple[str, str], DataKey]) -> None:
+    async def write(obs: list[Observation], event_keys: Mapping[tuple[str, str, str], DataKey]) -> None:
         # in chunks, pipelined: chunk i+1 is embedded while chunk i is linked and written (the
         # stores take one bulk request per batch, see Stores.sync, so chunks cost no extra requests)
         t0 = time.perf_counter()

@@ -31,7 +31,7 @@ import orjson
 from pydantic import BaseModel
 
 from storage.datakeys import DataKeyStore, WrappedKey
-from topology import sealing
+from topology import ids, sealing
 from topology.errors import KekMissing
 from topology.schemas import CandidateSet, DeadLetter, EdgeEvent, MemoryNode, Observation, Scope, encode
 from topology.sealing import DataKey, Keks
@@ -201,8 +201,6 @@ __all__ = ["KekMissing", "Keyring", "Opened", "sealed"]
 def letter_owner(letter: DeadLetter) -> tuple[str, str, str | None]:
     """Whose key seals a dead letter: its conversation's (and its event's node, when it names
     one), so a forget of either destroys it."""
-    from topology import ids
-
     t, c = letter.tenant_id or "", letter.conversation_id or ""
     node = ids.node_id(t, c, letter.event_id) if t and c and letter.event_id else None
     return t, c, node
