@@ -101,7 +101,7 @@ async def run_scale(settings: Settings, embedder: Embedder, n: int = 100_000, co
             for k in range(10):
                 part = list(itertools.islice(stream, tenth if k < 9 else n))
                 t0 = time.perf_counter()
-                await mem.pipeline.ingest(part)
+                await mem.pipeline.ingest(part, keep_results=False)
                 rates.append(round(len(part) / (time.perf_counter() - t0), 2))
                 if progress:
                     progress(min(n, (k + 1) * tenth), n)

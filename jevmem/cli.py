@@ -49,6 +49,8 @@ Tenant = Annotated[str | None, typer.Option("--tenant", metavar="TENANT", help="
 Json = Annotated[bool, typer.Option("--json", help="Print one JSON object.")]
 #: How many conversations a message lists before pointing at ``jevmem conversations``.
 SHOWN_CONVERSATIONS = 10
+#: Write batches per ingest call of `jevmem ingest` (chunks of one call are pipelined).
+INGEST_CALL_BATCHES = 16
 
 
 class Fault(StrEnum):
@@ -184,15 +186,17 @@ def ingest(path: Annotated[Path, typer.Argument(metavar="FILE", help="JSONL obse
         try:
             with _progress() as bar:
                 task = bar.add_task(f"ingest {path.name}", total=len(payloads))
-                for i in range(0, len(payloads), settings.write_batch):
-                    rep = await mem.pipeline.ingest_raw(payloads[i: i + settings.write_batch], source=str(path.name))
+                # calls of several write batches, so embedding one chunk overlaps linking the last
+                step = INGEST_CALL_BATCHES * settings.write_batch
+                for i in range(0, len(payloads), step):
+                    rep = await mem.pipeline.ingest_raw(payloads[i: i + step], source=str(path.name),
+                                                        keep_results=False, offset=i)
                     accepted, new, edges = accepted + rep.accepted, new + rep.new_nodes, edges + rep.edges
-                    written.update((r.node.tenant_id, r.node.conversation_id) for r in rep.results
-                                   if r.node.kind == "observation")
+                    written.update(rep.conversations)
                     dead += len(rep.dead_letters)
                     for d in rep.dead_letters:
                         console.print(f"[yellow]dead letter[/] {escape(d.source)}: {escape(d.reason)}")
-                    bar.update(task, advance=len(payloads[i: i + settings.write_batch]))
+                    bar.update(task, advance=len(payloads[i: i + step]))
         finally:
             await mem.close()
         console.print(escape(f"accepted {accepted} ({new} new nodes), {edges} edges, {dead} dead letters "

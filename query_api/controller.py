@@ -29,7 +29,7 @@ from pydantic import BaseModel
 
 from query_api import features as qf
 from query_api import formulas, scoring
-from query_api.features import ScoreRow
+from query_api.features import DECIMALS, ScoreRow
 from query_api.nodeinfo import NodeInfoCache
 from storage.ports import EdgeReader, Hit, LexicalIndex, NodeReader, VectorSearch
 from topology import text
@@ -116,21 +116,18 @@ class _Cand:
 
 @dataclass(frozen=True)
 class _Static:
-    """The score features of a node that depend only on the node and the query (not rounded)."""
+    """The score features of a node that depend only on the node and the query, as a
+    :class:`ScoreRow` carries them (rounded where it rounds): ``head`` is ``cosine_in_pool`` ..
+    ``causal_match`` in :data:`STATIC_HEAD` order."""
 
-    cosine_in_pool: float
-    lexical: float
-    entity: float
-    speaker_match: float
-    anchor: float
-    bm25: float
-    vector_rank: float
-    lexical_rank: float
-    temporal_match: float
-    date_match: float
-    causal_match: float
+    head: tuple[float, ...]
     is_question: float
     length: float
+
+
+#: The row fields :attr:`_Static.head` holds, in order (contiguous in ``SCORE_FEATURES``).
+STATIC_HEAD = ("cosine_in_pool", "lexical", "entity", "speaker_match", "anchor", "bm25", "vector_rank",
+               "lexical_rank", "temporal_match", "date_match", "causal_match")
 
 
 @dataclass
@@ -195,6 +192,10 @@ def _settle(fut: asyncio.Future[list[list[float]]]) -> None:
 def query_names(question: str) -> set[str]:
     """Lowercased capitalised words of the question (first word included only if not a stopword)."""
     return {w.lower() for w in _NAME.findall(question) if w.lower() not in text.STOPWORDS}
+
+
+def _round6(x: float) -> float:
+    return round(x, DECIMALS)
 
 
 def _ms(since: float) -> float:
@@ -401,18 +402,19 @@ class RetrievalController:
         query, after its ``cos_in_pool`` is set)."""
         info = self.info.get(n)
         route, nid = st.route, n.id
-        return _Static(
-            cosine_in_pool=st.cos_in_pool.get(nid, 0.0),
-            lexical=len(st.qtokens & info.tokens) / len(st.qtokens) if st.qtokens else 0.0,
-            entity=len(st.qnames & info.names) / len(st.qnames) if st.qnames else 0.0,
-            speaker_match=1.0 if info.speaker is not None and info.speaker in st.qnames else 0.0,
-            anchor=st.anchor_strength.get(nid, 0.0), bm25=st.bm25.get(nid, 0.0),
-            vector_rank=st.vec_rank.get(nid, 0.0), lexical_rank=st.lex_rank.get(nid, 0.0),
-            temporal_match=route["temporal"] * (1.0 if info.has_temporal else 0.0),
-            date_match=qf.date_match_dates(info.dates, *st.dates),
-            causal_match=route["causal"] * (1.0 if info.causal else 0.0),
-            is_question=1.0 if info.is_question else 0.0, length=info.length,
-        )
+        head = {
+            "cosine_in_pool": st.cos_in_pool.get(nid, 0.0),
+            "lexical": len(st.qtokens & info.tokens) / len(st.qtokens) if st.qtokens else 0.0,
+            "entity": len(st.qnames & info.names) / len(st.qnames) if st.qnames else 0.0,
+            "speaker_match": 1.0 if info.speaker is not None and info.speaker in st.qnames else 0.0,
+            "anchor": st.anchor_strength.get(nid, 0.0), "bm25": st.bm25.get(nid, 0.0),
+            "vector_rank": st.vec_rank.get(nid, 0.0), "lexical_rank": st.lex_rank.get(nid, 0.0),
+            "temporal_match": route["temporal"] * (1.0 if info.has_temporal else 0.0),
+            "date_match": qf.date_match_dates(info.dates, *st.dates),
+            "causal_match": route["causal"] * (1.0 if info.causal else 0.0),
+        }
+        return _Static(head=tuple(qf.rounded(k, head[k]) for k in STATIC_HEAD),
+                       is_question=1.0 if info.is_question else 0.0, length=info.length)
 
     def _reply(self, st: _QueryState, n: MemoryNode) -> float:
         """reply_to_match: a reply to a question turn that matches the query often holds the
@@ -443,7 +445,8 @@ class RetrievalController:
             st.cos_in_pool.setdefault(c.node.id, (z[i] - lo) / max(1e-6, hi - lo))
         pool = qf.pool_view({i: st.anchor_strength.get(i, 0.0) for i in st.pool}, st.cos_in_pool,
                             {i: x.relevance for i, x in st.pool.items()})
-        route, adj = st.route, st.graph.adj
+        adj, r6 = st.graph.adj, _round6
+        route = (r6(st.route["temporal"]), r6(st.route["causal"]), r6(st.route["multi_hop"]))
         out = []
         for i, c in enumerate(cands):
             n = c.node
@@ -456,13 +459,13 @@ class RetrievalController:
             if j is not None:
                 sims = sims[:j] + sims[j + 1:]
             sims = sims[:5]
-            graph = qf.graph_row(nid, st.graph, pool) if nid in adj else qf.NO_GRAPH
-            out.append(ScoreRow.of({
-                "cosine": z[i], **stat.__dict__, "reply_to_match": self._reply(st, n),
-                "route_temporal": route["temporal"], "route_causal": route["causal"], "route_multi_hop": route["multi_hop"],
-                "expanded": 0.0 if c.via == "anchor" else 1.0, "view_probability": c.p_g, "edge_probability": c.pi_e,
-                "max_evidence_cosine": max(sims, default=0.0), "support": sum(sims) / len(sims) if sims else 0.0,
-                **dict(zip(qf.GRAPH_FEATURES, graph, strict=True))}))
+            g = qf.graph_row(nid, st.graph, pool) if nid in adj else qf.NO_GRAPH
+            # positional, in SCORE_FEATURES order, rounded as ScoreRow.of rounds (EXACT kept)
+            out.append(ScoreRow._make((
+                r6(z[i]), *stat.head, r6(self._reply(st, n)), stat.is_question, *route,
+                0.0 if c.via == "anchor" else 1.0, r6(c.p_g), r6(c.pi_e), r6(max(sims, default=0.0)),
+                r6(sum(sims) / len(sims) if sims else 0.0), g[0], r6(g[1]), r6(g[2]), r6(g[3]), r6(g[4]), g[5], g[6],
+                stat.length)))
         return out
 
     async def _score(self, run: _Run, cands: Sequence[_Cand]) -> None:

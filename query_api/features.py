@@ -12,6 +12,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, field
 from datetime import date
+from typing import NamedTuple
 
 from topology import text
 from topology.schemas import EdgeEvent, MemoryNode
@@ -154,11 +155,11 @@ EXACT = frozenset({"speaker_match", "date_match", "is_question", "expanded", "gr
                    "semantic_neighbours", "length"})
 
 
-@dataclass(frozen=True, slots=True)
-class ScoreRow:
+class ScoreRow(NamedTuple):
     """One retrieval candidate's numeric score features, fields in
     :data:`~topology.systemone.features.SCORE_FEATURES` order (what the learned scorer reads).
-    Build it with :meth:`of`, which rounds every feature but the :data:`EXACT` ones."""
+    Build it with :meth:`of`, which rounds every feature but the :data:`EXACT` ones (a row built
+    positionally must hold values rounded the same way: :func:`rounded`)."""
 
     cosine: float
     cosine_in_pool: float
@@ -193,15 +194,25 @@ class ScoreRow:
 
     @classmethod
     def of(cls, features: Mapping[str, float]) -> ScoreRow:
-        """The row of ``features`` (every field by name), rounded to :data:`DECIMALS` but for
-        :data:`EXACT`."""
-        return cls(**{k: v if k in EXACT else round(v, DECIMALS) for k, v in features.items()})
+        """The row of ``features`` (every field by name, no other), rounded to :data:`DECIMALS`
+        but for :data:`EXACT`."""
+        if features.keys() != _FEATURE_SET:
+            raise ValueError(f"score features differ: {sorted(features.keys() ^ _FEATURE_SET)}")
+        return cls(*(rounded(k, features[k]) for k in SCORE_FEATURES))
 
     def values(self) -> list[float]:
         """The features in :data:`SCORE_FEATURES` order."""
-        return [getattr(self, name) for name in SCORE_FEATURES]
+        return list(self)
 
     def as_dict(self) -> dict[str, float]:
         """Feature name -> value (the numeric fields of a ``ScoreState``)."""
-        return {name: getattr(self, name) for name in SCORE_FEATURES}
+        return dict(zip(SCORE_FEATURES, self, strict=True))
 
+
+_FEATURE_SET = frozenset(SCORE_FEATURES)
+
+
+def rounded(name: str, value: float) -> float:
+    """``value`` as the score feature ``name`` carries it: rounded to :data:`DECIMALS` unless
+    ``name`` is :data:`EXACT`."""
+    return value if name in EXACT else round(value, DECIMALS)

@@ -1,5 +1,5 @@
-"""Embedded stores on SQLite (WAL): nodes, edges, consolidation decisions, and a BM25 lexical
-index on FTS5.
+"""Embedded stores on SQLite (WAL): nodes, a BM25 lexical index on FTS5, dead letters, and the
+edge store (:mod:`storage.sqlite_edges`) over the same database.
 
 Why SQLite: it is in the standard library, crash-safe, transactional (an upsert batch is one
 commit, acknowledged when ``commit`` returns), and FTS5 ships a real BM25 ranker with incremental
@@ -7,30 +7,32 @@ updates, which in-memory BM25 libraries (rank-bm25, bm25s) lack. Calls are synch
 ``async def``: each is a sub-millisecond local transaction.
 
 Errors: every store call, read or write, raises :class:`StoreUnavailable` for any ``sqlite3.Error``
-(a locked, closed, full or corrupt database), translated here by :func:`sqlite_errors` (the public
-methods carry :func:`translated`); no ``sqlite3`` exception leaves this module's stores.
+(a locked, closed, full or corrupt database), translated by :func:`storage.sqlite_base.sqlite_errors`
+(the public methods carry ``translated``); no ``sqlite3`` exception leaves these stores.
 """
 
 from __future__ import annotations
 
-import functools
 import hashlib
 import sqlite3
 import zlib
 from collections import OrderedDict
-from collections.abc import Callable, Coroutine, Iterable, Iterator, Sequence
-from contextlib import contextmanager
-from dataclasses import dataclass
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, ParamSpec, TypeVar
 
 import numpy as np
 import orjson
 
 from storage.ports import Hit
+from storage.sqlite_base import Base, open_file, rollback, sqlite_errors, transaction, translated
+from storage.sqlite_edges import ADJACENCY_AFTER, EDGE_CACHE, SqliteEdgeStore, migrate_edges
 from topology import text as textmod
-from topology.errors import ModelMismatch, StoreUnavailable
-from topology.schemas import ConsolidationDecision, DeadLetter, EdgeEvent, MemoryNode, Scope, View
+from topology.errors import ModelMismatch
+from topology.schemas import DeadLetter, MemoryNode, Scope
+
+__all__ = ["ADJACENCY_AFTER", "CACHE_MB", "EDGE_CACHE", "SqliteDeadLetters", "SqliteEdgeStore", "SqliteLexicalIndex",
+           "SqliteNodeStore", "check_model", "connect", "lexical_table", "open_file", "rollback", "scope_token",
+           "sqlite_errors", "transaction", "translated"]
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS nodes (
@@ -43,11 +45,6 @@ CREATE TABLE IF NOT EXISTS node_entities (
   tenant TEXT NOT NULL, conv TEXT NOT NULL, entity TEXT NOT NULL, node TEXT NOT NULL, seq INTEGER NOT NULL,
   PRIMARY KEY (tenant, conv, entity, node));
 CREATE INDEX IF NOT EXISTS node_entities_seq ON node_entities(tenant, conv, entity, seq);
-CREATE TABLE IF NOT EXISTS edges (
-  tenant TEXT NOT NULL, conv TEXT NOT NULL, id TEXT NOT NULL, view TEXT NOT NULL,
-  source TEXT NOT NULL, target TEXT NOT NULL, probability REAL NOT NULL, label TEXT NOT NULL,
-  directed INTEGER NOT NULL, by_rule INTEGER NOT NULL, version INTEGER NOT NULL,
-  PRIMARY KEY (tenant, conv, id)) WITHOUT ROWID;
 CREATE TABLE IF NOT EXISTS decisions (
   tenant TEXT NOT NULL, conv TEXT NOT NULL, id TEXT NOT NULL, body BLOB NOT NULL,
   PRIMARY KEY (tenant, conv, id));
@@ -65,54 +62,6 @@ CREATE TABLE IF NOT EXISTS forgotten (
   tenant TEXT NOT NULL, conv TEXT NOT NULL, event_id TEXT NOT NULL, seq INTEGER NOT NULL,
   PRIMARY KEY (tenant, conv, event_id));
 """
-
-_P = ParamSpec("_P")
-_R = TypeVar("_R")
-
-
-@contextmanager
-def sqlite_errors(what: str) -> Iterator[None]:
-    """``sqlite3.Error`` raised inside becomes :class:`StoreUnavailable` ``"sqlite {what}: {error}"``
-    (the original as its cause). The one place this adapter translates its backend's exceptions."""
-    try:
-        yield
-    except sqlite3.Error as exc:
-        raise StoreUnavailable(f"sqlite {what}: {exc}") from exc
-
-
-def translated(method: Callable[_P, Coroutine[Any, Any, _R]]) -> Callable[_P, Coroutine[Any, Any, _R]]:
-    """``method`` with :func:`sqlite_errors` around it, named by its qualified name."""
-    what = method.__qualname__
-
-    @functools.wraps(method)
-    async def call(*args: _P.args, **kwargs: _P.kwargs) -> _R:
-        with sqlite_errors(what):
-            return await method(*args, **kwargs)
-
-    return call
-
-
-def rollback(conn: sqlite3.Connection) -> None:
-    """Roll back the open transaction, if any; a connection too broken to say (closed, say) has
-    nothing to roll back, and the caller reports the error that brought it here."""
-    try:
-        if conn.in_transaction:
-            conn.execute("ROLLBACK")
-    except sqlite3.Error:
-        pass
-
-
-@contextmanager
-def transaction(conn: sqlite3.Connection) -> Iterator[None]:
-    """One transaction around the block: committed when it ends, rolled back when it raises."""
-    conn.execute("BEGIN")
-    try:
-        yield
-        conn.execute("COMMIT")
-    except BaseException:
-        rollback(conn)
-        raise
-
 
 #: The lexical layout this build reads: one FTS5 table per tenant (``meta`` key ``lexical``).
 LEXICAL_LAYOUT = "per-tenant-v3"
@@ -167,66 +116,6 @@ CACHE_KIB = 256 * 1024
 CACHE_MB = 3 * 256
 
 
-_EDGE_INDEXES = """
-CREATE INDEX IF NOT EXISTS edges_source ON edges(tenant, conv, source, view);
-CREATE INDEX IF NOT EXISTS edges_target ON edges(tenant, conv, target, view);
-"""
-
-
-def migrate_edges(conn: sqlite3.Connection) -> int:
-    """Rewrite an edge table of the earlier layout (a rowid table with each edge's JSON body) into
-    the current one (clustered by conversation, ``WITHOUT ROWID``, every field a column); the
-    number of edges moved (0 when already current)."""
-    columns = {r[1] for r in conn.execute("PRAGMA table_info(edges)")}
-    if "body" not in columns:
-        conn.executescript(_EDGE_INDEXES)
-        return 0
-    with transaction(conn):
-        conn.execute("CREATE TABLE edges_v2 (tenant TEXT NOT NULL, conv TEXT NOT NULL, id TEXT NOT NULL, "
-                     "view TEXT NOT NULL, source TEXT NOT NULL, target TEXT NOT NULL, probability REAL NOT NULL, "
-                     "label TEXT NOT NULL, directed INTEGER NOT NULL, by_rule INTEGER NOT NULL, "
-                     "version INTEGER NOT NULL, PRIMARY KEY (tenant, conv, id)) WITHOUT ROWID")
-        moved = conn.execute(
-            "INSERT INTO edges_v2 SELECT tenant, conv, id, view, source, target, probability, "
-            "json_extract(CAST(body AS TEXT), '$.label'), "
-            "json_extract(CAST(body AS TEXT), '$.direction') = 'directed', "
-            "json_extract(CAST(body AS TEXT), '$.created_by') = 'rule', "
-            "json_extract(CAST(body AS TEXT), '$.schema_version') FROM edges ORDER BY tenant, conv, id").rowcount
-        conn.execute("DROP TABLE edges")
-        conn.execute("ALTER TABLE edges_v2 RENAME TO edges")
-        for statement in _EDGE_INDEXES.strip().splitlines():  # executescript would commit mid-transaction
-            conn.execute(statement)
-    return moved
-
-
-def _edge_row(e: EdgeEvent) -> tuple[object, ...]:
-    return (e.tenant_id, e.conversation_id, e.id, e.view, e.source, e.target, e.probability, e.label,
-            int(e.direction == "directed"), int(e.created_by == "rule"), e.schema_version)
-
-
-#: The columns an edge is read back from (:func:`_edge_of`).
-_EDGE_COLUMNS = "tenant, conv, id, view, source, target, probability, label, directed, by_rule, version"
-
-
-def _edge_of(r: Sequence[Any]) -> EdgeEvent:
-    return EdgeEvent(tenant_id=r[0], conversation_id=r[1], id=r[2], view=r[3], source=r[4], target=r[5],
-                     probability=r[6], label=r[7], direction="directed" if r[8] else "undirected",
-                     created_by="rule" if r[9] else "system_one", schema_version=r[10])
-
-
-def open_file(path: str | Path) -> sqlite3.Connection:
-    """A SQLite connection to ``path``, created with its folder: WAL, autocommit, a 10 s busy
-    timeout; ``:memory:`` for tests. The memory store (:func:`connect`) and the side files (API
-    keys, data keys) all open this way."""
-    if str(path) != ":memory:":
-        Path(path).parent.mkdir(parents=True, exist_ok=True)
-    with sqlite_errors(str(path)):
-        conn = sqlite3.connect(str(path), check_same_thread=False, isolation_level=None)
-        conn.execute("PRAGMA journal_mode=WAL")
-        conn.execute("PRAGMA busy_timeout=10000")
-    return conn
-
-
 def connect(path: str | Path, cache_kib: int = CACHE_KIB) -> sqlite3.Connection:
     """Open (and create) the database as :func:`open_file` does, with a page cache of
     ``cache_kib``, and the schema."""
@@ -260,25 +149,6 @@ def _recorded_model(conn: sqlite3.Connection, embedder: str) -> str:
     return str(conn.execute("SELECT value FROM meta WHERE key='embedder'").fetchone()[0])
 
 
-class _Base:
-    def __init__(self, conn: sqlite3.Connection) -> None:
-        self._conn = conn
-
-    def _write(self, sql: str, rows: Iterable[tuple[object, ...]]) -> None:
-        with sqlite_errors("write"), transaction(self._conn):
-            self._conn.executemany(sql, rows)
-
-    def _delete(self, statements: Sequence[tuple[str, tuple[object, ...]]], counted: int = -1) -> int:
-        """Run ``statements`` in one transaction; returns the row count of statement ``counted``
-        (the last by default)."""
-        with sqlite_errors("delete"), transaction(self._conn):
-            counts = [self._conn.execute(sql, args).rowcount for sql, args in statements]
-        return counts[counted]
-
-    async def close(self) -> None:
-        self._conn.close()
-
-
 def _vec(blob: bytes | None) -> list[float] | None:
     return None if blob is None else np.frombuffer(blob, dtype=np.float32).astype(float).tolist()
 
@@ -298,7 +168,7 @@ def _body(raw: bytes) -> bytes:
 NODE_CACHE = 8192
 
 
-class SqliteNodeStore(_Base):
+class SqliteNodeStore(Base):
     """Canonical nodes (JSON body + float32 embedding) and an entity posting table.
 
     ``get`` keeps an LRU of decoded nodes; this store is its database's only writer of nodes,
@@ -449,204 +319,6 @@ class SqliteNodeStore(_Base):
         return {r[0]: int(r[1]) for r in rows}
 
 
-#: Decoded edges kept in memory: graph expansion reads the same neighbourhoods again and again.
-EDGE_CACHE = 32768
-#: Conversations whose edge index (:class:`_Adjacency`) is kept in memory (least recent dropped).
-ADJACENCY_SCOPES = 64
-#: Reads of a scope at one database version before its edge index is built. Building it scans
-#: every edge of the conversation (rows scattered over the file once many conversations were
-#: written interleaved: about 35 ms for a 100-turn conversation in a 30,000-turn store), while
-#: SQL answers one frontier from the endpoint indexes; a query makes about 3 reads, so the index
-#: pays off for a conversation queried repeatedly, not for a one-off query.
-ADJACENCY_AFTER = 12
-
-
-@dataclass
-class _Adjacency:
-    """A scope's edges by endpoint, read at one database ``version`` (see :meth:`SqliteEdgeStore._version`):
-    node id -> view -> edge id -> ``(-probability, edge id)`` (its sort key) for every edge it is
-    the source or target of.
-    ``index`` is None until the scope was read :data:`ADJACENCY_AFTER` times at the same version."""
-
-    version: tuple[int, int]
-    reads: int = 0
-    index: dict[str, dict[str, dict[str, tuple[float, str]]]] | None = None
-    #: edge id -> label (built with ``index``)
-    labels: dict[str, str] | None = None
-
-
-class SqliteEdgeStore(_Base):
-    """Edges of the four views and consolidation decisions.
-
-    ``neighbours`` ranks edges and decodes only those not in its LRU; an upsert drops the edges
-    it rewrites from the cache (this store is its database's only writer of edges).
-
-    Ranking: in SQL, or, once a scope has been read :data:`ADJACENCY_AFTER` times with the database
-    unchanged, from an in-memory index of the scope's edges by endpoint (same order: probability descending, then
-    id). The index is stamped with the database version (this connection's total changes and
-    SQLite's ``data_version``, which moves on every commit by another connection), so any write
-    by anyone (an upsert, a delete, a forget) makes the next read fall back to SQL and rebuild."""
-
-    def __init__(self, conn: sqlite3.Connection) -> None:
-        super().__init__(conn)
-        self._cache: OrderedDict[str, EdgeEvent] = OrderedDict()
-        self._adjacency: OrderedDict[Scope, _Adjacency] = OrderedDict()
-
-    def _version(self) -> tuple[int, int]:
-        """Changes iff the database changed: this connection's writes, or another's commits."""
-        return self._conn.total_changes, int(self._conn.execute("PRAGMA data_version").fetchone()[0])
-
-    def _index(self, scope: Scope) -> _Adjacency | None:
-        """The scope's current endpoint index, or None while SQL should answer (see class)."""
-        version = self._version()
-        adj = self._adjacency.get(scope)
-        if adj is None or adj.version != version:
-            self._adjacency[scope] = _Adjacency(version, 1)
-            self._adjacency.move_to_end(scope)
-            while len(self._adjacency) > ADJACENCY_SCOPES:
-                self._adjacency.popitem(last=False)
-            return None
-        adj.reads += 1
-        if adj.reads < ADJACENCY_AFTER:
-            return None
-        if adj.index is None or adj.labels is None:
-            index: dict[str, dict[str, dict[str, tuple[float, str]]]] = {}
-            labels: dict[str, str] = {}
-            for eid, view, source, target, p, label in self._conn.execute(
-                    "SELECT id, view, source, target, probability, label "
-                    "FROM edges WHERE tenant=? AND conv=?", (scope.tenant_id, scope.conversation_id)):
-                for end in (source, target) if target != source else (source,):
-                    index.setdefault(end, {}).setdefault(view, {})[eid] = (-p, eid)
-                labels[eid] = label
-            adj.index, adj.labels = index, labels
-        return adj
-
-    @translated
-    async def upsert(self, edges: Sequence[EdgeEvent]) -> None:
-        for e in edges:
-            self._cache.pop(e.id, None)
-        self._write(
-            f"INSERT INTO edges ({_EDGE_COLUMNS}) VALUES (?,?,?,?,?,?,?,?,?,?,?) ON CONFLICT(tenant, conv, id) "
-            "DO UPDATE SET probability=excluded.probability, directed=excluded.directed, by_rule=excluded.by_rule, "
-            "version=excluded.version",
-            [_edge_row(e) for e in edges])
-
-    @staticmethod
-    def _found(adj: _Adjacency, node_ids: Sequence[str], views: Sequence[View]) -> list[tuple[float, str]]:
-        """``(-probability, id)`` of the edges of ``views`` touching ``node_ids`` (each once), from the index."""
-        found: dict[str, tuple[float, str]] = {}
-        index = adj.index if adj.index is not None else {}
-        for nid in dict.fromkeys(node_ids):
-            by_view = index.get(nid)
-            if by_view is not None:
-                for view in views:
-                    got = by_view.get(view)
-                    if got:
-                        found.update(got)
-        return list(found.values())
-
-    def _ranked(self, scope: Scope, node_ids: Sequence[str], views: Sequence[View], limit: int) -> list[str]:
-        """Ids of the edges of ``views`` touching ``node_ids``: probability descending, then id."""
-        adj = self._index(scope)
-        if adj is not None:
-            ranked = [eid for _, eid in sorted(self._found(adj, node_ids, views))]  # the SQL order
-            return ranked[:limit] if limit >= 0 else ranked
-        n, v = ",".join("?" * len(node_ids)), ",".join("?" * len(views))
-        args = (scope.tenant_id, scope.conversation_id, *views)
-        return [r[0] for r in self._conn.execute(
-            f"SELECT id, probability FROM edges WHERE tenant=? AND conv=? AND view IN ({v}) AND source IN ({n}) "
-            f"UNION SELECT id, probability FROM edges WHERE tenant=? AND conv=? AND view IN ({v}) "
-            f"AND target IN ({n}) ORDER BY probability DESC, id LIMIT ?",
-            (*args, *node_ids, *args, *node_ids, limit)).fetchall()]
-
-    def _decoded(self, scope: Scope, ranked: Sequence[str]) -> list[EdgeEvent]:
-        """The edges ``ranked``, in order, decoded through the LRU."""
-        cache = self._cache
-        missing = [i for i in ranked if i not in cache]
-        for start in range(0, len(missing), 500):
-            part = missing[start: start + 500]
-            rows = self._conn.execute(
-                f"SELECT {_EDGE_COLUMNS} FROM edges WHERE tenant=? AND conv=? AND id IN ({','.join('?' * len(part))})",
-                (scope.tenant_id, scope.conversation_id, *part)).fetchall()
-            for r in rows:
-                cache[r[2]] = _edge_of(r)
-        out = []
-        for i in ranked:
-            if (e := cache.get(i)) is not None:
-                cache.move_to_end(i)
-                out.append(e)
-        while len(cache) > EDGE_CACHE:
-            cache.popitem(last=False)
-        return out
-
-    @translated
-    async def neighbours(self, scope: Scope, node_ids: Sequence[str], views: Sequence[View], limit: int) -> list[EdgeEvent]:
-        if not node_ids or not views:
-            return []
-        return self._decoded(scope, self._ranked(scope, node_ids, views, limit))
-
-    @translated
-    async def labelled(self, scope: Scope, node_ids: Sequence[str], views: Sequence[View], limit: int,
-                       label: str) -> list[EdgeEvent]:
-        """The edges of :meth:`neighbours` (same arguments) labelled ``label``, in its order; from
-        the index, only those are ranked and decoded (when all candidates fit in ``limit``)."""
-        if not node_ids or not views:
-            return []
-        adj = self._index(scope)
-        if adj is None or adj.labels is None:
-            return [e for e in await self.neighbours(scope, node_ids, views, limit) if e.label == label]
-        found, labels = self._found(adj, node_ids, views), adj.labels
-        if 0 <= limit < len(found):  # the limit cuts: rank everything first, as neighbours does
-            ranked = [eid for _, eid in sorted(found)][:limit]
-            return self._decoded(scope, [eid for eid in ranked if labels.get(eid) == label])
-        return self._decoded(scope, [eid for _, eid in sorted(k for k in found if labels.get(k[1]) == label)])
-
-    @translated
-    async def scan(self, scope: Scope) -> list[EdgeEvent]:
-        rows = self._conn.execute(f"SELECT {_EDGE_COLUMNS} FROM edges WHERE tenant=? AND conv=? ORDER BY id",
-                                  (scope.tenant_id, scope.conversation_id)).fetchall()
-        return [_edge_of(r) for r in rows]
-
-    @translated
-    async def upsert_decisions(self, decisions: Sequence[ConsolidationDecision]) -> None:
-        self._write(
-            "INSERT INTO decisions VALUES (?,?,?,?) ON CONFLICT(tenant, conv, id) DO UPDATE SET body=excluded.body",
-            [(d.tenant_id, d.conversation_id, d.id, orjson.dumps(d.model_dump(mode="json"))) for d in decisions])
-
-    @translated
-    async def decisions(self, scope: Scope) -> list[ConsolidationDecision]:
-        rows = self._conn.execute("SELECT body FROM decisions WHERE tenant=? AND conv=? ORDER BY id",
-                                  (scope.tenant_id, scope.conversation_id)).fetchall()
-        return [ConsolidationDecision.model_validate(orjson.loads(r[0])) for r in rows]
-
-    @translated
-    async def delete(self, scope: Scope, node_ids: Sequence[str]) -> int:
-        if not node_ids:
-            return 0
-        self._cache.clear()
-        n = ",".join("?" * len(node_ids))
-        return self._delete([(f"DELETE FROM edges WHERE tenant=? AND conv=? AND (source IN ({n}) OR target IN ({n}))",
-                              (scope.tenant_id, scope.conversation_id, *node_ids, *node_ids))])
-
-    @translated
-    async def delete_scope(self, scope: Scope) -> int:
-        self._cache.clear()
-        return self._delete([("DELETE FROM edges WHERE tenant=? AND conv=?", (scope.tenant_id, scope.conversation_id))])
-
-    @translated
-    async def delete_decisions(self, scope: Scope, node_ids: Sequence[str]) -> int:
-        gone = set(node_ids)
-        doomed = [d.id for d in await self.decisions(scope) if {d.left, d.right, d.derived_node_id} & gone]
-        if not doomed:
-            return 0
-        return self._delete([(f"DELETE FROM decisions WHERE tenant=? AND conv=? AND id IN ({','.join('?' * len(doomed))})",
-                              (scope.tenant_id, scope.conversation_id, *doomed))])
-
-    @translated
-    async def delete_scope_decisions(self, scope: Scope) -> int:
-        return self._delete([("DELETE FROM decisions WHERE tenant=? AND conv=?", (scope.tenant_id, scope.conversation_id))])
-
-
 def fts_query(query: str) -> str:
     """An FTS5 MATCH expression: OR of the quoted content words (no operator injection)."""
     words = [w for w in textmod.tokens_raw(query) if w not in textmod.STOPWORDS]
@@ -659,7 +331,7 @@ def scope_token(scope: Scope) -> str:
     return "s" + hashlib.sha256(orjson.dumps([scope.tenant_id, scope.conversation_id])).hexdigest()[:24]
 
 
-class SqliteLexicalIndex(_Base):
+class SqliteLexicalIndex(Base):
     """BM25 on FTS5 (porter stemming) plus a token posting table for candidate overlap.
 
     One FTS5 table per tenant (:func:`lexical_table`, created on the tenant's first write), so BM25
@@ -748,7 +420,7 @@ class SqliteLexicalIndex(_Base):
         self._delete(statements)
 
 
-class SqliteDeadLetters(_Base):
+class SqliteDeadLetters(Base):
     """The embedded dead-letter queue: append-only, newest last, listed per tenant."""
 
     def __init__(self, conn: sqlite3.Connection) -> None:

@@ -11,6 +11,7 @@ conversation.
 from __future__ import annotations
 
 import asyncio
+from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -27,6 +28,10 @@ from topology.systemone.port import CountingSystemOne
 
 @dataclass
 class IngestReport:
+    """What one ingest wrote. ``results`` holds every written node with its edges (when the call
+    asked to keep them: memory grows with the call's size); ``conversations`` counts the
+    observation nodes written per (tenant, conversation) either way."""
+
     accepted: int = 0
     new_nodes: int = 0
     edges: int = 0
@@ -36,6 +41,7 @@ class IngestReport:
     consolidation_calls: int = 0
     results: list[WriteResult] = field(default_factory=list)
     forgets: int = 0
+    conversations: Counter[tuple[str, str]] = field(default_factory=Counter)
 
     def merge(self, other: IngestReport) -> None:
         """Add ``other`` (a later part of the same input) to this report."""
@@ -48,6 +54,7 @@ class IngestReport:
         self.forgets += other.forgets
         self.results += other.results
         self.dead_letters += other.dead_letters
+        self.conversations.update(other.conversations)
 
 
 class EmbeddedPipeline:
@@ -55,17 +62,19 @@ class EmbeddedPipeline:
         self.stores, self.write_path, self.so, self.chunk = stores, write_path, so, max(1, chunk)
         self._lock = asyncio.Lock()
 
-    async def ingest_raw(self, payloads: Sequence[bytes | str], source: str = "ingest") -> IngestReport:
+    async def ingest_raw(self, payloads: Sequence[bytes | str], source: str = "ingest",
+                         keep_results: bool = True, offset: int = 0) -> IngestReport:
         """Decode JSON observations and forget records (as on the observations topic); invalid ones
-        become dead letters, valid ones are applied in order: the observations before a forget are
-        written, then it is applied, then the rest."""
+        become dead letters (source ``"{source}#{offset + index}"``), valid ones are applied in
+        order: the observations before a forget are written, then it is applied, then the rest
+        (``keep_results``: as :meth:`ingest`)."""
         good: list[Observation | Forget] = []
         bad: list[DeadLetter] = []
         for i, raw in enumerate(payloads):
             try:
                 good.append(decode_input(raw))
             except InvalidEvent as exc:
-                bad.append(dead_letter(raw, exc.reason, f"{source}#{i}"))
+                bad.append(dead_letter(raw, exc.reason, f"{source}#{offset + i}"))
         if bad:
             await self.stores.dead_letters.put(bad)
             observe.count("dead_letter", len(bad), "file")
@@ -75,12 +84,12 @@ class EmbeddedPipeline:
                 await self.forget(part.scope, part.event_id)
                 report.forgets += 1
                 continue
-            report.merge(await self.ingest(part))
+            report.merge(await self.ingest(part, keep_results=keep_results))
         report.dead_letters = bad
         return report
 
-    async def ingest(self, observations: Sequence[Observation],
-                     on_chunk: Callable[[int], None] | None = None) -> IngestReport:
+    async def ingest(self, observations: Sequence[Observation], on_chunk: Callable[[int], None] | None = None,
+                     keep_results: bool = True) -> IngestReport:
         """Write ``observations`` (any number; duplicates of an event are one event).
 
         They are numbered up front, then written in chunks of ``chunk`` events, pipelined: chunk
@@ -88,23 +97,28 @@ class EmbeddedPipeline:
         and linked, so the embedding model and the linking work use both cores. The graph is the
         same as for any other batching (discovery only sees earlier seqs, materialised first).
         ``on_chunk(n)`` is called after each chunk of ``n`` events. An observation without
-        ``observed_at`` is observed now (:meth:`Observation.stamped`)."""
+        ``observed_at`` is observed now (:meth:`Observation.stamped`). Without ``keep_results``
+        the report's ``results`` stay empty, so a bulk load of any size holds no per-node results."""
         now = datetime.now(UTC)
         obs = dedupe([o.stamped(now) for o in observations])
         if not obs:
             return IngestReport()
         async with self._lock:
-            return await self._write(obs, on_chunk)
+            return await self._write(obs, on_chunk, keep_results)
 
-    async def _write(self, obs: list[Observation], on_chunk: Callable[[int], None] | None) -> IngestReport:
+    async def _write(self, obs: list[Observation], on_chunk: Callable[[int], None] | None,
+                     keep_results: bool) -> IngestReport:
         report = IngestReport(accepted=len(obs))
         calls0 = self.so.calls
 
         def chunk_done(w: Written) -> None:
-            by_node: dict[str, list[EdgeEvent]] = {}
-            for e in w.edges:
-                by_node.setdefault(e.target, []).append(e)
-            report.results += [WriteResult(node=n.without_embedding(), edges=by_node.get(n.id, [])) for n in w.nodes]
+            report.conversations.update((n.tenant_id, n.conversation_id) for n in w.nodes if n.kind == "observation")
+            if keep_results:
+                by_node: dict[str, list[EdgeEvent]] = {}
+                for e in w.edges:
+                    by_node.setdefault(e.target, []).append(e)
+                report.results += [WriteResult(node=n.without_embedding(), edges=by_node.get(n.id, []))
+                                   for n in w.nodes]
             if on_chunk is not None:
                 on_chunk(len(w.nodes))
 

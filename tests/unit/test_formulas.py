@@ -81,13 +81,13 @@ def test_stop_rules() -> None:
 
 
 def test_a_score_row_has_the_scorers_features_in_order_and_rounds_once() -> None:
-    from dataclasses import fields
-
     from query_api.features import EXACT, ScoreRow
     from topology.systemone.features import SCORE_FEATURES
 
-    assert tuple(f.name for f in fields(ScoreRow)) == SCORE_FEATURES
+    assert ScoreRow._fields == SCORE_FEATURES
     assert set(SCORE_FEATURES) >= EXACT
     row = ScoreRow.of({name: 1 / 3 for name in SCORE_FEATURES})
     assert row.values() == [1 / 3 if name in EXACT else 0.333333 for name in SCORE_FEATURES]
     assert list(row.as_dict()) == list(SCORE_FEATURES)
+    with pytest.raises(ValueError, match="length"):
+        ScoreRow.of({name: 0.5 for name in SCORE_FEATURES if name != "length"})

@@ -4,21 +4,25 @@ bodies compressed, and stores of the earlier layout read as they were (migrated 
 from __future__ import annotations
 
 import sqlite3
+from collections.abc import Callable
 from pathlib import Path
 
 import orjson
 
 from storage.scope_cache import ScopeCache
 from storage.sqlite import SqliteEdgeStore, SqliteNodeStore, connect
+from storage.sqlite_edges import key, unkey
 from tests.conftest import chat_observations
 from topology.fakes import HashingEmbedder
+from topology.ids import stable_uuid
 from topology.schemas import EdgeEvent, MemoryNode, Scope
 
 SCOPE = Scope(tenant_id="t1", conversation_id="c1")
 
 
-def _edges() -> list[EdgeEvent]:
-    return [EdgeEvent(id=f"e{i}", tenant_id="t1", conversation_id="c1", view=view, source=f"n{i}", target=f"n{i + 1}",
+def _edges(ids: Callable[[str], str] = str) -> list[EdgeEvent]:
+    return [EdgeEvent(id=ids(f"e{i}"), tenant_id="t1", conversation_id="c1", view=view, source=ids(f"n{i}"),
+                      target=ids(f"n{i + 1}"),
                       direction=direction, probability=0.25 + i / 100, label=label, created_by=by)
             for i, (view, direction, label, by) in enumerate([
                 ("semantic", "undirected", "related", "system_one"), ("temporal", "directed", "next", "rule"),
@@ -44,12 +48,46 @@ async def test_edges_of_the_earlier_layout_are_migrated_on_open_and_read_the_sam
     assert await store.scan(SCOPE) == sorted(_edges(), key=lambda e: e.id)
     assert "body" not in {r[1] for r in conn.execute("PRAGMA table_info(edges)")}
     assert "WITHOUT ROWID" in conn.execute("SELECT sql FROM sqlite_master WHERE name='edges'").fetchone()[0]
-    assert {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE tbl_name='edges' AND type='index'")} >= {
-        "edges_source", "edges_target"}
+    assert {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE tbl_name='edges' AND type='index'")} == {
+        "edges_by_target"}
     got = await store.neighbours(SCOPE, ["n1"], ["semantic", "temporal"], 10)
     assert [e.id for e in got] == ["e1", "e0"]
     conn.close()
     assert await SqliteEdgeStore(connect(db)).scan(SCOPE) == sorted(_edges(), key=lambda e: e.id)  # opened again
+
+
+async def test_edges_of_the_text_id_layout_are_rewritten_with_binary_ids(tmp_path: Path) -> None:
+    db = tmp_path / "memory.sqlite3"
+    old = sqlite3.connect(db)
+    old.executescript("""
+        CREATE TABLE edges (tenant TEXT NOT NULL, conv TEXT NOT NULL, id TEXT NOT NULL, view TEXT NOT NULL,
+          source TEXT NOT NULL, target TEXT NOT NULL, probability REAL NOT NULL, label TEXT NOT NULL,
+          directed INTEGER NOT NULL, by_rule INTEGER NOT NULL, version INTEGER NOT NULL,
+          PRIMARY KEY (tenant, conv, id)) WITHOUT ROWID;
+        CREATE INDEX edges_source ON edges(tenant, conv, source, view);
+        CREATE INDEX edges_target ON edges(tenant, conv, target, view);""")
+    edges = _edges(stable_uuid)
+    old.executemany("INSERT INTO edges VALUES (?,?,?,?,?,?,?,?,?,?,?)", [
+        (e.tenant_id, e.conversation_id, e.id, e.view, e.source, e.target, e.probability, e.label,
+         int(e.direction == "directed"), int(e.created_by == "rule"), e.schema_version) for e in edges])
+    old.commit()
+    old.close()
+    conn = connect(db)
+    store = SqliteEdgeStore(conn)
+    assert await store.scan(SCOPE) == sorted(edges, key=lambda e: e.id)
+    assert conn.execute("SELECT DISTINCT typeof(id), length(id), typeof(source), typeof(target) FROM edges").fetchall() == [
+        ("blob", 16, "blob", "blob")]
+    got = await store.neighbours(SCOPE, [edges[1].source], ["semantic", "temporal"], 10)
+    assert got == sorted(edges[:2], key=lambda e: -e.probability)
+    conn.close()
+
+
+def test_uuid_ids_are_stored_as_their_bytes_in_the_same_order_and_other_ids_as_text() -> None:
+    uuids = sorted(stable_uuid(str(i)) for i in range(200))
+    assert all(isinstance(key(u), bytes) and len(key(u)) == 16 and unkey(key(u)) == u for u in uuids)
+    assert sorted(uuids, key=key) == uuids  # byte order is the string order
+    for other in ("e1", "n1", uuids[0].upper(), uuids[0].replace("-", ""), "g" + uuids[0][1:]):
+        assert key(other) == other and unkey(other) == other
 
 
 async def test_node_bodies_are_compressed_and_bodies_written_before_are_read(tmp_path: Path) -> None:

@@ -1,0 +1,99 @@
+"""What every SQLite store of this package shares: error translation, transactions, opening a
+file, and the store base class.
+
+Errors: every store call, read or write, raises :class:`StoreUnavailable` for any ``sqlite3.Error``
+(a locked, closed, full or corrupt database), translated by :func:`sqlite_errors` (the public
+methods carry :func:`translated`).
+"""
+
+from __future__ import annotations
+
+import functools
+import sqlite3
+from collections.abc import Callable, Coroutine, Iterable, Iterator, Sequence
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any, ParamSpec, TypeVar
+
+from topology.errors import StoreUnavailable
+
+_P = ParamSpec("_P")
+_R = TypeVar("_R")
+
+
+@contextmanager
+def sqlite_errors(what: str) -> Iterator[None]:
+    """``sqlite3.Error`` raised inside becomes :class:`StoreUnavailable` ``"sqlite {what}: {error}"``
+    (the original as its cause). The one place this adapter translates its backend's exceptions."""
+    try:
+        yield
+    except sqlite3.Error as exc:
+        raise StoreUnavailable(f"sqlite {what}: {exc}") from exc
+
+
+def translated(method: Callable[_P, Coroutine[Any, Any, _R]]) -> Callable[_P, Coroutine[Any, Any, _R]]:
+    """``method`` with :func:`sqlite_errors` around it, named by its qualified name."""
+    what = method.__qualname__
+
+    @functools.wraps(method)
+    async def call(*args: _P.args, **kwargs: _P.kwargs) -> _R:
+        with sqlite_errors(what):
+            return await method(*args, **kwargs)
+
+    return call
+
+
+def rollback(conn: sqlite3.Connection) -> None:
+    """Roll back the open transaction, if any; a connection too broken to say (closed, say) has
+    nothing to roll back, and the caller reports the error that brought it here."""
+    try:
+        if conn.in_transaction:
+            conn.execute("ROLLBACK")
+    except sqlite3.Error:
+        pass
+
+
+@contextmanager
+def transaction(conn: sqlite3.Connection) -> Iterator[None]:
+    """One transaction around the block: committed when it ends, rolled back when it raises."""
+    conn.execute("BEGIN")
+    try:
+        yield
+        conn.execute("COMMIT")
+    except BaseException:
+        rollback(conn)
+        raise
+
+
+def open_file(path: str | Path) -> sqlite3.Connection:
+    """A SQLite connection to ``path``, created with its folder: WAL, autocommit, a 10 s busy
+    timeout; ``:memory:`` for tests. The memory store (:func:`connect`) and the side files (API
+    keys, data keys) all open this way."""
+    if str(path) != ":memory:":
+        Path(path).parent.mkdir(parents=True, exist_ok=True)
+    with sqlite_errors(str(path)):
+        conn = sqlite3.connect(str(path), check_same_thread=False, isolation_level=None)
+        conn.execute("PRAGMA journal_mode=WAL")
+        conn.execute("PRAGMA busy_timeout=10000")
+    return conn
+
+
+class Base:
+    """A store over one connection (which it closes)."""
+
+    def __init__(self, conn: sqlite3.Connection) -> None:
+        self._conn = conn
+
+    def _write(self, sql: str, rows: Iterable[tuple[object, ...]]) -> None:
+        with sqlite_errors("write"), transaction(self._conn):
+            self._conn.executemany(sql, rows)
+
+    def _delete(self, statements: Sequence[tuple[str, tuple[object, ...]]], counted: int = -1) -> int:
+        """Run ``statements`` in one transaction; returns the row count of statement ``counted``
+        (the last by default)."""
+        with sqlite_errors("delete"), transaction(self._conn):
+            counts = [self._conn.execute(sql, args).rowcount for sql, args in statements]
+        return counts[counted]
+
+    async def close(self) -> None:
+        self._conn.close()

@@ -1,0 +1,322 @@
+"""The embedded edge store on SQLite: edges of the four views and consolidation decisions.
+
+Layout (``edges``, ``WITHOUT ROWID``): clustered by ``(tenant, conv, source, view, id)``, so a
+conversation's edges are contiguous and the edges leaving a node are one range; one secondary
+index by ``(tenant, conv, target, view)``. Node and edge ids in UUID form are stored as their 16
+bytes (:func:`key`), any other id as text, and read back as the same string (:func:`unkey`).
+An edge's id determines its source and view (ids are derived from them), so the clustered key
+is unique per edge and an upsert by it rewrites the same edge. Decision bodies are JSON,
+zlib-compressed. A store of an earlier layout is rewritten into this one when opened
+(:func:`migrate_edges`).
+"""
+
+from __future__ import annotations
+
+import sqlite3
+import zlib
+from collections import OrderedDict
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import orjson
+
+from storage.sqlite_base import Base, transaction, translated
+from topology.schemas import ConsolidationDecision, EdgeEvent, Scope, View
+
+#: The edge layout this build reads (``meta`` key ``edges``).
+EDGE_LAYOUT = "clustered-binary-v3"
+
+_TABLE = """CREATE TABLE IF NOT EXISTS {name} (
+  tenant TEXT NOT NULL, conv TEXT NOT NULL, source BLOB NOT NULL, view TEXT NOT NULL, id BLOB NOT NULL,
+  target BLOB NOT NULL, probability REAL NOT NULL, label TEXT NOT NULL,
+  directed INTEGER NOT NULL, by_rule INTEGER NOT NULL, version INTEGER NOT NULL,
+  PRIMARY KEY (tenant, conv, source, view, id)) WITHOUT ROWID"""
+_INDEX = "CREATE INDEX IF NOT EXISTS edges_by_target ON edges(tenant, conv, target, view)"
+#: The columns an edge is stored and read back as (:func:`_row`, :func:`_edge_of`).
+_COLUMNS = "tenant, conv, source, view, id, target, probability, label, directed, by_rule, version"
+
+_HEX = frozenset("0123456789abcdef")
+
+
+def key(i: str) -> bytes | str:
+    """How id ``i`` is stored: the 16 bytes of a lowercase canonical UUID, else ``i`` itself.
+    Bytes order as the UUID strings do, so ``ORDER BY`` an id column keeps the string order."""
+    if len(i) == 36 and i[8] == i[13] == i[18] == i[23] == "-":
+        h = i[:8] + i[9:13] + i[14:18] + i[19:23] + i[24:]
+        if _HEX.issuperset(h):
+            return bytes.fromhex(h)
+    return i
+
+
+def unkey(v: bytes | str) -> str:
+    """The id stored as ``v`` (:func:`key`)."""
+    if isinstance(v, bytes):
+        h = v.hex()
+        return f"{h[:8]}-{h[8:12]}-{h[12:16]}-{h[16:20]}-{h[20:]}"
+    return v
+
+
+def _columns(conn: sqlite3.Connection, table: str) -> dict[str, str]:
+    return {r[1]: str(r[2]).upper() for r in conn.execute(f"PRAGMA table_info({table})")}
+
+
+def migrate_edges(conn: sqlite3.Connection) -> int:
+    """Create the edge table in the current layout, or rewrite an earlier one into it in one
+    transaction: a rowid table with each edge's JSON body, or the text-id table clustered by edge
+    id. Returns the number of edges moved (0 when the store was current or new)."""
+    cols = _columns(conn, "edges")
+    if cols.get("id") == "BLOB":
+        conn.execute(_INDEX)
+        return 0
+    if not cols:
+        conn.execute(_TABLE.format(name="edges"))
+        conn.execute(_INDEX)
+        return 0
+    if "body" in cols:  # the JSON-body layout
+        select = ("SELECT tenant, conv, source, view, id, target, probability, "
+                  "json_extract(CAST(body AS TEXT), '$.label'), "
+                  "json_extract(CAST(body AS TEXT), '$.direction') = 'directed', "
+                  "json_extract(CAST(body AS TEXT), '$.created_by') = 'rule', "
+                  "json_extract(CAST(body AS TEXT), '$.schema_version') FROM edges")
+    else:
+        select = f"SELECT {_COLUMNS} FROM edges"
+    with transaction(conn):
+        conn.execute(_TABLE.format(name="edges_v3"))
+        moved = 0
+        cur = conn.execute(select)
+        while rows := cur.fetchmany(10_000):
+            conn.executemany(f"INSERT INTO edges_v3 ({_COLUMNS}) VALUES (?,?,?,?,?,?,?,?,?,?,?)",
+                             [(r[0], r[1], key(r[2]), r[3], key(r[4]), key(r[5]), *r[6:]) for r in rows])
+            moved += len(rows)
+        conn.execute("DROP TABLE edges")  # its indexes go with it
+        conn.execute("ALTER TABLE edges_v3 RENAME TO edges")
+        conn.execute(_INDEX)
+        conn.execute("INSERT OR REPLACE INTO meta VALUES ('edges', ?)", (EDGE_LAYOUT,))
+    return moved
+
+
+def _row(e: EdgeEvent) -> tuple[object, ...]:
+    return (e.tenant_id, e.conversation_id, key(e.source), e.view, key(e.id), key(e.target), e.probability, e.label,
+            int(e.direction == "directed"), int(e.created_by == "rule"), e.schema_version)
+
+
+#: A stored edge with its ids as strings: (source, view, id, target, probability, label,
+#: directed, by_rule, version).
+_Edge = tuple[str, View, str, str, float, str, int, int, int]
+
+
+def _decoded_row(r: Sequence[Any]) -> _Edge:
+    """A row of ``SELECT source, view, id, target, probability, label, directed, by_rule, version``."""
+    return unkey(r[0]), r[1], unkey(r[2]), unkey(r[3]), r[4], r[5], r[6], r[7], r[8]
+
+
+def _edge_of(scope: Scope, r: _Edge) -> EdgeEvent:
+    """The edge of a row this store wrote (validated when it was upserted: not validated again)."""
+    return EdgeEvent.model_construct(
+        tenant_id=scope.tenant_id, conversation_id=scope.conversation_id, source=r[0], view=r[1], id=r[2],
+        target=r[3], probability=r[4], label=r[5], direction="directed" if r[6] else "undirected",
+        created_by="rule" if r[7] else "system_one", schema_version=r[8])
+
+
+#: The columns of :data:`_Edge`.
+_READ = "source, view, id, target, probability, label, directed, by_rule, version"
+#: Decoded edges kept in memory: graph expansion reads the same neighbourhoods again and again.
+EDGE_CACHE = 32768
+#: Conversations whose edge index (:class:`_Adjacency`) is kept in memory (least recent dropped).
+ADJACENCY_SCOPES = 64
+#: Reads of a scope at one database version before its edge index is built. Building it reads
+#: every edge of the conversation (one range of the clustered table), while SQL answers one
+#: frontier from the key and the target index; a query makes about 3 reads, so the index pays
+#: off for a conversation queried repeatedly, not for a one-off query.
+ADJACENCY_AFTER = 12
+
+
+@dataclass
+class _Adjacency:
+    """A scope's edges by endpoint, read at one database ``version`` (see :meth:`SqliteEdgeStore._version`):
+    node id -> view -> edge id -> ``(-probability, edge id)`` (its sort key) for every edge it is
+    the source or target of, and every edge's row by id.
+    ``index`` is None until the scope was read :data:`ADJACENCY_AFTER` times at the same version."""
+
+    version: tuple[int, int]
+    reads: int = 0
+    index: dict[str, dict[str, dict[str, tuple[float, str]]]] | None = None
+    rows: dict[str, _Edge] | None = None
+
+
+class SqliteEdgeStore(Base):
+    """Edges of the four views and consolidation decisions (layout: see the module).
+
+    ``neighbours`` ranks edges and decodes only those not in its LRU; an upsert drops the edges
+    it rewrites from the cache (this store is its database's only writer of edges).
+
+    Ranking: in SQL, or, once a scope has been read :data:`ADJACENCY_AFTER` times with the database
+    unchanged, from an in-memory index of the scope's edges by endpoint (same order: probability descending, then
+    id). The index is stamped with the database version (this connection's total changes and
+    SQLite's ``data_version``, which moves on every commit by another connection), so any write
+    by anyone (an upsert, a delete, a forget) makes the next read fall back to SQL and rebuild."""
+
+    def __init__(self, conn: sqlite3.Connection) -> None:
+        super().__init__(conn)
+        self._cache: OrderedDict[str, EdgeEvent] = OrderedDict()
+        self._adjacency: OrderedDict[Scope, _Adjacency] = OrderedDict()
+
+    def _version(self) -> tuple[int, int]:
+        """Changes iff the database changed: this connection's writes, or another's commits."""
+        return self._conn.total_changes, int(self._conn.execute("PRAGMA data_version").fetchone()[0])
+
+    def _index(self, scope: Scope) -> _Adjacency | None:
+        """The scope's current endpoint index, or None while SQL should answer (see class)."""
+        version = self._version()
+        adj = self._adjacency.get(scope)
+        if adj is None or adj.version != version:
+            self._adjacency[scope] = _Adjacency(version, 1)
+            self._adjacency.move_to_end(scope)
+            while len(self._adjacency) > ADJACENCY_SCOPES:
+                self._adjacency.popitem(last=False)
+            return None
+        adj.reads += 1
+        if adj.reads < ADJACENCY_AFTER:
+            return None
+        if adj.index is None or adj.rows is None:
+            index: dict[str, dict[str, dict[str, tuple[float, str]]]] = {}
+            rows: dict[str, _Edge] = {}
+            for raw in self._conn.execute(f"SELECT {_READ} FROM edges WHERE tenant=? AND conv=?",
+                                          (scope.tenant_id, scope.conversation_id)):
+                r = _decoded_row(raw)
+                source, view, eid, target, p = r[0], r[1], r[2], r[3], r[4]
+                for end in (source, target) if target != source else (source,):
+                    index.setdefault(end, {}).setdefault(view, {})[eid] = (-p, eid)
+                rows[eid] = r
+            adj.index, adj.rows = index, rows
+        return adj
+
+    @translated
+    async def upsert(self, edges: Sequence[EdgeEvent]) -> None:
+        for e in edges:
+            self._cache.pop(e.id, None)
+        self._write(
+            f"INSERT INTO edges ({_COLUMNS}) VALUES (?,?,?,?,?,?,?,?,?,?,?) ON CONFLICT(tenant, conv, source, view, id) "
+            "DO UPDATE SET probability=excluded.probability, directed=excluded.directed, by_rule=excluded.by_rule, "
+            "version=excluded.version",
+            [_row(e) for e in edges])
+
+    @staticmethod
+    def _found(adj: _Adjacency, node_ids: Sequence[str], views: Sequence[View]) -> list[tuple[float, str]]:
+        """``(-probability, id)`` of the edges of ``views`` touching ``node_ids`` (each once), from the index."""
+        found: dict[str, tuple[float, str]] = {}
+        index = adj.index if adj.index is not None else {}
+        for nid in dict.fromkeys(node_ids):
+            by_view = index.get(nid)
+            if by_view is not None:
+                for view in views:
+                    got = by_view.get(view)
+                    if got:
+                        found.update(got)
+        return list(found.values())
+
+    def _sql_ranked(self, scope: Scope, node_ids: Sequence[str], views: Sequence[View], limit: int) -> list[_Edge]:
+        """The rows of the edges of ``views`` touching ``node_ids``: probability descending, then id."""
+        keys = [key(i) for i in node_ids]
+        n, v = ",".join("?" * len(keys)), ",".join("?" * len(views))
+        args = (scope.tenant_id, scope.conversation_id)
+        return [_decoded_row(r) for r in self._conn.execute(
+            f"SELECT {_READ} FROM edges WHERE tenant=? AND conv=? AND source IN ({n}) AND view IN ({v}) "
+            f"UNION SELECT {_READ} FROM edges WHERE tenant=? AND conv=? AND target IN ({n}) AND view IN ({v}) "
+            f"ORDER BY probability DESC, id LIMIT ?",
+            (*args, *keys, *views, *args, *keys, *views, limit)).fetchall()]
+
+    def _decoded(self, scope: Scope, rows: Sequence[_Edge]) -> list[EdgeEvent]:
+        """The edges of ``rows``, in order, decoded through the LRU."""
+        cache = self._cache
+        out = []
+        for r in rows:
+            e = cache.get(r[2])
+            if e is None:
+                e = cache[r[2]] = _edge_of(scope, r)
+            else:
+                cache.move_to_end(r[2])
+            out.append(e)
+        while len(cache) > EDGE_CACHE:
+            cache.popitem(last=False)
+        return out
+
+    @translated
+    async def neighbours(self, scope: Scope, node_ids: Sequence[str], views: Sequence[View], limit: int) -> list[EdgeEvent]:
+        if not node_ids or not views:
+            return []
+        adj = self._index(scope)
+        if adj is None or adj.rows is None:
+            return self._decoded(scope, self._sql_ranked(scope, node_ids, views, limit))
+        ranked = [eid for _, eid in sorted(self._found(adj, node_ids, views))]  # the SQL order
+        rows = adj.rows
+        return self._decoded(scope, [rows[eid] for eid in (ranked[:limit] if limit >= 0 else ranked)])
+
+    @translated
+    async def labelled(self, scope: Scope, node_ids: Sequence[str], views: Sequence[View], limit: int,
+                       label: str) -> list[EdgeEvent]:
+        """The edges of :meth:`neighbours` (same arguments) labelled ``label``, in its order; from
+        the index, only those are ranked and decoded (when all candidates fit in ``limit``)."""
+        if not node_ids or not views:
+            return []
+        adj = self._index(scope)
+        if adj is None or adj.rows is None:
+            return [e for e in await self.neighbours(scope, node_ids, views, limit) if e.label == label]
+        found, rows = self._found(adj, node_ids, views), adj.rows
+        if 0 <= limit < len(found):  # the limit cuts: rank everything first, as neighbours does
+            ranked = [eid for _, eid in sorted(found)][:limit]
+            return self._decoded(scope, [rows[eid] for eid in ranked if rows[eid][5] == label])
+        return self._decoded(scope, [rows[eid] for _, eid in sorted(k for k in found if rows[k[1]][5] == label)])
+
+    @translated
+    async def scan(self, scope: Scope) -> list[EdgeEvent]:
+        rows = self._conn.execute(f"SELECT {_READ} FROM edges WHERE tenant=? AND conv=?",
+                                  (scope.tenant_id, scope.conversation_id)).fetchall()
+        return sorted((_edge_of(scope, _decoded_row(r)) for r in rows), key=lambda e: e.id)
+
+    @translated
+    async def upsert_decisions(self, decisions: Sequence[ConsolidationDecision]) -> None:
+        self._write(
+            "INSERT INTO decisions VALUES (?,?,?,?) ON CONFLICT(tenant, conv, id) DO UPDATE SET body=excluded.body",
+            [(d.tenant_id, d.conversation_id, d.id, zlib.compress(orjson.dumps(d.model_dump(mode="json")), 1))
+             for d in decisions])
+
+    @translated
+    async def decisions(self, scope: Scope) -> list[ConsolidationDecision]:
+        rows = self._conn.execute("SELECT body FROM decisions WHERE tenant=? AND conv=? ORDER BY id",
+                                  (scope.tenant_id, scope.conversation_id)).fetchall()
+        return [ConsolidationDecision.model_validate(orjson.loads(_json(r[0]))) for r in rows]
+
+    @translated
+    async def delete(self, scope: Scope, node_ids: Sequence[str]) -> int:
+        if not node_ids:
+            return 0
+        self._cache.clear()
+        keys = [key(i) for i in node_ids]
+        n = ",".join("?" * len(keys))
+        return self._delete([(f"DELETE FROM edges WHERE tenant=? AND conv=? AND (source IN ({n}) OR target IN ({n}))",
+                              (scope.tenant_id, scope.conversation_id, *keys, *keys))])
+
+    @translated
+    async def delete_scope(self, scope: Scope) -> int:
+        self._cache.clear()
+        return self._delete([("DELETE FROM edges WHERE tenant=? AND conv=?", (scope.tenant_id, scope.conversation_id))])
+
+    @translated
+    async def delete_decisions(self, scope: Scope, node_ids: Sequence[str]) -> int:
+        gone = set(node_ids)
+        doomed = [d.id for d in await self.decisions(scope) if {d.left, d.right, d.derived_node_id} & gone]
+        if not doomed:
+            return 0
+        return self._delete([(f"DELETE FROM decisions WHERE tenant=? AND conv=? AND id IN ({','.join('?' * len(doomed))})",
+                              (scope.tenant_id, scope.conversation_id, *doomed))])
+
+    @translated
+    async def delete_scope_decisions(self, scope: Scope) -> int:
+        return self._delete([("DELETE FROM decisions WHERE tenant=? AND conv=?", (scope.tenant_id, scope.conversation_id))])
+
+
+def _json(raw: bytes) -> bytes:
+    """A stored body's JSON (bodies written before compression are JSON already)."""
+    return raw if raw[:1] == b"{" else zlib.decompress(raw)
