@@ -16,6 +16,7 @@ conversation is short then (small candidate pools), which conflates the two effe
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import random
 import resource
@@ -132,7 +133,7 @@ async def run_scale(settings: Settings, embedder: Embedder, n: int = 100_000, co
                      "warm": {"p50": round(percentile(latencies["warm"], 50), 2),
                               "p95": round(percentile(latencies["warm"], 95), 2)}},
         "peak_rss_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1),
-        "cache_nodes": settings.cache_nodes,
+        "memory_mb": settings.memory_mb, "memory_plan": dataclasses.asdict(settings.memory(embedder.dim)),
         "disk_mb": disk,
         "disk_bytes_per_observation": round(disk * 2**20 / n),
         "disk_by_table_mb": tables,

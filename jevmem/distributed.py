@@ -175,7 +175,7 @@ def write_path(settings: Settings, stores: Stores, embedder: Embedder) -> WriteP
     so = CountingSystemOne(system_one(settings))
     # conversations read from memory (the worker owns their partitions; the Faust app clears the
     # cache whenever its assignment changes, and conversations reload from the stores)
-    reader = ScopeCache(stores.nodes, settings.cache_nodes)
+    reader = ScopeCache(stores.nodes, settings.memory(embedder.dim, embedded=False).write_nodes)
     stores.attach(reader)
     return WritePath(embedder, so, reader, settings.params, summariser=system_two(settings))
 

@@ -15,6 +15,7 @@ from pydantic import Field, SecretStr
 from pydantic.fields import FieldInfo
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
 
+from storage.budget import MemoryPlan, plan
 from streams.kafka_client import KafkaClient, SaslMechanism, SecurityProtocol
 from topology.params import Params
 from topology.topics import TopicLayout
@@ -77,12 +78,15 @@ class Settings(BaseSettings):
     system_two_model: str = "gpt-4o-mini"
     system_two_api_key: SecretStr | None = None
     write_batch: int = 64
-    # the write path keeps this many nodes of the conversations it writes in memory (least recently
-    # written conversations dropped first, reloaded from the store when written again); about 3 KB
-    # each with a 384-d embedding: the writer's memory budget
-    cache_nodes: int = Field(default=200_000, ge=1)
-    # the embedded store's SQLite page cache, shared by its connections (MiB): the rest of the budget
-    sqlite_cache_mb: int = Field(default=768, ge=1)
+    # the memory budget of the caches that grow with the store (MiB; storage.budget shares it out:
+    # SQLite page cache, the write path's in-memory conversations, the read path's vectors); the
+    # model and runtime come on top
+    memory_mb: int = Field(default=512, ge=64)
+    # set either to replace its share of the budget: nodes the write path keeps in memory (least
+    # recently written conversations dropped first, reloaded when written again), and the embedded
+    # store's SQLite page cache (MiB, shared by its connections)
+    cache_nodes: int | None = Field(default=None, ge=1)
+    sqlite_cache_mb: int | None = Field(default=None, ge=1)
     write_wait_s: float = 0.1  # a worker waits at most this long to fill a micro-batch (latency floor)
     embedder: str = "e5-small-v2-int8@0.36.2"  # a name of topology.embedding.MODELS; recorded with each store
     model_cache: Path | None = None  # default: ~/.cache/jevmem/models
@@ -146,6 +150,11 @@ class Settings(BaseSettings):
     # the current one first, while rotating. Or JEVMEM_ENCRYPTION_KEK_FILE (a file of them).
     encryption_kek: SecretStr | None = None
     encryption_key_cache_s: float = 300.0  # an unwrapped data key stays in a process's memory this long
+
+    def memory(self, dim: int, embedded: bool = True) -> MemoryPlan:
+        """The caches' bounds for embeddings of ``dim`` dimensions, in a process with an
+        embedded store or a distributed worker (:func:`storage.budget.plan`)."""
+        return plan(self.memory_mb, dim, self.sqlite_cache_mb, self.cache_nodes, embedded)
 
     def load_embedder(self) -> Embedder:
         """The configured embedder: a named in-process model, or (``openai:<model>``) the

@@ -13,9 +13,11 @@ from query_api.scoring import LocalScorer, Scorer
 from query_api.service import ForgetApplied
 from query_api.system_two import OpenAICompatibleSystemTwo
 from storage.keys import ElasticKeyStore, KeyStore, SqliteKeyStore
-from storage.qdrant_edge import QdrantEdgeVectorIndex
 from storage.scope_cache import ScopeCache
 from storage.sqlite import CACHE_MB, SqliteDeadLetters, SqliteEdgeStore, SqliteLexicalIndex, SqliteNodeStore, check_model, connect
+from storage.sqlite_base import DirLock
+from storage.vector_matrix import MAX_ROWS as VECTOR_ROWS
+from storage.vector_matrix import MatrixVectorIndex
 from streams.embedded import EmbeddedPipeline
 from streams.write_path import Stores
 from topology.pipeline import WritePath
@@ -59,22 +61,31 @@ def key_store(settings: Settings) -> KeyStore:
     return SqliteKeyStore(Path(settings.data_dir) / "keys.sqlite3")
 
 
-def embedded_stores(data_dir: Path | str, dim: int, embedder: str | None = None, cache_mb: int = CACHE_MB) -> Stores:
-    """SQLite (nodes, edges, lexical, dead letters) + Qdrant's in-process engine for vectors under
-    ``data_dir``; ``":memory:"`` keeps SQLite in RAM and vectors in a temporary directory.
+def embedded_stores(data_dir: Path | str, dim: int, embedder: str | None = None, cache_mb: int = CACHE_MB,
+                    vector_rows: int = VECTOR_ROWS) -> Stores:
+    """SQLite under ``data_dir`` (``memory.sqlite3``: nodes with their embeddings, edges, lexical,
+    dead letters), with vector search over the nodes' own embeddings (at most ``vector_rows``
+    held in memory); ``":memory:"`` keeps everything in RAM. The process holds the directory's
+    lock until the stores close (:class:`~storage.sqlite_base.DirLock`).
 
     ``embedder`` is recorded with a new store; opening a store built with another model raises
     :class:`~topology.errors.ModelMismatch` (its vectors would not be comparable)."""
     mem = str(data_dir) == ":memory:"
-    db = ":memory:" if mem else Path(data_dir) / "memory.sqlite3"
-    # the node, edge and lexical connections share ``cache_mb`` of page cache; dead letters get SQLite's default
-    caches = [cache_mb * 1024 // 3] * 3 + [2048]
-    conns = [connect(db, kib) for kib in caches] if not mem else [connect(":memory:")] * 4
-    if embedder is not None:
-        check_model(conns[0], embedder)
+    lock = None if mem else DirLock(data_dir)
+    try:
+        db = ":memory:" if mem else Path(data_dir) / "memory.sqlite3"
+        # the node, edge and lexical connections share ``cache_mb`` of page cache; dead letters get SQLite's default
+        caches = [cache_mb * 1024 // 3] * 3 + [2048]
+        conns = [connect(db, kib) for kib in caches] if not mem else [connect(":memory:")] * 4
+        if embedder is not None:
+            check_model(conns[0], embedder)
+    except BaseException:
+        if lock is not None:
+            lock.release()
+        raise
     return Stores(
-        nodes=SqliteNodeStore(conns[0]), edges=SqliteEdgeStore(conns[1]),
-        vectors=QdrantEdgeVectorIndex.temporary(dim) if mem else QdrantEdgeVectorIndex(Path(data_dir) / "vectors", dim),
+        nodes=SqliteNodeStore(conns[0], lock), edges=SqliteEdgeStore(conns[1]),
+        vectors=MatrixVectorIndex(conns[0], dim, vector_rows),
         lexical=SqliteLexicalIndex(conns[2]), dead_letters=SqliteDeadLetters(conns[3]),
     )
 
@@ -92,11 +103,12 @@ class Embedded:
 
 def build_embedded(settings: Settings, embedder: Embedder | None = None, data_dir: Path | str | None = None) -> Embedded:
     emb = embedder or settings.load_embedder()
+    budget = settings.memory(emb.dim)
     stores = embedded_stores(data_dir if data_dir is not None else settings.data_dir, emb.dim, emb.name,
-                             settings.sqlite_cache_mb)
+                             budget.sqlite_cache_mb, budget.vector_rows)
     inner, scorer = system_one_and_scorer(settings)
     so = CountingSystemOne(inner)
-    reader = ScopeCache(stores.nodes, settings.cache_nodes)
+    reader = ScopeCache(stores.nodes, budget.write_nodes)
     stores.attach(reader)
     write_path = WritePath(emb, so, reader, settings.params, summariser=system_two(settings))
     controller = RetrievalController(emb, so.inner, stores.vectors, stores.lexical, stores.nodes, stores.edges,

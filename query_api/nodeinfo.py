@@ -30,7 +30,7 @@ from topology.schemas import MemoryNode
 from topology.systemone.local import CAUSE_ANSWER, NEGATION
 
 #: Derived entries kept (about 3 KB each with the 384-d float64 row).
-MAX_ENTRIES = 16_384
+MAX_ENTRIES = 4_096
 
 
 @dataclass(frozen=True)

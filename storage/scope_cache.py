@@ -44,9 +44,9 @@ import numpy as np
 from storage.ports import NodeReader
 from topology.schemas import EdgeEvent, MemoryNode, Scope
 
-#: Nodes kept in memory across conversations by default (``JEVMEM_CACHE_NODES``): about 3 KB
-#: each with a 384-d float32 vector.
-MAX_NODES = 200_000
+#: Nodes kept in memory across conversations when not told (a memory plan's ``write_nodes``:
+#: ``storage.budget``); about 4 KB each with a 384-d float32 embedding.
+MAX_NODES = 50_000
 #: Observations per conversation whose incoming semantic edges are kept (a consolidation window
 #: is ``Params.consolidate_every`` = 20 writes).
 RECENT_LINKED = 64

@@ -24,7 +24,7 @@ import numpy as np
 import orjson
 
 from storage.ports import Hit
-from storage.sqlite_base import Base, open_file, rollback, sqlite_errors, transaction, translated
+from storage.sqlite_base import Base, DirLock, open_file, rollback, sqlite_errors, transaction, translated
 from storage.sqlite_edges import ADJACENCY_AFTER, EDGE_CACHE, SqliteEdgeStore, migrate_edges
 from topology import text as textmod
 from topology.errors import ModelMismatch
@@ -106,14 +106,13 @@ def migrate_lexical(conn: sqlite3.Connection) -> int:
     return moved
 
 
-#: Page cache per connection, in KiB (SQLite's default is 2 MiB). Edge and node rows are keyed by
-#: (tenant, conversation, id) with hash ids, so a batch that mixes many conversations touches pages
-#: all over the B-trees; with the default cache each such write re-reads pages from the OS once
-#: the database outgrows it, and the write cost grows with the size of memory.
-CACHE_KIB = 256 * 1024
-#: Page cache of an embedded store, in MiB, shared by its node, edge and lexical connections
-#: (``JEVMEM_SQLITE_CACHE_MB``).
-CACHE_MB = 3 * 256
+#: Page cache per connection, in KiB, of a connection opened without one (SQLite's default is
+#: 2 MiB). A batch that mixes many conversations touches pages all over the B-trees, so a page
+#: cache much smaller than the hot part of the file makes writes re-read pages from the OS.
+CACHE_KIB = 64 * 1024
+#: Page cache of an embedded store opened without a memory plan, in MiB, shared by its node, edge
+#: and lexical connections (a plan's ``sqlite_cache_mb``: ``storage.budget``).
+CACHE_MB = 256
 
 
 def connect(path: str | Path, cache_kib: int = CACHE_KIB) -> sqlite3.Connection:
@@ -163,9 +162,9 @@ def _body(raw: bytes) -> bytes:
     return raw if raw[:1] == b"{" else zlib.decompress(raw)
 
 
-#: Decoded nodes kept in memory (about 13 KB each with the embedding): candidate discovery and
-#: queries fetch the same recent nodes again and again.
-NODE_CACHE = 8192
+#: Decoded nodes kept in memory (about 13 KB each with the embedding as floats): queries fetch the
+#: same nodes again and again (a query reads at most ``limits.visited_nodes``).
+NODE_CACHE = 2048
 
 
 class SqliteNodeStore(Base):
@@ -174,8 +173,8 @@ class SqliteNodeStore(Base):
     ``get`` keeps an LRU of decoded nodes; this store is its database's only writer of nodes,
     and an upsert drops the nodes it rewrites from the cache, so the cache never serves stale data."""
 
-    def __init__(self, conn: sqlite3.Connection) -> None:
-        super().__init__(conn)
+    def __init__(self, conn: sqlite3.Connection, lock: DirLock | None = None) -> None:
+        super().__init__(conn, lock)
         self._cache: OrderedDict[str, MemoryNode] = OrderedDict()
 
     @translated

@@ -8,12 +8,13 @@ methods carry :func:`translated`).
 
 from __future__ import annotations
 
+import fcntl
 import functools
 import sqlite3
 from collections.abc import Callable, Coroutine, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, ParamSpec, TypeVar
+from typing import IO, Any, ParamSpec, TypeVar
 
 from topology.errors import StoreUnavailable
 
@@ -78,11 +79,34 @@ def open_file(path: str | Path) -> sqlite3.Connection:
     return conn
 
 
-class Base:
-    """A store over one connection (which it closes)."""
+class DirLock:
+    """An exclusive, non-blocking lock on a data directory (``<dir>/LOCK``, ``flock``): one
+    process owns an embedded store at a time; the lock goes with the process, however it ends."""
 
-    def __init__(self, conn: sqlite3.Connection) -> None:
+    def __init__(self, directory: str | Path) -> None:
+        Path(directory).mkdir(parents=True, exist_ok=True)
+        self._file: IO[bytes] | None = open(Path(directory) / "LOCK", "ab")  # noqa: SIM115 - held until release
+        try:
+            fcntl.flock(self._file.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError as exc:
+            self._file.close()
+            self._file = None
+            raise StoreUnavailable(f"the store in {directory} is in use by another process (one process owns an "
+                                   "embedded store: stop the other `jevmem serve`/`ingest`, or use another "
+                                   "--data-dir)") from exc
+
+    def release(self) -> None:
+        if self._file is not None:
+            self._file.close()  # closing the descriptor drops the lock
+            self._file = None
+
+
+class Base:
+    """A store over one connection (which it closes, with the directory lock it was given)."""
+
+    def __init__(self, conn: sqlite3.Connection, lock: DirLock | None = None) -> None:
         self._conn = conn
+        self._lock = lock
 
     def _write(self, sql: str, rows: Iterable[tuple[object, ...]]) -> None:
         with sqlite_errors("write"), transaction(self._conn):
@@ -97,3 +121,5 @@ class Base:
 
     async def close(self) -> None:
         self._conn.close()
+        if self._lock is not None:
+            self._lock.release()

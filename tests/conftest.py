@@ -11,7 +11,7 @@ from __future__ import annotations
 import socket
 import threading
 import time
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Iterator, Sequence
 from contextlib import contextmanager
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -22,11 +22,13 @@ from fastapi import FastAPI, Request
 
 from jevmem.settings import Settings
 from jevmem.wiring import Embedded, build_embedded
+from storage.sqlite import SqliteNodeStore, connect
+from storage.vector_matrix import MatrixVectorIndex
 from topology.embedding import default_embedder
 from topology.fakes import HashingEmbedder
 from topology.params import Params
 from topology.ports import Embedder
-from topology.schemas import Observation
+from topology.schemas import MemoryNode, Observation
 
 _MODEL_FIXTURES = {"model_embedder", "model_memory"}
 
@@ -93,6 +95,14 @@ def chat_observations(tenant: str = "t1", conversation: str = "c1", start: int =
     return [Observation(tenant_id=tenant, conversation_id=conversation, event_id=f"e{start + i}", content=text,
                         speaker=speaker, observed_at=base + timedelta(days=start + i))
             for i, (speaker, text) in enumerate(rows)]
+
+
+async def reference_vectors(nodes: Sequence[MemoryNode], dim: int) -> MatrixVectorIndex:
+    """The embedded store's exact vector search over ``nodes`` (an in-memory node store): the
+    reference ranking other vector indexes are compared with."""
+    conn = connect(":memory:")
+    await SqliteNodeStore(conn).upsert(nodes)
+    return MatrixVectorIndex(conn, dim)
 
 
 def free_port() -> int:

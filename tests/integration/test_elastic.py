@@ -341,10 +341,10 @@ async def test_errors_become_store_unavailable(es: tuple[AsyncElasticsearch, str
 
 
 async def test_vector_index_is_exact_and_matches_the_embedded_engine(es: tuple[AsyncElasticsearch, str]) -> None:
-    """The flat dense_vector index returns exactly the embedded engine's (Qdrant's in-process,
-    exact) ranking, seq filter included."""
+    """The flat dense_vector index returns exactly the embedded store's (exact) ranking, seq
+    filter included."""
     from storage.elastic import ElasticVectorIndex
-    from storage.qdrant_edge import QdrantEdgeVectorIndex
+    from tests.conftest import reference_vectors
 
     client, prefix = es
     rng = random.Random(7)
@@ -355,10 +355,9 @@ async def test_vector_index_is_exact_and_matches_the_embedded_engine(es: tuple[A
 
     nodes = [n.model_copy(update={"embedding": unit([rng.uniform(-1, 1) for _ in range(8)])})
              for n in make_nodes(A)[:-1] + make_nodes(B)[:-1]]
-    ev, qd = ElasticVectorIndex(client, prefix, dim=8), QdrantEdgeVectorIndex.temporary(8)
+    ev, qd = ElasticVectorIndex(client, prefix, dim=8), await reference_vectors(nodes, 8)
     await ev.upsert(nodes)
     await ev.upsert(nodes[:3])  # idempotent
-    await qd.upsert(nodes)
     for probe in nodes[:6]:
         for before in (None, 5, 11):
             got = await ev.search(A, probe.embedding or [], 4, before_seq=before)

@@ -26,8 +26,7 @@ if not QDRANT_URL:
     pytest.skip("JEVMEM_TEST_QDRANT_URL is not set", allow_module_level=True)
 
 from storage.qdrant import QdrantVectorIndex, check_server  # noqa: E402
-from storage.qdrant_edge import QdrantEdgeVectorIndex  # noqa: E402
-from tests.conftest import free_port  # noqa: E402
+from tests.conftest import free_port, reference_vectors  # noqa: E402
 from topology import ids  # noqa: E402
 from topology.errors import StoreUnavailable  # noqa: E402
 from topology.schemas import MemoryNode, Scope  # noqa: E402
@@ -66,11 +65,10 @@ async def test_exact_search_equals_the_embedded_engine_and_batches_equal_singles
     vecs = unit_vectors(60, 7)
     nodes = [node(t, c, i, vecs[k]) for k, (t, c, i) in
              enumerate((t, c, i) for t in ("a", "b") for c in ("c1", "c2") for i in range(15))]
-    edge = QdrantEdgeVectorIndex.temporary(DIM)
+    edge = await reference_vectors(nodes, DIM)
     try:
         await index.upsert(nodes)
         await index.upsert(nodes[:5])  # idempotent
-        await edge.upsert(nodes)
         scope = Scope(tenant_id="a", conversation_id="c2")
         queries: list[tuple[Scope, list[float], int | None]] = []
         for probe in vecs[:8]:

@@ -1,5 +1,6 @@
 """The embedder port (named models, batch invariance, clear errors), the model recorded with a
-store, and the embedded vector index on Qdrant's in-process engine (scoped, exact, durable)."""
+store, one process per embedded store, and the embedded vector search (scoped, exact, read from
+the node store's embeddings)."""
 
 from __future__ import annotations
 
@@ -10,7 +11,8 @@ import numpy as np
 import pytest
 
 from jevmem.wiring import embedded_stores
-from storage.qdrant_edge import QdrantEdgeVectorIndex
+from storage.sqlite import SqliteNodeStore, connect
+from storage.vector_matrix import MatrixVectorIndex
 from tests.conftest import CHAT
 from topology import ids
 from topology.embedding import DEFAULT_MODEL, MODELS, ModelMissing, OnnxEmbedder, load_embedder
@@ -58,12 +60,12 @@ async def test_a_store_remembers_its_model(tmp_path: Path) -> None:
         embedded_stores(tmp_path, 4, "model-b@1")
 
 
-async def test_one_process_owns_a_vector_directory(tmp_path: Path) -> None:
-    first = QdrantEdgeVectorIndex(tmp_path / "v", 4)
+async def test_one_process_owns_an_embedded_store(tmp_path: Path) -> None:
+    first = embedded_stores(tmp_path, 4)
     with pytest.raises(StoreUnavailable, match="in use"):
-        QdrantEdgeVectorIndex(tmp_path / "v", 4)
+        embedded_stores(tmp_path, 4)
     await first.close()
-    await QdrantEdgeVectorIndex(tmp_path / "v", 4).close()
+    await embedded_stores(tmp_path, 4).close()
 
 
 def _node(tenant: str, conv: str, seq: int, vec: list[float]) -> MemoryNode:
@@ -71,30 +73,34 @@ def _node(tenant: str, conv: str, seq: int, vec: list[float]) -> MemoryNode:
                       content="x", embedding=vec)
 
 
-async def test_edge_index_is_scoped_exact_and_durable(tmp_path: Path) -> None:
+async def test_embedded_vector_search_is_scoped_exact_and_reads_the_node_store(tmp_path: Path) -> None:
     rng = np.random.default_rng(7)
     vecs = rng.standard_normal((60, 8))
     vecs /= np.linalg.norm(vecs, axis=1, keepdims=True)
-    nodes = [_node(t, c, i, vecs[k].round(6).tolist())
+    nodes = [_node(t, c, i, vecs[k].astype(np.float32).astype(float).tolist())
              for k, (t, c, i) in enumerate((t, c, i) for t in ("a", "b") for c in ("c1", "c2") for i in range(15))]
-    index = QdrantEdgeVectorIndex(tmp_path / "v", 8)
-    await index.upsert(nodes)
+    conn = connect(tmp_path / "memory.sqlite3")
+    await SqliteNodeStore(conn).upsert(nodes[:20])
+    index = MatrixVectorIndex(conn, 8, max_rows=20)
     q = vecs[0].tolist()
     scope = Scope(tenant_id="a", conversation_id="c2")
+    assert len(await index.search(scope, q, limit=50)) == 5  # the first 20 nodes hold 5 of a/c2
+    await SqliteNodeStore(conn).upsert(nodes[20:])
+    await index.upsert(nodes[15:])  # told of new and rewritten nodes: one row each
     hits = await index.search(scope, q, limit=5, before_seq=10)
     mine = [n for n in nodes if (n.tenant_id, n.conversation_id) == ("a", "c2") and n.seq < 10]
     brute = sorted(mine, key=lambda n: -float(np.dot(n.embedding or [], q)))[:5]
     assert [h.id for h in hits] == [n.id for n in brute]
-    assert all(abs(h.score - float(np.dot(n.embedding or [], q))) < 1e-4 for h, n in zip(hits, brute, strict=True))
+    assert all(abs(h.score - float(np.dot(n.embedding or [], q))) < 1e-9 for h, n in zip(hits, brute, strict=True))
     batch = await index.search_many([(scope, q, 10), (scope, vecs[1].tolist(), None)], limit=5)
     assert [h.id for h in batch[0]] == [h.id for h in hits] and len(batch[1]) == 5
-    await index.close()
-    reopened = QdrantEdgeVectorIndex(tmp_path / "v", 8)
-    assert [h.id for h in await reopened.search(scope, q, limit=5, before_seq=10)] == [h.id for h in hits]
-    await reopened.delete_scope(scope)
-    assert await reopened.search(scope, q, limit=5) == []
-    assert len(await reopened.search(Scope(tenant_id="b", conversation_id="c2"), q, limit=50)) == 15
-    await reopened.close()
+    assert len(await index.search(scope, q, limit=50)) == 15
+    for other in ("c1", "c2"):  # other scopes push the first out of memory (20 rows): it is read again
+        assert len(await index.search(Scope(tenant_id="b", conversation_id=other), q, limit=50)) == 15
+    assert [h.id for h in await index.search(scope, q, limit=5, before_seq=10)] == [h.id for h in hits]
+    await index.delete_scope(scope)  # drops what it held; the node store decides what exists
+    assert len(await index.search(scope, q, limit=50)) == 15
+    conn.close()
 
 
 async def test_batched_discovery_equals_one_by_one(embedder: Embedder) -> None:

@@ -1,0 +1,145 @@
+"""Embedded vector search: exact cosine over the node store's own embeddings, a conversation at a time.
+
+The embedded store keeps each node's embedding once, as float32 bytes in the node table
+(:class:`storage.sqlite.SqliteNodeStore`). Every search is scoped to one conversation, so this
+index reads that conversation's embeddings into one float32 matrix and answers with a matrix
+product: no second copy of the vectors on disk, and the cost of a search follows the size of its
+conversation, never the size of the store.
+
+Contracts:
+
+* Exact: a hit's score is the dot product of the stored embedding and the query, in float64
+  (embeddings are L2-normalised, so the cosine); best first, ties by earlier seq, then id. Scoped
+  by tenant and conversation, and ``seq < before_seq`` when given. Nodes without an embedding
+  are never hits.
+* Read-your-writes: the node store is written before this index is told (``Stores.materialise``);
+  a conversation not held is read from the node store on its next search, and :meth:`upsert`
+  replaces or appends the rows of a held one, so a node is one row however the two interleave.
+  :meth:`delete` and :meth:`delete_scope` drop the held conversation (read again on next use).
+* Memory is bounded: at most ``max_rows`` rows over all held conversations; the least recently
+  searched conversations are dropped first (the one being searched is always kept).
+* The store has one writing process (:func:`storage.sqlite_base.lock_dir`), so no write bypasses
+  :meth:`upsert`.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from collections import OrderedDict
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from storage.ports import Hit
+from storage.sqlite_base import translated
+from topology.schemas import MemoryNode, Scope
+
+#: Rows held by default (about 1.5 KB each at 384 dimensions).
+MAX_ROWS = 65_536
+
+
+@dataclass
+class _Held:
+    ids: list[str] = field(default_factory=list)
+    row_of: dict[str, int] = field(default_factory=dict)
+    seqs: list[int] = field(default_factory=list)
+    rows: list[np.ndarray] = field(default_factory=list)
+    #: the rows stacked (rebuilt after a change)
+    matrix: np.ndarray | None = None
+    seq_array: np.ndarray | None = None
+
+    def put(self, nid: str, seq: int, vec: np.ndarray) -> None:
+        at = self.row_of.get(nid)
+        if at is None:
+            self.row_of[nid] = len(self.ids)
+            self.ids.append(nid)
+            self.seqs.append(seq)
+            self.rows.append(vec)
+        else:
+            self.seqs[at], self.rows[at] = seq, vec
+        self.matrix = None
+
+    def stacked(self, dim: int) -> tuple[np.ndarray, np.ndarray]:
+        if self.matrix is None or self.seq_array is None:
+            self.matrix = np.vstack(self.rows) if self.rows else np.zeros((0, dim), dtype=np.float32)
+            self.seq_array = np.asarray(self.seqs, dtype=np.int64)
+        return self.matrix, self.seq_array
+
+
+class MatrixVectorIndex:
+    """A :class:`~storage.ports.VectorIndex` (and batch search) over the embeddings of the node
+    table of ``conn`` (see the module)."""
+
+    def __init__(self, conn: sqlite3.Connection, dim: int, max_rows: int = MAX_ROWS) -> None:
+        self._conn, self._dim, self._max = conn, dim, max(1, max_rows)
+        self._held: OrderedDict[Scope, _Held] = OrderedDict()
+        self._rows = 0
+
+    def _load(self, scope: Scope) -> _Held:
+        held = self._held.get(scope)
+        if held is not None:
+            self._held.move_to_end(scope)
+            return held
+        held = _Held()
+        for nid, seq, blob in self._conn.execute(
+                "SELECT id, seq, embedding FROM nodes WHERE tenant=? AND conv=? AND embedding IS NOT NULL",
+                (scope.tenant_id, scope.conversation_id)):
+            vec = np.frombuffer(blob, dtype=np.float32)
+            if len(vec) == self._dim:
+                held.put(nid, int(seq), vec)
+        self._held[scope] = held
+        self._rows += len(held.ids)
+        self._evict()
+        return held
+
+    def _evict(self) -> None:
+        while self._rows > self._max and len(self._held) > 1:
+            _, gone = self._held.popitem(last=False)
+            self._rows -= len(gone.ids)
+
+    def _rank(self, held: _Held, vector: Sequence[float], limit: int, before_seq: int | None) -> list[Hit]:
+        m, seqs = held.stacked(self._dim)
+        if not len(seqs) or limit <= 0:
+            return []
+        scores = m.astype(np.float64) @ np.asarray(vector, dtype=np.float64)
+        ok = np.flatnonzero(seqs < before_seq) if before_seq is not None else np.arange(len(seqs))
+        if len(ok) > limit:  # only rows scoring at least the limit-th best can be hits
+            kept = scores[ok]
+            ok = ok[kept >= np.partition(kept, len(kept) - limit)[len(kept) - limit]]
+        ids = held.ids
+        order = sorted(ok.tolist(), key=lambda j: (-scores[j], seqs[j], ids[j]))[:limit]
+        return [Hit(ids[j], float(scores[j])) for j in order]
+
+    @translated
+    async def search(self, scope: Scope, vector: Sequence[float], limit: int, before_seq: int | None = None) -> list[Hit]:
+        return self._rank(self._load(scope), vector, limit, before_seq)
+
+    @translated
+    async def search_many(self, queries: Sequence[tuple[Scope, Sequence[float], int | None]],
+                          limit: int) -> list[list[Hit]]:
+        return [self._rank(self._load(s), v, limit, b) for s, v, b in queries]
+
+    async def upsert(self, nodes: Sequence[MemoryNode]) -> None:
+        for n in nodes:
+            held = self._held.get(n.scope)
+            if held is None or n.embedding is None or len(n.embedding) != self._dim:
+                continue
+            before = len(held.ids)
+            held.put(n.id, n.seq, np.asarray(n.embedding, dtype=np.float32))
+            self._rows += len(held.ids) - before
+        self._evict()
+
+    async def delete(self, scope: Scope, ids: Sequence[str]) -> None:
+        if ids:
+            await self.delete_scope(scope)
+
+    async def delete_scope(self, scope: Scope) -> None:
+        gone = self._held.pop(scope, None)
+        if gone is not None:
+            self._rows -= len(gone.ids)
+
+    async def close(self) -> None:
+        """The connection belongs to the node store, which closes it."""
+        self._held.clear()
+        self._rows = 0
