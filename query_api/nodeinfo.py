@@ -29,8 +29,8 @@ from topology import text
 from topology.schemas import MemoryNode
 from topology.systemone.local import CAUSE_ANSWER, NEGATION
 
-#: Derived entries kept (about 3 KB each with the 384-d float64 row).
-MAX_ENTRIES = 4_096
+#: Derived entries kept (about 3 KB each with the 384-d float32 row).
+MAX_ENTRIES = 16_384
 
 
 @dataclass(frozen=True)
@@ -58,7 +58,7 @@ class NodeInfo:
 
 def derive(n: MemoryNode, dim: int) -> NodeInfo:
     """The :class:`NodeInfo` of ``n`` (embedding rows of width ``dim``)."""
-    row = np.zeros(dim, dtype=np.float64)
+    row = np.zeros(dim, dtype=np.float32)  # embeddings are float32-exact: rows() gives them as float64
     if n.embedding:
         row[:] = n.embedding
     names = {e.name.lower() for e in n.entities} | ({n.speaker.lower()} if n.speaker else set())

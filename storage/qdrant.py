@@ -11,7 +11,7 @@ Contracts:
 * Every search and every delete is filtered by tenant AND conversation (and ``seq < before_seq``
   when given): one tenant's points never answer another's query, whatever ids they share.
 * Searches are exact (``SearchParams(exact=True)``, no HNSW): the result is the brute-force cosine
-  ranking of the scope's points, as the embedded engine (:mod:`storage.qdrant_edge`) and the
+  ranking of the scope's points, as the embedded store (:mod:`storage.vector_matrix`) and the
   Elasticsearch fallback (:class:`storage.elastic.ElasticVectorIndex`) compute it, so a
   distributed run discovers the same candidates as the embedded run of the same events.
 * Writes and deletes use ``wait=True``: a call returns once the server applied the operation (it

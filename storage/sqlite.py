@@ -213,10 +213,10 @@ class SqliteNodeStore(Base):
                 f"SELECT id, body, embedding FROM nodes WHERE tenant=? AND conv=? AND id IN ({marks})",
                 (scope.tenant_id, scope.conversation_id, *missing)).fetchall()
             for r in rows:
-                node = MemoryNode.model_validate_json(_body(r[1]))
+                fields = orjson.loads(_body(r[1]))
                 if r[2] is not None:
-                    node = node.model_copy(update={"embedding": _vec(r[2])})
-                found[r[0]] = cache[r[0]] = node
+                    fields["embedding"] = _vec(r[2])
+                found[r[0]] = cache[r[0]] = MemoryNode.model_validate(fields)
             while len(cache) > NODE_CACHE:
                 cache.popitem(last=False)
         return [found[i] for i in ids if i in found]

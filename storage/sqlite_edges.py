@@ -101,25 +101,21 @@ def _row(e: EdgeEvent) -> tuple[object, ...]:
             int(e.direction == "directed"), int(e.created_by == "rule"), e.schema_version)
 
 
-#: A stored edge with its ids as strings: (source, view, id, target, probability, label,
-#: directed, by_rule, version).
-_Edge = tuple[str, View, str, str, float, str, int, int, int]
+#: A stored edge as read (:data:`_READ`): (source, view, id, target, probability, label,
+#: directed, by_rule, version), ids as stored (:func:`key`).
+_Row = tuple[Any, ...]
 
 
-def _decoded_row(r: Sequence[Any]) -> _Edge:
-    """A row of ``SELECT source, view, id, target, probability, label, directed, by_rule, version``."""
-    return unkey(r[0]), r[1], unkey(r[2]), unkey(r[3]), r[4], r[5], r[6], r[7], r[8]
+def _edge_of(scope: Scope, r: _Row) -> EdgeEvent:
+    """The edge of a stored row (validating a dict is the fastest way pydantic builds one)."""
+    return EdgeEvent.model_validate({
+        "tenant_id": scope.tenant_id, "conversation_id": scope.conversation_id, "source": unkey(r[0]),
+        "view": r[1], "id": unkey(r[2]), "target": unkey(r[3]), "probability": r[4], "label": r[5],
+        "direction": "directed" if r[6] else "undirected", "created_by": "rule" if r[7] else "system_one",
+        "schema_version": r[8]})
 
 
-def _edge_of(scope: Scope, r: _Edge) -> EdgeEvent:
-    """The edge of a row this store wrote (validated when it was upserted: not validated again)."""
-    return EdgeEvent.model_construct(
-        tenant_id=scope.tenant_id, conversation_id=scope.conversation_id, source=r[0], view=r[1], id=r[2],
-        target=r[3], probability=r[4], label=r[5], direction="directed" if r[6] else "undirected",
-        created_by="rule" if r[7] else "system_one", schema_version=r[8])
-
-
-#: The columns of :data:`_Edge`.
+#: The columns of :data:`_Row`.
 _READ = "source, view, id, target, probability, label, directed, by_rule, version"
 #: Decoded edges kept in memory: graph expansion reads the same neighbourhoods again and again.
 EDGE_CACHE = 32768
@@ -136,13 +132,13 @@ ADJACENCY_AFTER = 12
 class _Adjacency:
     """A scope's edges by endpoint, read at one database ``version`` (see :meth:`SqliteEdgeStore._version`):
     node id -> view -> edge id -> ``(-probability, edge id)`` (its sort key) for every edge it is
-    the source or target of, and every edge's row by id.
+    the source or target of, and every edge's stored row by id.
     ``index`` is None until the scope was read :data:`ADJACENCY_AFTER` times at the same version."""
 
     version: tuple[int, int]
     reads: int = 0
     index: dict[str, dict[str, dict[str, tuple[float, str]]]] | None = None
-    rows: dict[str, _Edge] | None = None
+    rows: dict[str, _Row] | None = None
 
 
 class SqliteEdgeStore(Base):
@@ -159,7 +155,7 @@ class SqliteEdgeStore(Base):
 
     def __init__(self, conn: sqlite3.Connection) -> None:
         super().__init__(conn)
-        self._cache: OrderedDict[str, EdgeEvent] = OrderedDict()
+        self._cache: OrderedDict[bytes | str, EdgeEvent] = OrderedDict()
         self._adjacency: OrderedDict[Scope, _Adjacency] = OrderedDict()
 
     def _version(self) -> tuple[int, int]:
@@ -181,11 +177,10 @@ class SqliteEdgeStore(Base):
             return None
         if adj.index is None or adj.rows is None:
             index: dict[str, dict[str, dict[str, tuple[float, str]]]] = {}
-            rows: dict[str, _Edge] = {}
-            for raw in self._conn.execute(f"SELECT {_READ} FROM edges WHERE tenant=? AND conv=?",
-                                          (scope.tenant_id, scope.conversation_id)):
-                r = _decoded_row(raw)
-                source, view, eid, target, p = r[0], r[1], r[2], r[3], r[4]
+            rows: dict[str, _Row] = {}
+            for r in self._conn.execute(f"SELECT {_READ} FROM edges WHERE tenant=? AND conv=?",
+                                        (scope.tenant_id, scope.conversation_id)):
+                source, view, eid, target, p = unkey(r[0]), r[1], unkey(r[2]), unkey(r[3]), r[4]
                 for end in (source, target) if target != source else (source,):
                     index.setdefault(end, {}).setdefault(view, {})[eid] = (-p, eid)
                 rows[eid] = r
@@ -195,7 +190,7 @@ class SqliteEdgeStore(Base):
     @translated
     async def upsert(self, edges: Sequence[EdgeEvent]) -> None:
         for e in edges:
-            self._cache.pop(e.id, None)
+            self._cache.pop(key(e.id), None)
         self._write(
             f"INSERT INTO edges ({_COLUMNS}) VALUES (?,?,?,?,?,?,?,?,?,?,?) ON CONFLICT(tenant, conv, source, view, id) "
             "DO UPDATE SET probability=excluded.probability, directed=excluded.directed, by_rule=excluded.by_rule, "
@@ -216,19 +211,19 @@ class SqliteEdgeStore(Base):
                         found.update(got)
         return list(found.values())
 
-    def _sql_ranked(self, scope: Scope, node_ids: Sequence[str], views: Sequence[View], limit: int) -> list[_Edge]:
+    def _sql_ranked(self, scope: Scope, node_ids: Sequence[str], views: Sequence[View], limit: int) -> list[_Row]:
         """The rows of the edges of ``views`` touching ``node_ids``: probability descending, then id."""
         keys = [key(i) for i in node_ids]
         n, v = ",".join("?" * len(keys)), ",".join("?" * len(views))
         args = (scope.tenant_id, scope.conversation_id)
-        return [_decoded_row(r) for r in self._conn.execute(
+        return list(self._conn.execute(
             f"SELECT {_READ} FROM edges WHERE tenant=? AND conv=? AND source IN ({n}) AND view IN ({v}) "
             f"UNION SELECT {_READ} FROM edges WHERE tenant=? AND conv=? AND target IN ({n}) AND view IN ({v}) "
             f"ORDER BY probability DESC, id LIMIT ?",
-            (*args, *keys, *views, *args, *keys, *views, limit)).fetchall()]
+            (*args, *keys, *views, *args, *keys, *views, limit)).fetchall())
 
-    def _decoded(self, scope: Scope, rows: Sequence[_Edge]) -> list[EdgeEvent]:
-        """The edges of ``rows``, in order, decoded through the LRU."""
+    def _decoded(self, scope: Scope, rows: Sequence[_Row]) -> list[EdgeEvent]:
+        """The edges of ``rows``, in order, decoded through the LRU (keyed by the stored id)."""
         cache = self._cache
         out = []
         for r in rows:
@@ -273,7 +268,7 @@ class SqliteEdgeStore(Base):
     async def scan(self, scope: Scope) -> list[EdgeEvent]:
         rows = self._conn.execute(f"SELECT {_READ} FROM edges WHERE tenant=? AND conv=?",
                                   (scope.tenant_id, scope.conversation_id)).fetchall()
-        return sorted((_edge_of(scope, _decoded_row(r)) for r in rows), key=lambda e: e.id)
+        return sorted((_edge_of(scope, r) for r in rows), key=lambda e: e.id)
 
     @translated
     async def upsert_decisions(self, decisions: Sequence[ConsolidationDecision]) -> None:

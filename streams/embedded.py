@@ -112,6 +112,8 @@ class EmbeddedPipeline:
         calls0 = self.so.calls
 
         def chunk_done(w: Written) -> None:
+            report.edges += len(w.edges)
+            report.decisions += len(w.decisions)
             report.conversations.update((n.tenant_id, n.conversation_id) for n in w.nodes if n.kind == "observation")
             if keep_results:
                 by_node: dict[str, list[EdgeEvent]] = {}
@@ -122,9 +124,10 @@ class EmbeddedPipeline:
             if on_chunk is not None:
                 on_chunk(len(w.nodes))
 
-        w = await write_batch(self.stores, self.write_path, obs, since(lambda: self.so.calls), self.chunk, chunk_done)
-        report.new_nodes, report.edges, report.decisions = w.new, len(w.edges), len(w.decisions)
-        report.write_calls = w.write_calls
+        # the report is built from the chunks as they complete: the batch's result keeps no records
+        w = await write_batch(self.stores, self.write_path, obs, since(lambda: self.so.calls), self.chunk, chunk_done,
+                              keep=False)
+        report.new_nodes, report.write_calls = w.new, w.write_calls
         report.consolidation_calls = self.so.calls - calls0 - w.write_calls
         return report
 

@@ -174,8 +174,12 @@ class Written:
     new: int
     write_calls: int
 
-    def merge(self, other: Written) -> None:
-        """Add ``other`` (a later chunk of the same batch) to this result."""
+    def merge(self, other: Written, keep: bool = True) -> None:
+        """Add ``other`` (a later chunk of the same batch) to this result: its records too, unless
+        not ``keep`` (then only its count of write-path requests)."""
+        self.write_calls += other.write_calls
+        if not keep:
+            return
         self.nodes += other.nodes
         self.candidates += other.candidates
         self.judgments += other.judgments
@@ -183,7 +187,6 @@ class Written:
         self.decisions += other.decisions
         self.links += other.links
         self.derived += other.derived
-        self.write_calls += other.write_calls
 
 
 def since(calls: Callable[[], int]) -> Callable[[], int]:
@@ -194,7 +197,7 @@ def since(calls: Callable[[], int]) -> Callable[[], int]:
 
 async def write_batch(stores: Stores, wp: WritePath, obs: list[Observation],
                       calls: Callable[[], int] | None = None, chunk: int | None = None,
-                      on_chunk: Callable[[Written], None] | None = None) -> Written:
+                      on_chunk: Callable[[Written], None] | None = None, keep: bool = True) -> Written:
     """The whole write path for one deduplicated batch, as both drivers run it: seqs -> nodes ->
     materialise -> candidates -> relations -> edges -> consolidation. Every write is an idempotent
     upsert acknowledged before this returns, so running a batch again (after a crash, or any
@@ -208,7 +211,9 @@ async def write_batch(stores: Stores, wp: WritePath, obs: list[Observation],
     embedded (worker threads, no store reads) while chunk i is typed, materialised and linked, so
     the model and the linking work overlap. The graph is the same as for any other batching:
     discovery only sees earlier seqs, materialised first.
-    ``on_chunk`` gets each chunk's part of the result as it completes."""
+    ``on_chunk`` gets each chunk's part of the result as it completes. Without ``keep`` the
+    result holds no records (the count of new nodes and of write-path requests only), so a batch
+    of any size holds at most two chunks' records at a time."""
     if calls is None:
         so = wp.so
         calls = lambda: so.calls  # noqa: E731
@@ -227,7 +232,7 @@ async def write_batch(stores: Stores, wp: WritePath, obs: list[Observation],
             vectors = await ahead
             ahead = asyncio.create_task(_vectors(wp, parts[i + 1])) if i + 1 < len(parts) else None
             w = await write_chunk(stores, wp, wp.nodes(chunks[i], vectors), since(calls))
-            out.merge(w)
+            out.merge(w, keep)
             if on_chunk is not None:
                 on_chunk(w)
     finally:
