@@ -95,6 +95,7 @@ async def run_scale(settings: Settings, embedder: Embedder, n: int = 100_000, co
     stream = workload(n, conversations, tenants, active=active)  # made as it is ingested: not held
     tenth = max(1, n // 10)
     rates: list[float] = []
+    rss: list[float | None] = []
     with tempfile.TemporaryDirectory(prefix="jevmem-scale-") as tmp:
         mem = build_embedded(settings, embedder=embedder, data_dir=tmp)
         try:
@@ -104,6 +105,7 @@ async def run_scale(settings: Settings, embedder: Embedder, n: int = 100_000, co
                 t0 = time.perf_counter()
                 await mem.pipeline.ingest(part, keep_results=False)
                 rates.append(round(len(part) / (time.perf_counter() - t0), 2))
+                rss.append(resident_mb())
                 if progress:
                     progress(min(n, (k + 1) * tenth), n)
             total_s = time.perf_counter() - t_all
@@ -133,11 +135,23 @@ async def run_scale(settings: Settings, embedder: Embedder, n: int = 100_000, co
                      "warm": {"p50": round(percentile(latencies["warm"], 50), 2),
                               "p95": round(percentile(latencies["warm"], 95), 2)}},
         "peak_rss_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1),
+        "rss_by_tenth_mb": rss,
         "memory_mb": settings.memory_mb, "memory_plan": dataclasses.asdict(settings.memory(embedder.dim)),
         "disk_mb": disk,
         "disk_bytes_per_observation": round(disk * 2**20 / n),
         "disk_by_table_mb": tables,
     }
+
+
+def resident_mb() -> float | None:
+    """The process's resident memory now (MB; Linux's ``/proc``), None where it cannot be read."""
+    try:
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith("VmRSS:"):
+                return round(int(line.split()[1]) / 1024, 1)
+    except OSError:
+        pass
+    return None
 
 
 def table_bytes(path: Path) -> dict[str, float]:
