@@ -29,8 +29,9 @@ from topology import text
 from topology.schemas import MemoryNode
 from topology.systemone.local import CAUSE_ANSWER, NEGATION
 
-#: Derived entries kept (about 3 KB each with the 384-d float32 row).
-MAX_ENTRIES = 16_384
+#: Derived entries kept (about 5 KB each: the float32 row, the token sets, and the node they were
+#: derived from, whose embedding is a list of floats).
+MAX_ENTRIES = 8_192
 
 
 @dataclass(frozen=True)

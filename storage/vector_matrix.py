@@ -27,7 +27,6 @@ from __future__ import annotations
 import sqlite3
 from collections import OrderedDict
 from collections.abc import Sequence
-from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -39,32 +38,28 @@ from topology.schemas import MemoryNode, Scope
 MAX_ROWS = 65_536
 
 
-@dataclass
 class _Held:
-    ids: list[str] = field(default_factory=list)
-    row_of: dict[str, int] = field(default_factory=dict)
-    seqs: list[int] = field(default_factory=list)
-    rows: list[np.ndarray] = field(default_factory=list)
-    #: the rows stacked (rebuilt after a change)
-    matrix: np.ndarray | None = None
-    seq_array: np.ndarray | None = None
+    """One conversation's rows: ``matrix[:n]`` (float32, grown by doubling), ids and seqs."""
+
+    def __init__(self, dim: int, rows: np.ndarray | None = None, ids: list[str] | None = None,
+                 seqs: list[int] | None = None) -> None:
+        self.ids = ids or []
+        self.row_of = {nid: j for j, nid in enumerate(self.ids)}
+        self.matrix = rows if rows is not None else np.zeros((0, dim), dtype=np.float32)
+        self.seqs = np.asarray(seqs or [], dtype=np.int64)
+        self.n = len(self.ids)
 
     def put(self, nid: str, seq: int, vec: np.ndarray) -> None:
         at = self.row_of.get(nid)
         if at is None:
-            self.row_of[nid] = len(self.ids)
+            if self.n == len(self.matrix):
+                grown = max(16, 2 * self.n)
+                self.matrix = np.resize(self.matrix, (grown, self.matrix.shape[1]))
+                self.seqs = np.resize(self.seqs, grown)
+            at = self.row_of[nid] = self.n
             self.ids.append(nid)
-            self.seqs.append(seq)
-            self.rows.append(vec)
-        else:
-            self.seqs[at], self.rows[at] = seq, vec
-        self.matrix = None
-
-    def stacked(self, dim: int) -> tuple[np.ndarray, np.ndarray]:
-        if self.matrix is None or self.seq_array is None:
-            self.matrix = np.vstack(self.rows) if self.rows else np.zeros((0, dim), dtype=np.float32)
-            self.seq_array = np.asarray(self.seqs, dtype=np.int64)
-        return self.matrix, self.seq_array
+            self.n += 1
+        self.matrix[at], self.seqs[at] = vec, seq
 
 
 class MatrixVectorIndex:
@@ -81,26 +76,24 @@ class MatrixVectorIndex:
         if held is not None:
             self._held.move_to_end(scope)
             return held
-        held = _Held()
-        for nid, seq, blob in self._conn.execute(
-                "SELECT id, seq, embedding FROM nodes WHERE tenant=? AND conv=? AND embedding IS NOT NULL",
-                (scope.tenant_id, scope.conversation_id)):
-            vec = np.frombuffer(blob, dtype=np.float32)
-            if len(vec) == self._dim:
-                held.put(nid, int(seq), vec)
+        found = [(nid, int(seq), blob) for nid, seq, blob in self._conn.execute(
+            "SELECT id, seq, embedding FROM nodes WHERE tenant=? AND conv=? AND embedding IS NOT NULL",
+            (scope.tenant_id, scope.conversation_id)) if len(blob) == 4 * self._dim]
+        rows = np.frombuffer(b"".join(b for _, _, b in found), dtype=np.float32).reshape(len(found), self._dim).copy()
+        held = _Held(self._dim, rows, [f[0] for f in found], [f[1] for f in found])
         self._held[scope] = held
-        self._rows += len(held.ids)
+        self._rows += held.n
         self._evict()
         return held
 
     def _evict(self) -> None:
         while self._rows > self._max and len(self._held) > 1:
             _, gone = self._held.popitem(last=False)
-            self._rows -= len(gone.ids)
+            self._rows -= gone.n
 
     def _rank(self, held: _Held, vector: Sequence[float], limit: int, before_seq: int | None) -> list[Hit]:
-        m, seqs = held.stacked(self._dim)
-        if not len(seqs) or limit <= 0:
+        m, seqs = held.matrix[:held.n], held.seqs[:held.n]
+        if not held.n or limit <= 0:
             return []
         scores = m.astype(np.float64) @ np.asarray(vector, dtype=np.float64)
         ok = np.flatnonzero(seqs < before_seq) if before_seq is not None else np.arange(len(seqs))
@@ -125,9 +118,9 @@ class MatrixVectorIndex:
             held = self._held.get(n.scope)
             if held is None or n.embedding is None or len(n.embedding) != self._dim:
                 continue
-            before = len(held.ids)
+            before = held.n
             held.put(n.id, n.seq, np.asarray(n.embedding, dtype=np.float32))
-            self._rows += len(held.ids) - before
+            self._rows += held.n - before
         self._evict()
 
     async def delete(self, scope: Scope, ids: Sequence[str]) -> None:
@@ -137,7 +130,7 @@ class MatrixVectorIndex:
     async def delete_scope(self, scope: Scope) -> None:
         gone = self._held.pop(scope, None)
         if gone is not None:
-            self._rows -= len(gone.ids)
+            self._rows -= gone.n
 
     async def close(self) -> None:
         """The connection belongs to the node store, which closes it."""
