@@ -157,3 +157,20 @@ def test_query_on_an_unknown_conversation_says_so(data: Path) -> None:
                               "--json"])
     assert res.exit_code == 0, res.output
     assert orjson.loads(res.stdout)["evidence"][0]["event_id"] == "e0"
+
+
+def test_ingest_names_a_bad_line_by_its_index_in_the_file(tmp_path: Path, embedder: Embedder,
+                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr("jevmem.settings.Settings.load_embedder", lambda *_a, **_k: embedder)
+    turns = [o.model_copy(update={"event_id": f"r{r}-{o.event_id}"}) for r in range(4) for o in chat_observations()]
+    good = [o.model_dump_json(exclude={"tenant_id", "conversation_id"}) for o in turns[:40]]
+    lines = [*good[:35], "{not json", *good[35:]]
+    (tmp_path / "chat.jsonl").write_text("\n".join(lines) + "\n")
+    # a write batch of 2: the file goes in calls of 32 lines, the bad line is in the second
+    res = CliRunner().invoke(app, ["ingest", str(tmp_path / "chat.jsonl"), "--data-dir", str(tmp_path / "data"),
+                                   "--tenant", "acme", "--conversation", "c1"],
+                             env={"COLUMNS": "300", "JEVMEM_WRITE_BATCH": "2"})
+    assert res.exit_code == 0, res.output
+    assert "dead letter chat.jsonl#35: " in _flat(res.output)
+    assert "accepted 40 (40 new nodes), " in _flat(res.output) and "1 dead letters" in _flat(res.output)
+    assert "conversation 'c1' (40 observations)" in _flat(res.output)
