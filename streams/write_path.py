@@ -117,11 +117,11 @@ class Stores:
         return await forgetting.apply(self, await forgetting.plan(self, request))
 
     async def close(self) -> None:
-        """Close every store."""
-        await self.nodes.close()
+        """Close every store; the node store last (an embedded one holds the directory's lock)."""
         await self.edges.close()
         await self.vectors.close()
         await self.lexical.close()
+        await self.nodes.close()
 
 
 def dead_letter(original: bytes | str, reason: str, source: str) -> DeadLetter:
