@@ -18,7 +18,7 @@ Contracts:
   :meth:`delete` and :meth:`delete_scope` drop the held conversation (read again on next use).
 * Memory is bounded: at most ``max_rows`` rows over all held conversations; the least recently
   searched conversations are dropped first (the one being searched is always kept).
-* The store has one writing process (:func:`storage.sqlite_base.lock_dir`), so no write bypasses
+* The store has one writing process (:class:`storage.sqlite_base.DirLock`), so no write bypasses
   :meth:`upsert`.
 """
 
