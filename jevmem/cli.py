@@ -581,6 +581,21 @@ def bench_locomo(directory: Annotated[Path, typer.Argument(metavar="DIR", help="
     Console().print({k: v for k, v in out.items() if k != "recall"})
 
 
+@bench_app.command("edges")
+def bench_edges(directory: Annotated[Path, typer.Argument(metavar="DIR", help="LoCoMo conversations (*.json).")],
+                as_json: Json = False) -> None:
+    """How well each view's edge probabilities separate turns that are evidence for one question
+    from the other candidate pairs (ROC AUC), and edges per turn by view."""
+    from jevmem.bench_edges import run_edges
+
+    settings = _settings()
+    out = _run(run_edges(directory, settings, settings.load_embedder()))
+    if as_json:
+        sys.stdout.write(orjson.dumps(out).decode() + "\n")
+        return
+    Console().print(out)
+
+
 @bench_app.command("scale")
 def bench_scale(observations: Annotated[int, typer.Option(metavar="N", help="Synthetic observations to ingest.")] = 100_000,
                 conversations: Annotated[int, typer.Option(metavar="N", help="Conversations.")] = 1000,

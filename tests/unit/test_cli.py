@@ -17,7 +17,7 @@ from topology.ports import Embedder
 
 # every command of cli.py (the keys commands live in cli_keys.py)
 COMMANDS = [["ingest"], ["query"], ["conversations"], ["serve"], ["mcp"], ["worker"], ["produce"], ["forget"],
-            ["replay"], ["bench", "locomo"], ["bench", "scale"], ["bench", "kafka"], ["bench", "chaos"],
+            ["replay"], ["bench", "locomo"], ["bench", "edges"], ["bench", "scale"], ["bench", "kafka"], ["bench", "chaos"],
             ["models", "fetch"], ["models", "list"]]
 
 
