@@ -12,6 +12,7 @@ zlib-compressed. A store of an earlier layout is rewritten into this one when op
 
 from __future__ import annotations
 
+import logging
 import sqlite3
 import zlib
 from collections import OrderedDict
@@ -23,6 +24,8 @@ import orjson
 
 from storage.sqlite_base import Base, transaction, translated
 from topology.schemas import ConsolidationDecision, EdgeEvent, Scope, View
+
+log = logging.getLogger("jevmem.sqlite")
 
 #: The edge layout this build reads (``meta`` key ``edges``).
 EDGE_LAYOUT = "clustered-binary-v3"
@@ -81,6 +84,7 @@ def migrate_edges(conn: sqlite3.Connection) -> int:
                   "json_extract(CAST(body AS TEXT), '$.schema_version') FROM edges")
     else:
         select = f"SELECT {_COLUMNS} FROM edges"
+    log.warning("rewriting the edge table into the current layout (once; about 30 s per million edges)")
     with transaction(conn):
         conn.execute(_TABLE.format(name="edges_v3"))
         moved = 0
@@ -93,6 +97,7 @@ def migrate_edges(conn: sqlite3.Connection) -> int:
         conn.execute("ALTER TABLE edges_v3 RENAME TO edges")
         conn.execute(_INDEX)
         conn.execute("INSERT OR REPLACE INTO meta VALUES ('edges', ?)", (EDGE_LAYOUT,))
+    log.warning("edge table rewritten: %d edges", moved)
     return moved
 
 
