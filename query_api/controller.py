@@ -340,7 +340,7 @@ class RetrievalController:
             best_relevance=round(max((c.relevance for c in ranked), default=0.0), 6),
             strong=strong, last_gain=round(gain, 6), multi_hop=round(run.st.route["multi_hop"], 6),
             negation_mix=round(qf.negation_mix_sets([i.content_tokens for i in top_info], [i.negated for i in top_info]), 6),
-            evidence=[i.node.content for i in top_info])
+            evidence=[i.content for i in top_info])
         a = (await run.so.ask([Item(ASSESS, state.model_dump())]))[0]
         return {q.key: a.p(q.key) for q in ASSESS.nouls()}
 

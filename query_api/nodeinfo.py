@@ -3,14 +3,15 @@
 Every query scores up to ``limits.visited_nodes`` candidates, most of them the same nodes as the
 previous query's: their embedding as a float64 row, their token sets, the lowercase names they
 mention, whether they state a cause, ask a question or carry a negation. :class:`NodeInfoCache`
-derives these once per node *object* and reuses them.
+derives these once per version of a node and reuses them.
 
 Contracts:
 
-* An entry is keyed by node id and valid only for the very node object it was derived from
-  (``MemoryNode`` is frozen): a rewritten node (a new object from the store) misses and is
-  derived again, so a write or a forget never leaves a stale entry in use. The cache holds the
-  node it was derived from, so an object id is never reused while its entry lives.
+* An entry is keyed by node id and valid only while the node's :func:`stamp` (every field the
+  derivation reads, the embedding by its length and three of its values) is the one it was
+  derived from: a rewritten node misses and is derived again, so a write or a forget never
+  leaves a stale entry in use. Entries do not hold the node (its embedding is a list of floats,
+  about 12 KB at 384 dimensions).
 * Derived values equal what the controller computed inline before (same floats, same sets):
   the embedding row is ``topology.stages.candidates.matrix``'s row (zeros when missing).
 * Memory is bounded: at most ``max_entries`` entries; the oldest are dropped first.
@@ -29,8 +30,7 @@ from topology import text
 from topology.schemas import MemoryNode
 from topology.systemone.local import CAUSE_ANSWER, NEGATION
 
-#: Derived entries kept (about 5 KB each: the float32 row, the token sets, and the node they were
-#: derived from, whose embedding is a list of floats).
+#: Derived entries kept (about 3 KB each: the float32 row and the token sets).
 MAX_ENTRIES = 8_192
 
 
@@ -43,7 +43,8 @@ class NodeInfo:
     :func:`topology.text.tokens` of the content (negation mix); ``dates``: the grounded dates
     (temporal reference starts, then ends, then the event time)."""
 
-    node: MemoryNode
+    stamp: tuple[object, ...]
+    content: str
     row: np.ndarray
     tokens: frozenset[str]
     names: frozenset[str]
@@ -57,6 +58,14 @@ class NodeInfo:
     content_tokens: frozenset[str]
 
 
+def stamp(n: MemoryNode) -> tuple[object, ...]:
+    """What :func:`derive` reads of ``n``: two nodes with equal stamps give equal infos."""
+    e = n.embedding
+    emb = (len(e), e[0], e[len(e) // 2], e[-1]) if e else None
+    return (n.content, n.speaker, n.event_time, tuple(n.tokens), tuple(x.id for x in n.entities),
+            tuple(n.temporal_refs), emb)
+
+
 def derive(n: MemoryNode, dim: int) -> NodeInfo:
     """The :class:`NodeInfo` of ``n`` (embedding rows of width ``dim``)."""
     row = np.zeros(dim, dtype=np.float32)  # embeddings are float32-exact: rows() gives them as float64
@@ -68,7 +77,7 @@ def derive(n: MemoryNode, dim: int) -> NodeInfo:
     if n.event_time is not None:
         dates.append(n.event_time)
     return NodeInfo(
-        node=n, row=row, tokens=frozenset(n.tokens), names=frozenset(names),
+        stamp=stamp(n), content=n.content, row=row, tokens=frozenset(n.tokens), names=frozenset(names),
         speaker=n.speaker.lower() if n.speaker else None, causal=bool(CAUSE_ANSWER.search(n.content)),
         is_question=n.content.rstrip().endswith("?"), negated=bool(NEGATION.search(n.content)),
         has_temporal=bool(n.temporal_refs), dates=tuple(dates), length=min(1.0, len(n.tokens) / 30),
@@ -76,7 +85,7 @@ def derive(n: MemoryNode, dim: int) -> NodeInfo:
 
 
 class NodeInfoCache:
-    """Node id -> :class:`NodeInfo`, valid for the node object it was derived from (see module)."""
+    """Node id -> :class:`NodeInfo`, valid for the node version it was derived from (see module)."""
 
     def __init__(self, dim: int, max_entries: int = MAX_ENTRIES) -> None:
         self.dim = dim
@@ -84,9 +93,9 @@ class NodeInfoCache:
         self._entries: OrderedDict[str, NodeInfo] = OrderedDict()
 
     def get(self, n: MemoryNode) -> NodeInfo:
-        """The info of ``n``, derived now unless this very object was seen before."""
+        """The info of ``n``, derived now unless this version of it was seen before."""
         info = self._entries.get(n.id)
-        if info is not None and info.node is n:
+        if info is not None and info.stamp == stamp(n):
             return info
         info = derive(n, self.dim)
         self._entries[n.id] = info

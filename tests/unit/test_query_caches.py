@@ -132,6 +132,9 @@ async def test_node_info_is_derived_again_for_a_rewritten_node(memory: Embedded)
     cache = NodeInfoCache(memory.embedder.dim)
     info = cache.get(node)
     assert cache.get(node) is info and info.row.tolist() == node.embedding
+    assert cache.get(node.model_copy()) is info  # the same version read again: no new derivation
+    moved = node.model_copy(update={"embedding": [0.0] * (memory.embedder.dim - 1) + [1.0]})
+    assert cache.get(moved) is not info and cache.get(moved).row[-1] == 1.0
     rewritten = node.model_copy(update={"content": "Why? Because I said so.", "embedding": None})
     again = cache.get(rewritten)
     assert again is not info and again.is_question is False and again.causal and not again.row.any()
