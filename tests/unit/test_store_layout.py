@@ -29,20 +29,25 @@ def _edges(ids: Callable[[str], str] = str) -> list[EdgeEvent]:
                 ("entity", "undirected", "shares:ana,lima", "rule"), ("causal", "directed", "causes", "system_one")])]
 
 
-async def test_edges_of_the_earlier_layout_are_migrated_on_open_and_read_the_same(tmp_path: Path) -> None:
-    db = tmp_path / "memory.sqlite3"
+def _old_store(db: Path, table: str, rows: list[tuple[object, ...]]) -> None:
+    """A database whose edge table is ``table`` (an earlier layout, with its two endpoint indexes)."""
     old = sqlite3.connect(db)
-    old.executescript("""
-        CREATE TABLE edges (tenant TEXT NOT NULL, conv TEXT NOT NULL, id TEXT NOT NULL, view TEXT NOT NULL,
-          source TEXT NOT NULL, target TEXT NOT NULL, probability REAL NOT NULL, body BLOB NOT NULL,
-          PRIMARY KEY (tenant, conv, id));
+    old.executescript(table + """;
         CREATE INDEX edges_source ON edges(tenant, conv, source, view);
         CREATE INDEX edges_target ON edges(tenant, conv, target, view);""")
-    old.executemany("INSERT INTO edges VALUES (?,?,?,?,?,?,?,?)", [
-        (e.tenant_id, e.conversation_id, e.id, e.view, e.source, e.target, e.probability,
-         orjson.dumps(e.model_dump(mode="json"))) for e in _edges()])
+    old.executemany(f"INSERT INTO edges VALUES ({','.join('?' * len(rows[0]))})", rows)
     old.commit()
     old.close()
+
+
+async def test_edges_of_the_earlier_layout_are_migrated_on_open_and_read_the_same(tmp_path: Path) -> None:
+    db = tmp_path / "memory.sqlite3"
+    _old_store(db, """
+        CREATE TABLE edges (tenant TEXT NOT NULL, conv TEXT NOT NULL, id TEXT NOT NULL, view TEXT NOT NULL,
+          source TEXT NOT NULL, target TEXT NOT NULL, probability REAL NOT NULL, body BLOB NOT NULL,
+          PRIMARY KEY (tenant, conv, id))""", [
+        (e.tenant_id, e.conversation_id, e.id, e.view, e.source, e.target, e.probability,
+         orjson.dumps(e.model_dump(mode="json"))) for e in _edges()])
     conn = connect(db)
     store = SqliteEdgeStore(conn)
     assert await store.scan(SCOPE) == sorted(_edges(), key=lambda e: e.id)
@@ -58,20 +63,14 @@ async def test_edges_of_the_earlier_layout_are_migrated_on_open_and_read_the_sam
 
 async def test_edges_of_the_text_id_layout_are_rewritten_with_binary_ids(tmp_path: Path) -> None:
     db = tmp_path / "memory.sqlite3"
-    old = sqlite3.connect(db)
-    old.executescript("""
+    edges = _edges(stable_uuid)
+    _old_store(db, """
         CREATE TABLE edges (tenant TEXT NOT NULL, conv TEXT NOT NULL, id TEXT NOT NULL, view TEXT NOT NULL,
           source TEXT NOT NULL, target TEXT NOT NULL, probability REAL NOT NULL, label TEXT NOT NULL,
           directed INTEGER NOT NULL, by_rule INTEGER NOT NULL, version INTEGER NOT NULL,
-          PRIMARY KEY (tenant, conv, id)) WITHOUT ROWID;
-        CREATE INDEX edges_source ON edges(tenant, conv, source, view);
-        CREATE INDEX edges_target ON edges(tenant, conv, target, view);""")
-    edges = _edges(stable_uuid)
-    old.executemany("INSERT INTO edges VALUES (?,?,?,?,?,?,?,?,?,?,?)", [
+          PRIMARY KEY (tenant, conv, id)) WITHOUT ROWID""", [
         (e.tenant_id, e.conversation_id, e.id, e.view, e.source, e.target, e.probability, e.label,
          int(e.direction == "directed"), int(e.created_by == "rule"), e.schema_version) for e in edges])
-    old.commit()
-    old.close()
     conn = connect(db)
     store = SqliteEdgeStore(conn)
     assert await store.scan(SCOPE) == sorted(edges, key=lambda e: e.id)
