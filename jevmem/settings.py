@@ -71,6 +71,10 @@ class Settings(BaseSettings):
     data_dir: Path = Path(".jevmem")
     tenant: str = "default"
     system_one: Literal["local", "typesafe"] = "local"
+    # the local backend's relation judge: "learned" (the weights shipped for the embedder, the
+    # rule where it has none), "rule" (hand-set), or the path of a weights file
+    # (scripts/train_relations.py --out)
+    relation_judge: str = "learned"
     typesafe_base_url: str | None = None
     typesafe_api_key: SecretStr | None = None
     typesafe_model: str | None = None

@@ -166,35 +166,66 @@ def subset(rows: Rows, keep: set[str]) -> Rows:
 
 
 async def train(files: Sequence[Path], settings: Settings, embedder: Embedder, cache: Path | None = None,
-                rounds: int = 2, l2: float = 1.0, seed: int = 0) -> dict[str, Any]:
+                rounds: int = 2, l2: float = 1.0, seed: int = 0, loco_relations: bool = True) -> dict[str, Any]:
     """Fit on every conversation (``rounds`` collect/refit iterations from the prior) and report
     in-sample and leave-one-conversation-out recall. Returns ``{"model", "in_sample", "loco"}``.
 
-    ``seed`` is recorded and seeds numpy (the fit itself draws nothing)."""
+    With ``loco_relations`` (and the local learned relation judge), each held-out conversation is
+    also rebuilt with a relation judge fitted on the other conversations only
+    (:mod:`jevmem.train_relations`), so its graph carries no labels of its own. ``seed`` is
+    recorded and seeds numpy (the fit itself draws nothing)."""
     np.random.seed(seed)
     with tempfile.TemporaryDirectory() as tmp:
         convs = await build(files, settings, embedder, cache or Path(tmp))
+        folds: list[list[Conversation]] = []
         try:
             names = [c.name for c in convs]
             meta = {"trained_by": "scripts/train_system_one.py", "conversations": names, "rounds": rounds,
                     "l2": l2, "seed": seed, "interactions": len(INTERACTIONS)}
 
-            async def fit_on(keep: set[str]) -> ScoreModel:
+            async def fit_on(pool: Sequence[Conversation], keep: set[str]) -> ScoreModel:
                 model = ScoreModel.prior()
                 rows: list[Rows] = []
                 for _ in range(rounds):
-                    rows.append(subset(await collect([c for c in convs if c.name in keep], model, settings), keep))
+                    rows.append(subset(await collect([c for c in pool if c.name in keep], model, settings), keep))
                     merged = Rows(*(np.concatenate([getattr(r, f) for r in rows]) for f in ("x", "y", "group")))
                     model = fit(merged, l2, meta={**meta, "conversations": sorted(keep)})
                 return model
 
-            model = await fit_on(set(names))
+            model = await fit_on(convs, set(names))
             in_sample = table(await evaluate(convs, model, settings))
+            judges = await _fold_judges(files, settings, embedder, Path(tmp)) if loco_relations else {}
             pooled: Recalls = {}
             for held in names:
-                m = await fit_on(set(names) - {held})
-                await evaluate([c for c in convs if c.name == held], m, settings, pooled)
-            return {"model": model, "in_sample": in_sample, "loco": table(pooled)}
+                pool = convs
+                if held in judges:
+                    fold = settings.model_copy(update={"relation_judge": str(judges[held])})
+                    pool = await build(files, fold, embedder, Path(tmp) / f"fold-{held}")
+                    folds.append(pool)
+                m = await fit_on(pool, set(names) - {held})
+                await evaluate([c for c in pool if c.name == held], m, settings, pooled)
+            return {"model": model, "in_sample": in_sample, "loco": table(pooled),
+                    "loco_relation_judge": "per fold" if judges else settings.relation_judge}
         finally:
-            for c in convs:
+            for c in [*convs, *(c for f in folds for c in f)]:
                 await c.mem.close()
+
+
+async def _fold_judges(files: Sequence[Path], settings: Settings, embedder: Embedder, root: Path) -> dict[str, Path]:
+    """Per conversation, the file of a relation judge fitted on the others (none unless the local
+    backend uses the learned judge for this embedder)."""
+    from jevmem.train_relations import collect_pairs
+    from topology.systemone.relation_model import RelationModel
+    from topology.systemone.relation_model import fit as fit_judge
+
+    if settings.system_one != "local" or settings.relation_judge != "learned" or RelationModel.shipped(
+            embedder.name) is None:
+        return {}
+    pairs = await collect_pairs(files, settings, embedder)
+    out: dict[str, Path] = {}
+    for held in sorted(set(pairs.group.tolist())):
+        others = pairs.group != held
+        path = root / f"relation-{held}.json"
+        path.write_bytes(fit_judge(pairs.x[others], pairs.y[others]).to_json())
+        out[held] = path
+    return out

@@ -25,17 +25,23 @@ from topology.ports import Embedder
 from topology.schemas import ConsolidationDecision, DeadLetter, EdgeEvent, MemoryNode, Observation, Scope
 from topology.systemone.local import LocalSystemOne
 from topology.systemone.port import CountingSystemOne, SystemOne
+from topology.systemone.relation_model import RelationModel
 
 
 def system_one(settings: Settings) -> SystemOne:
     return system_one_and_scorer(settings)[0]
 
 
-def system_one_and_scorer(settings: Settings) -> tuple[SystemOne, Scorer | None]:
+def system_one_and_scorer(settings: Settings, embedder: str | None = None) -> tuple[SystemOne, Scorer | None]:
     """The configured System One, and the in-process scorer that answers its candidate-scoring
-    questions without the request path when it is the ``local`` backend (None: ask it)."""
+    questions without the request path when it is the ``local`` backend (None: ask it). The
+    local backend's weights are those trained with ``embedder`` (default: the configured one)."""
     if settings.system_one == "local":
-        local = LocalSystemOne(embedder=settings.embedder)
+        judge, name = settings.relation_judge, embedder or settings.embedder
+        if judge in ("learned", "rule"):
+            local = LocalSystemOne(embedder=name, learned_relations=judge == "learned")
+        else:
+            local = LocalSystemOne(embedder=name, relation_model=RelationModel.from_json(Path(judge).read_bytes()))
         return local, LocalScorer(local)
     from typesafe_sdk import AsyncTypeSafeClient
 
@@ -106,7 +112,7 @@ def build_embedded(settings: Settings, embedder: Embedder | None = None, data_di
     budget = settings.memory(emb.dim)
     stores = embedded_stores(data_dir if data_dir is not None else settings.data_dir, emb.dim, emb.name,
                              budget.sqlite_cache_mb, budget.vector_rows)
-    inner, scorer = system_one_and_scorer(settings)
+    inner, scorer = system_one_and_scorer(settings, emb.name)
     so = CountingSystemOne(inner)
     reader = ScopeCache(stores.nodes, budget.write_nodes)
     stores.attach(reader)

@@ -43,7 +43,7 @@ def main() -> None:
     out_path = args.out or Path("topology/systemone") / shipped_file(settings.embedder)
     out["model"].meta["trained_with"] = settings.embedder
     out_path.write_bytes(out["model"].to_json() + b"\n")
-    sys.stdout.write(orjson.dumps({"in_sample": out["in_sample"], "loco": out["loco"]},
+    sys.stdout.write(orjson.dumps({k: out[k] for k in ("in_sample", "loco", "loco_relation_judge")},
                                   option=orjson.OPT_INDENT_2).decode() + "\n")
 
 

@@ -43,6 +43,7 @@ import numpy as np
 
 from storage.ports import NodeReader
 from topology.schemas import EdgeEvent, MemoryNode, Scope
+from topology.stages.relations import consolidation_key
 
 #: Nodes kept in memory across conversations when not told (a memory plan's ``write_nodes``:
 #: ``storage.budget``); about 4 KB each with a 384-d float32 embedding.
@@ -71,7 +72,7 @@ class _Conversation:
     seqs: np.ndarray | None = None
     fresh: list[str] = field(default_factory=list)               # new ids not in ``matrix`` yet
     pending: dict[str, np.ndarray] = field(default_factory=dict)  # their embeddings
-    #: node id -> its strongest incoming semantic edge (None: it has none), for the last
+    #: node id -> its closest incoming semantic edge (None: it has none), for the last
     #: RECENT_LINKED nodes linked here
     incoming: OrderedDict[str, EdgeEvent | None] = field(default_factory=OrderedDict)
 
@@ -224,7 +225,7 @@ class ScopeCache:
         for e in edges:
             if e.view == "semantic":
                 cur = strongest.get(e.target)
-                if cur is None or (e.probability, e.source) > (cur.probability, cur.source):
+                if cur is None or consolidation_key(e) > consolidation_key(cur):
                     strongest[e.target] = e
         for n in nodes:
             conv = self._convs.get(n.scope)
@@ -236,8 +237,8 @@ class ScopeCache:
                 conv.incoming.popitem(last=False)
 
     def incoming(self, scope: Scope, ids: Sequence[str]) -> list[EdgeEvent] | None:
-        """The strongest semantic edge into each of ``ids`` that has one (highest probability,
-        then highest source id), when every id was linked by this process recently
+        """The closest semantic edge into each of ``ids`` that has one
+        (:func:`~topology.stages.relations.consolidation_key`), when every id was linked by this process recently
         (:meth:`remember_links`); else None (read the store)."""
         conv = self._convs.get(scope)
         if conv is None or any(i not in conv.incoming for i in ids):

@@ -12,6 +12,10 @@ from pydantic import BaseModel, ConfigDict, Field
 THETA_REL = 0.60
 #: At most this many earlier memories are judged per write (paper: K_w); bounds the relation batch.
 K_WRITE = 10
+#: A new memory's semantic edges: its this many most probably related candidates (of K_w) ...
+SEMANTIC_PER_TURN = 6
+#: ... that the judge finds at least this likely related (below it, 9 to 1 against).
+THETA_SEMANTIC = 0.10
 #: Consolidation runs after this many successful writes in a conversation.
 CONSOLIDATE_EVERY = 20
 #: System Two may write a derived node only when merge/promote is this likely ...
@@ -77,6 +81,8 @@ class Params(BaseModel):
 
     theta_rel: float = THETA_REL
     k_write: int = K_WRITE
+    semantic_per_turn: int = SEMANTIC_PER_TURN
+    theta_semantic: float = THETA_SEMANTIC
     consolidate_every: int = CONSOLIDATE_EVERY
     consolidation_pairs: int = Field(default=20, description="pairs judged per consolidation run")
     theta_summary: float = THETA_SUMMARY

@@ -164,33 +164,32 @@ class WritePath:
         earlier: dict[str, MemoryNode] = {}
         for got in await asyncio.gather(*(self.reader.get_nodes(scope, sorted(ids)) for scope, ids in wanted.items())):
             earlier.update({n.id: n for n in got})
-        judgments, so_edges = await relations.judge(csets, earlier, self.so, self.params.theta_rel)
+        judgments, so_edges = await relations.judge(csets, earlier, self.so, self.params)
         edges = [e for cs in csets for e in relations.rule_edges(cs, earlier, self.params.theta_rel)] + so_edges
         return judgments, edges
 
     async def consolidate(self, scope: Scope, run: int, last_seq: int,
                           neighbours: Callable[[Scope, Sequence[str]], Awaitable[list[EdgeEvent]]]
                           ) -> tuple[list[ConsolidationDecision], list[EdgeEvent], list[MemoryNode]]:
-        """Run ``run`` over the block of writes ending at ``last_seq``: each node with its strongest
-        earlier semantic neighbour, at most ``consolidation_pairs`` pairs, one request.
-        ``neighbours(scope, ids)`` returns, for each of ``ids``, at least its strongest semantic
-        edge into it (highest probability, then highest source id: the one used); edges of other
-        views or into other nodes are ignored."""
+        """Run ``run`` over the block of writes ending at ``last_seq``: each node with its closest
+        earlier semantic neighbour (:func:`~topology.stages.relations.consolidation_key`), at most ``consolidation_pairs``
+        pairs, one request. ``neighbours(scope, ids)`` returns, for each of ``ids``, at least its
+        closest semantic edge into it; edges of other views or into other nodes are ignored."""
         every = self.params.consolidate_every
         window_seqs = set(range(last_seq - every + 1, last_seq + 1))
         window_ids = await self.reader.preceding(scope, last_seq + 1, every)
         window = {n.id: n for n in await self.reader.get_nodes(scope, window_ids) if n.seq in window_seqs}
         edges = await neighbours(scope, sorted(window))
-        best: dict[str, tuple[float, str]] = {}
+        best: dict[str, tuple[bool, float, str]] = {}
         for e in edges:
             if e.view != "semantic" or e.target not in window:
                 continue
             cur = best.get(e.target)
-            if cur is None or (e.probability, e.source) > cur:
-                best[e.target] = (e.probability, e.source)
+            if cur is None or relations.consolidation_key(e) > cur:
+                best[e.target] = relations.consolidation_key(e)
         chosen = sorted(best.items(), key=lambda kv: -window[kv[0]].seq)[: self.params.consolidation_pairs]
-        olders = {n.id: n for n in await self.reader.get_nodes(scope, sorted({v[1] for _, v in chosen}))}
-        pairs = [(window[nid], olders[src]) for nid, (_, src) in chosen if src in olders]
+        olders = {n.id: n for n in await self.reader.get_nodes(scope, sorted({v[2] for _, v in chosen}))}
+        pairs = [(window[nid], olders[src]) for nid, (_, _, src) in chosen if src in olders]
         pairs = await self._embedded(scope, pairs)
         return await consolidation.consolidate(run, pairs, self.so, self.params, self.summariser)
 

@@ -15,7 +15,7 @@ from topology import ids
 from topology.params import Params
 from topology.ports import Embedder
 from topology.schemas import Candidate, CandidateFeatures, CandidateSet, Entity, MemoryNode, Scope
-from topology.stages.relations import rule_edges
+from topology.stages.relations import NEAREST, rule_edges
 
 SCOPE = Scope(tenant_id="t1", conversation_id="c1")
 
@@ -44,9 +44,17 @@ async def test_edges_cover_the_views_and_respect_the_threshold(memory: Embedded)
     edges = await memory.stores.edges.scan(SCOPE)
     views = {e.view for e in edges}
     assert {"temporal", "semantic", "entity"} <= views
+    params = memory.pipeline.write_path.params
+    per_turn: dict[str, int] = {}
     for e in edges:
-        if e.created_by == "system_one":
-            assert e.probability >= 0.60
+        if e.view == "semantic":  # a new turn's most probably related candidates above the floor,
+            per_turn[e.target] = per_turn.get(e.target, 0) + 1  # and its most similar one
+            assert e.probability >= params.theta_semantic or e.label == NEAREST
+        elif e.created_by == "system_one":
+            assert e.probability >= params.theta_rel
+    assert per_turn and max(per_turn.values()) <= params.semantic_per_turn + 1
+    nearest = [e for e in edges if e.label == NEAREST]
+    assert len({e.target for e in nearest}) == len(nearest) == len(CHAT) - 1  # one each, but the first turn
     by_id = {n.id: n for n in await memory.stores.nodes.scan(SCOPE)}
     for e in edges:
         if e.view == "entity" and e.label.startswith("shares:"):

@@ -11,7 +11,8 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 
 from topology import ids
-from topology.schemas import CandidateSet, EdgeEvent, MemoryNode, RelationJudgment
+from topology.params import Params
+from topology.schemas import CandidateFeatures, CandidateSet, EdgeEvent, MemoryNode, RelationJudgment
 from topology.systemone.catalog import ALIAS, RELATION
 from topology.systemone.port import Item, SystemOne
 from topology.text import alias_plausibility, entity_id
@@ -98,9 +99,59 @@ def _alias_pairs(node: MemoryNode, other: MemoryNode) -> list[tuple[str, str]]:
     return pairs
 
 
+def relation_state(node: MemoryNode, other: MemoryNode, f: CandidateFeatures) -> dict[str, object]:
+    """The relation question's state for the pair (``other`` older, ``node`` newer)."""
+    return {"newer": node.content, "older": other.content, "cosine": f.cosine, "lexical": f.lexical,
+            "entity": f.entity, "gap": node.seq - other.seq,
+            "same_speaker": bool(node.speaker) and node.speaker == other.speaker}
+
+
+def strongest(judgments: Sequence[RelationJudgment], k: int, floor: float) -> set[tuple[str, str]]:
+    """The (source, target) pairs of the ``k`` most probably related candidates of each new turn
+    (``target``) with p(semantic) at least ``floor``: p descending, then source id."""
+    by_turn: dict[str, list[RelationJudgment]] = {}
+    for j in judgments:
+        if j.semantic >= floor:
+            by_turn.setdefault(j.target, []).append(j)
+    return {(j.source, j.target) for js in by_turn.values()
+            for j in sorted(js, key=lambda j: (-j.semantic, j.source))[: max(0, k)]}
+
+
+#: The label of a turn's semantic edge from its most similar candidate (highest cosine): the pair
+#: consolidation judges for that turn, whatever the relation judge thinks of it.
+NEAREST = "nearest"
+
+
+def nearest(csets: Sequence[CandidateSet], earlier: Mapping[str, MemoryNode]) -> set[tuple[str, str]]:
+    """(source, target): each new turn's most similar candidate by cosine (then highest id)."""
+    out = set()
+    for cs in csets:
+        known = [c for c in cs.candidates if c.node_id in earlier]
+        if known:
+            best = max(known, key=lambda c: (c.features.cosine, c.node_id))
+            out.add((best.node_id, cs.node.id))
+    return out
+
+
+def consolidation_key(e: EdgeEvent) -> tuple[bool, float, str]:
+    """How a turn's incoming semantic edges rank as its consolidation pair (the largest is used):
+    the edge from its most similar candidate (label :data:`NEAREST`) first, then probability, then
+    source id (in a store written before that label: the strongest edge)."""
+    return e.label == NEAREST, e.probability, e.source
+
+
 async def judge(csets: Sequence[CandidateSet], earlier: dict[str, MemoryNode], so: SystemOne,
-                theta_rel: float) -> tuple[list[RelationJudgment], list[EdgeEvent]]:
-    """One System One request for all pairs of the batch; returns judgments and System One edges."""
+                params: Params) -> tuple[list[RelationJudgment], list[EdgeEvent]]:
+    """One System One request for all pairs of the batch; returns judgments and System One edges.
+
+    Each new turn gets a semantic edge to its ``params.semantic_per_turn`` most probably related
+    candidates at or above ``params.theta_semantic`` (:func:`strongest`): the view is a
+    nearest-neighbour graph under the judge, which expansion needs dense enough to reach a partner
+    turn (the ``theta_rel`` gate would leave about 2 edges a turn), and each edge carries the judge's
+    probability. The turn's most similar candidate (:func:`nearest`) is linked too, labelled
+    :data:`NEAREST`, as consolidation's pair. Causal and alias edges exist at or above
+    ``params.theta_rel``."""
+    theta_rel = params.theta_rel
     items: list[Item] = []
     keys: list[tuple[str, CandidateSet, MemoryNode, tuple[str, str] | None]] = []
     for cset in csets:
@@ -110,11 +161,7 @@ async def judge(csets: Sequence[CandidateSet], earlier: dict[str, MemoryNode], s
             other = earlier.get(cand.node_id)
             if other is None:
                 continue
-            f = cand.features
-            items.append(Item(RELATION, {
-                "newer": node.content, "older": other.content, "cosine": f.cosine, "lexical": f.lexical,
-                "entity": f.entity, "gap": node.seq - other.seq,
-            }))
+            items.append(Item(RELATION, relation_state(node, other, cand.features)))
             keys.append(("relation", cset, other, None))
             other_names = {e.id: e.name for e in other.entities}
             for a_id, b_id in _alias_pairs(node, other):
@@ -136,10 +183,13 @@ async def judge(csets: Sequence[CandidateSet], earlier: dict[str, MemoryNode], s
                              source=other.id, target=node.id, semantic=round(ans.p("semantic"), 6),
                              caused_by=round(ans.p("caused_by"), 6), causes=round(ans.p("causes"), 6))
         judgments.append(j)
-        if j.semantic >= theta_rel:
-            edges.append(_edge(node, "semantic", other.id, node.id, j.semantic, "related", "system_one", False))
         if j.caused_by >= theta_rel:
             edges.append(_edge(node, "causal", other.id, node.id, j.caused_by, "causes", "system_one", True))
         if j.causes >= theta_rel:
             edges.append(_edge(node, "causal", node.id, other.id, j.causes, "causes", "system_one", True))
+    nodes, keep = {cs.node.id: cs.node for cs in csets}, strongest(judgments, params.semantic_per_turn, params.theta_semantic)
+    close = nearest(csets, earlier)
+    edges += [_edge(nodes[j.target], "semantic", j.source, j.target, j.semantic,
+                    NEAREST if (j.source, j.target) in close else "related", "system_one", False)
+              for j in judgments if (j.source, j.target) in keep or (j.source, j.target) in close]
     return judgments, edges

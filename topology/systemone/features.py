@@ -27,7 +27,8 @@ class TypingState(_State):
 
 
 class RelationState(_State):
-    """An (older -> newer) pair: cosine, lexical (Dice), entity (Jaccard), turn gap."""
+    """An (older -> newer) pair: cosine, lexical (Dice), entity (Jaccard), turn gap, and whether
+    one speaker said both (False when unknown)."""
 
     newer: str
     older: str
@@ -35,6 +36,7 @@ class RelationState(_State):
     lexical: float
     entity: float
     gap: int
+    same_speaker: bool = False
 
 
 class AliasState(_State):

@@ -30,6 +30,7 @@ from topology.systemone.features import (
 )
 from topology.systemone.learned import SHIPPED_EMBEDDER, ScoreModel
 from topology.systemone.port import Answer, Item
+from topology.systemone.relation_model import RelationModel, relation_features
 from topology.text import alias_plausibility
 
 
@@ -100,18 +101,29 @@ SEMANTIC_COSINE_MIDPOINT = 0.42
 SEMANTIC_COSINE_SLOPE = 12.0
 
 
-def relation(state: Mapping[str, Any]) -> Answer:
-    """Pair (older -> newer) features: cosine, lexical (Dice), entity (Jaccard), turn gap."""
-    st = parse(RelationState, state)
-    cos, lex, ent = st.cosine, st.lexical, st.entity
-    adjacent = 1.0 if st.gap <= 1 else 0.0
-    new_text, old_text = st.newer, st.older
-    topical = SEMANTIC_COSINE_SLOPE * (cos - SEMANTIC_COSINE_MIDPOINT) + 2.5 * lex + 1.0 * ent
-    return Answer(nouls={
-        "semantic": sigmoid(topical),
-        "caused_by": sigmoid(-3.2 + 2.2 * _cause_cue(new_text) + 0.5 * topical / 4 + 1.0 * adjacent),
-        "causes": sigmoid(-3.6 + 1.8 * (_cause_cue(old_text) if adjacent else 0.0) * adjacent + 0.5 * topical / 4),
-    })
+def relation(state: Mapping[str, Any], model: RelationModel | None = None) -> Answer:
+    """Pair (older -> newer) features: cosine, lexical (Dice), entity (Jaccard), turn gap, same
+    speaker. ``semantic`` is ``model``'s probability when given (the learned judge,
+    :mod:`topology.systemone.relation_model`), else the hand-set rule on cosine, words and
+    entities; the causal answers are hand-set cues either way."""
+    return relation_many([state], model)[0]
+
+
+def relation_many(states: Sequence[Mapping[str, Any]], model: RelationModel | None) -> list[Answer]:
+    """:func:`relation` for a batch (``model`` evaluated once for all; each answer as alone)."""
+    parsed = [parse(RelationState, s) for s in states]
+    learned = (model.probabilities(np.asarray([relation_features(st) for st in parsed], dtype=np.float64)).tolist()
+               if model is not None and parsed else None)
+    out = []
+    for i, st in enumerate(parsed):
+        adjacent = 1.0 if st.gap <= 1 else 0.0
+        topical = SEMANTIC_COSINE_SLOPE * (st.cosine - SEMANTIC_COSINE_MIDPOINT) + 2.5 * st.lexical + 1.0 * st.entity
+        out.append(Answer(nouls={
+            "semantic": learned[i] if learned is not None else sigmoid(topical),
+            "caused_by": sigmoid(-3.2 + 2.2 * _cause_cue(st.newer) + 0.5 * topical / 4 + 1.0 * adjacent),
+            "causes": sigmoid(-3.6 + 1.8 * (_cause_cue(st.older) if adjacent else 0.0) * adjacent + 0.5 * topical / 4),
+        }))
+    return out
 
 
 def alias(state: Mapping[str, Any]) -> Answer:
@@ -208,16 +220,28 @@ class LocalSystemOne:
     """Offline default backend; answers a batch in-process, one call per ``ask``.
 
     ``score_model``: the relevance model of the score task (default: the weights shipped for
-    ``embedder``, loaded on the first score item, so the write path never needs them)."""
+    ``embedder``, loaded on the first score item, so the write path never needs them).
+    ``relation_model``: the learned relation judge (default: the weights shipped for ``embedder``,
+    or the hand-set rule where it has none; ``learned_relations=False`` always uses the rule)."""
 
     name = "local"
 
-    def __init__(self, score_model: ScoreModel | None = None, embedder: str = SHIPPED_EMBEDDER) -> None:
+    def __init__(self, score_model: ScoreModel | None = None, embedder: str = SHIPPED_EMBEDDER,
+                 relation_model: RelationModel | None = None, learned_relations: bool = True) -> None:
         self._score_model, self._embedder = score_model, embedder
+        self._relation_model = relation_model
+        self._relation_loaded = relation_model is not None or not learned_relations
         self._models: dict[str, Callable[[Mapping[str, Any]], Answer]] = {
-            "typing": typing, "relation": relation, "alias": alias, "consolidation": consolidation,
-            "route": route, "assess": assess, "score": lambda s: score(s, self.score_model),
+            "typing": typing, "relation": lambda s: relation(s, self.relation_model), "alias": alias,
+            "consolidation": consolidation, "route": route, "assess": assess,
+            "score": lambda s: score(s, self.score_model),
         }
+
+    @property
+    def relation_model(self) -> RelationModel | None:
+        if not self._relation_loaded:
+            self._relation_model, self._relation_loaded = RelationModel.shipped(self._embedder), True
+        return self._relation_model
 
     @property
     def score_model(self) -> ScoreModel:
@@ -230,6 +254,11 @@ class LocalSystemOne:
         scored = [i for i, item in enumerate(items) if item.task.name == "score"]
         if scored:  # the hot read-path question: one batched model evaluation
             for i, answer in zip(scored, score_many([items[i].state for i in scored], self.score_model), strict=True):
+                out[i] = answer
+        judged = [i for i, item in enumerate(items) if item.task.name == "relation"]
+        if judged:  # the hot write-path question: likewise
+            for i, answer in zip(judged, relation_many([items[i].state for i in judged], self.relation_model),
+                                 strict=True):
                 out[i] = answer
         for i, item in enumerate(items):
             if out[i] is not None:
