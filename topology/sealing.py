@@ -258,7 +258,8 @@ def seal_observation(data: Mapping[str, Any], key: DataKey) -> dict[str, Any]:
 #: Edge labels of a closed vocabulary (the rules' and judgments' names): they say nothing about
 #: a person, so such an edge is written as it is. Any other label (an entity edge's shared names,
 #: an alias) is sealed.
-RULE_LABELS = frozenset({"before", "next", "related", "causes", "consolidation_link", "supersedes", "summarises"})
+RULE_LABELS = frozenset({"before", "next", "related", "nearest", "causes", "consolidation_link", "supersedes",
+                         "summarises"})
 
 
 def seal_edge(data: Mapping[str, Any], key: DataKey) -> dict[str, Any]:

@@ -139,3 +139,11 @@ def test_the_relation_judge_setting_picks_learned_rule_or_a_weights_file(tmp_pat
     assert from_file.relation_model is not None and from_file.relation_model.to_json() == fit(x, y).to_json()
     with pytest.raises(FileNotFoundError):
         system_one_and_scorer(Settings(relation_judge=str(tmp_path / "missing.json")))
+
+
+def test_a_nearest_edge_is_logged_in_the_clear_like_the_other_judged_edges() -> None:
+    """Its label names nothing; sealed, it would stay readable after the older turn is forgotten
+    (an edge is sealed under its newer end's key)."""
+    from topology.sealing import RULE_LABELS
+
+    assert {NEAREST, "related"} <= RULE_LABELS
