@@ -104,13 +104,15 @@ def entities(text: str, extra: Iterable[str] = ()) -> list[Entity]:
         words = name.split()
         while words and words[0] in _NOT_ENTITIES:
             words = words[1:]
-        if not words:
+        while words and words[-1] in _NOT_ENTITIES:
+            words = words[:-1]
+        if words and opens_sentence(text, m.start()):
+            while words and _opens_only(words[0]):
+                words = words[1:]  # "Seeing Caroline" -> "Caroline"
+        if not words or (len(words) == 1 and words[0].lower() in _INTERJECTIONS):
             continue
         name = " ".join(words)
         if name.lower() in STOPWORDS or not 2 <= len(name) <= MAX_ENTITY:
-            continue
-        at_start = opens_sentence(text, m.start())
-        if at_start and len(words) == 1 and name.lower() in _COMMON_OPENERS:
             continue
         found.setdefault(entity_id(name), Entity(id=entity_id(name), name=name))
     return sorted(found.values(), key=lambda e: e.id)
@@ -118,8 +120,31 @@ def entities(text: str, extra: Iterable[str] = ()) -> list[Entity]:
 
 _COMMON_OPENERS = frozenset(
     "sorry absolutely actually after before during maybe sometimes probably honestly seriously "
-    "speaking thinking talking there here now right yep nope true".split()
+    "speaking thinking talking there here now right yep nope true "
+    # discourse words and verbs that open a sentence
+    "plus check see look looks agreed exactly indeed anyway anyways besides meanwhile otherwise still even "
+    "though although because while once usually recently lately finally especially hopefully luckily "
+    "thankfully unfortunately fortunately must bet remember never believe enjoy talk appreciate precious buddy "
+    "long since".split()
 )
+
+
+#: Interjections and chat shorthand: never a name, wherever they stand.
+_INTERJECTIONS = frozenset(
+    "aw aww awww yup yep nope yay woah whoa oof ugh hmm omg lol btw ttyl bye cheers hugs gotta gonna wanna".split()
+)
+
+
+def _opens_only(word: str) -> bool:
+    """Whether a capitalised ``word`` opening a sentence is a common word, not a name: a listed
+    opener, a gerund ("Seeing", "Taking"), or a contraction of a stopword ("It'll")."""
+    low = word.lower()
+    if low in _COMMON_OPENERS or low in _INTERJECTIONS or low in STOPWORDS:
+        return True
+    if len(low) >= 6 and low.endswith("ing"):
+        return True
+    base, apostrophe, _ = low.partition("'")
+    return bool(apostrophe) and (base in STOPWORDS or base in _COMMON_OPENERS or base.capitalize() in _NOT_ENTITIES)
 
 _NUMBERS = {
     "a": 1, "an": 1, "one": 1, "two": 2, "three": 3, "four": 4, "five": 5, "six": 6, "seven": 7,

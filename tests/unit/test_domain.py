@@ -95,6 +95,18 @@ def test_entities_skip_sentence_openers_and_keep_names() -> None:
     assert found == {"Clara", "New York", "Biscuit"}
 
 
+@pytest.mark.parametrize(("said", "names"), [
+    ("Seeing Caroline was great!", {"Caroline"}),  # a gerund opening the sentence is not part of a name
+    ("Now I'm in Boston.", {"Boston"}),
+    ("Taking Toby to the park. Aww, Yup, Gotta go.", {"Toby"}),  # interjections, wherever they stand
+    ("It'll be fun. Agreed. Emily is here.", {"Emily"}),
+    ("Exploring Lisbon with Pepper and Scout.", {"Lisbon", "Pepper", "Scout"}),
+    ("We met Sterling at the Reading Festival.", {"Sterling", "Reading Festival"}),  # not at a start: kept
+])
+def test_entities_drop_common_words_that_open_a_sentence(said: str, names: set[str]) -> None:
+    assert {e.name for e in text.entities(said)} == names
+
+
 def test_tokens_drop_stopwords_and_stem() -> None:
     assert text.tokens("The dogs were running in the parks") == ["dog", "runn", "park"]
 
