@@ -24,6 +24,7 @@ from jevmem.wiring import build_embedded
 from streams.write_path import Written, write_batch
 from topology.pipeline import dedupe
 from topology.ports import Embedder
+from topology.schemas import Observation
 
 VIEWS = ("semantic", "causal", "entity", "temporal")
 
@@ -81,6 +82,21 @@ def pair_scores(written: Sequence[Written]) -> tuple[dict[frozenset[str], dict[s
     return scores, edges, turns
 
 
+async def ingest_written(observations: list[Observation], settings: Settings,
+                         embedder: Embedder) -> list[Written]:
+    """Ingest ``observations`` into a fresh temporary embedded store (every stage on) and return
+    what the write path produced for each chunk: nodes, candidate sets, judgments, edges."""
+    written: list[Written] = []
+    with tempfile.TemporaryDirectory() as tmp:
+        mem = build_embedded(settings, embedder=embedder, data_dir=tmp)
+        try:
+            await write_batch(mem.stores, mem.pipeline.write_path, observations, chunk=settings.write_batch,
+                              on_chunk=written.append)
+        finally:
+            await mem.close()
+    return written
+
+
 async def run_edges(directory: Path, settings: Settings, embedder: Embedder) -> dict[str, Any]:
     """The edge-quality figures of every conversation file of ``directory``, and over all of them."""
     files = sorted(directory.glob("*.json"))
@@ -94,14 +110,7 @@ async def run_edges(directory: Path, settings: Settings, embedder: Embedder) -> 
         data = locomo.load(path)
         obs = dedupe(locomo.observations(data, "bench", f"locomo-{path.stem}"))
         related = related_pairs(locomo.questions(data))
-        written: list[Written] = []
-        with tempfile.TemporaryDirectory() as tmp:
-            mem = build_embedded(settings, embedder=embedder, data_dir=tmp)
-            try:
-                await write_batch(mem.stores, mem.pipeline.write_path, obs, chunk=settings.write_batch,
-                                  on_chunk=written.append)
-            finally:
-                await mem.close()
+        written = await ingest_written(obs, settings, embedder)
         event_of = {n.id: n.event_id for w in written for n in w.nodes}
         scores, edges, turns = pair_scores(written)
         labels = {pair: frozenset(event_of.get(i, "") for i in pair) in related for pair in scores}

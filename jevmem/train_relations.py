@@ -11,7 +11,6 @@ the figures it reports are out of sample.
 
 from __future__ import annotations
 
-import tempfile
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -20,10 +19,9 @@ from typing import Any
 import numpy as np
 
 from jevmem import locomo
-from jevmem.bench_edges import related_pairs, roc_auc
+from jevmem.bench_edges import ingest_written, related_pairs, roc_auc
 from jevmem.settings import Settings
-from jevmem.wiring import build_embedded
-from streams.write_path import Written, write_batch
+from streams.write_path import Written
 from topology.pipeline import dedupe
 from topology.ports import Embedder
 from topology.schemas import MemoryNode
@@ -71,14 +69,7 @@ async def collect_pairs(files: Sequence[Path], settings: Settings, embedder: Emb
     for path in files:
         data = locomo.load(path)
         obs = dedupe(locomo.observations(data, "train", f"locomo-{path.stem}"))
-        written: list[Written] = []
-        with tempfile.TemporaryDirectory() as tmp:
-            mem = build_embedded(settings, embedder=embedder, data_dir=tmp)
-            try:
-                await write_batch(mem.stores, mem.pipeline.write_path, obs, chunk=settings.write_batch,
-                                  on_chunk=written.append)
-            finally:
-                await mem.close()
+        written = await ingest_written(obs, settings, embedder)
         turns[path.stem] = sum(1 for w in written for n in w.nodes if n.kind == "observation")
         s, y, nw, g = _rows(written, related_pairs(locomo.questions(data)), path.stem)
         states += s
