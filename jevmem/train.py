@@ -24,6 +24,7 @@ import numpy as np
 from jevmem import locomo
 from jevmem.bench import CATS, KS, recall
 from jevmem.settings import Settings
+from jevmem.train_relations import collect_pairs, fold_judges
 from jevmem.wiring import Embedded, build_embedded
 from query_api.controller import RetrievalController
 from query_api.scoring import LocalScorer
@@ -32,6 +33,7 @@ from topology.schemas import MemoryNode, Scope
 from topology.systemone.features import SCORE_FEATURES, ScoreState
 from topology.systemone.learned import ScoreModel
 from topology.systemone.local import LocalSystemOne
+from topology.systemone.relation_model import RelationModel
 
 #: Products of two features the model may weigh (question type x candidate cue).
 INTERACTIONS: tuple[tuple[str, str], ...] = (
@@ -214,18 +216,11 @@ async def train(files: Sequence[Path], settings: Settings, embedder: Embedder, c
 async def _fold_judges(files: Sequence[Path], settings: Settings, embedder: Embedder, root: Path) -> dict[str, Path]:
     """Per conversation, the file of a relation judge fitted on the others (none unless the local
     backend uses the learned judge for this embedder)."""
-    from jevmem.train_relations import collect_pairs
-    from topology.systemone.relation_model import RelationModel
-    from topology.systemone.relation_model import fit as fit_judge
-
     if settings.system_one != "local" or settings.relation_judge != "learned" or RelationModel.shipped(
             embedder.name) is None:
         return {}
-    pairs = await collect_pairs(files, settings, embedder)
     out: dict[str, Path] = {}
-    for held in sorted(set(pairs.group.tolist())):
-        others = pairs.group != held
-        path = root / f"relation-{held}.json"
-        path.write_bytes(fit_judge(pairs.x[others], pairs.y[others]).to_json())
-        out[held] = path
+    for held, judge in fold_judges(await collect_pairs(files, settings, embedder)).items():
+        out[held] = root / f"relation-{held}.json"
+        out[held].write_bytes(judge.to_json())
     return out

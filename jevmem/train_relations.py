@@ -104,17 +104,23 @@ def _selectivity(p: np.ndarray, y: np.ndarray, newer: np.ndarray, turns: int, pe
             "related_kept": int((keep & (y > 0)).sum()), "related": int((y > 0).sum())}
 
 
+def fold_judges(pairs: Pairs, l2: float = 1.0) -> dict[str, RelationModel]:
+    """Per conversation, the judge fitted on the pairs of every other conversation."""
+    return {held: fit(pairs.x[pairs.group != held], pairs.y[pairs.group != held], l2)
+            for held in sorted(set(pairs.group.tolist()))}
+
+
 def loco(pairs: Pairs, per_turn: int, floor: float, l2: float = 1.0) -> dict[str, Any]:
     """Leave-one-conversation-out: per held-out conversation and pooled, the ROC AUC of the rule's
     and the learned judge's p(semantic) over its candidate pairs, and the semantic edges per turn
     each would write (:func:`_selectivity`), with how many related pairs they keep."""
-    names = sorted(set(pairs.group.tolist()))
+    judges = fold_judges(pairs, l2)
+    names = sorted(judges)
     out: dict[str, Any] = {}
     learned_all, rule_all, y_all, newer_all = [], [], [], []
     for held in names:
         test = pairs.group == held
-        model = fit(pairs.x[~test], pairs.y[~test], l2)
-        p = model.probabilities(pairs.x[test])
+        p = judges[held].probabilities(pairs.x[test])
         y, r, nw = pairs.y[test], pairs.rule[test], pairs.newer[test]
         out[held] = {"pairs": int(test.sum()), "auc_rule": _auc(r, y), "auc_learned": _auc(p, y),
                      "rule": _selectivity(r, y, nw, pairs.turns[held], per_turn, floor),

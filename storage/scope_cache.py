@@ -43,7 +43,7 @@ import numpy as np
 
 from storage.ports import NodeReader
 from topology.schemas import EdgeEvent, MemoryNode, Scope
-from topology.stages.relations import consolidation_key
+from topology.stages.relations import closest_incoming
 
 #: Nodes kept in memory across conversations when not told (a memory plan's ``write_nodes``:
 #: ``storage.budget``); about 4 KB each with a 384-d float32 embedding.
@@ -221,12 +221,7 @@ class ScopeCache:
     async def remember_links(self, nodes: Sequence[MemoryNode], edges: Sequence[EdgeEvent]) -> None:
         """``nodes`` were linked and ``edges`` are everything that linking wrote (the write path
         calls this after each chunk). Conversations not in memory are skipped."""
-        strongest: dict[str, EdgeEvent] = {}
-        for e in edges:
-            if e.view == "semantic":
-                cur = strongest.get(e.target)
-                if cur is None or consolidation_key(e) > consolidation_key(cur):
-                    strongest[e.target] = e
+        strongest = closest_incoming(edges)
         for n in nodes:
             conv = self._convs.get(n.scope)
             if conv is None or n.kind != "observation":

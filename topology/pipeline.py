@@ -180,16 +180,10 @@ class WritePath:
         window_ids = await self.reader.preceding(scope, last_seq + 1, every)
         window = {n.id: n for n in await self.reader.get_nodes(scope, window_ids) if n.seq in window_seqs}
         edges = await neighbours(scope, sorted(window))
-        best: dict[str, tuple[bool, float, str]] = {}
-        for e in edges:
-            if e.view != "semantic" or e.target not in window:
-                continue
-            cur = best.get(e.target)
-            if cur is None or relations.consolidation_key(e) > cur:
-                best[e.target] = relations.consolidation_key(e)
+        best = {t: e.source for t, e in relations.closest_incoming(edges).items() if t in window}
         chosen = sorted(best.items(), key=lambda kv: -window[kv[0]].seq)[: self.params.consolidation_pairs]
-        olders = {n.id: n for n in await self.reader.get_nodes(scope, sorted({v[2] for _, v in chosen}))}
-        pairs = [(window[nid], olders[src]) for nid, (_, _, src) in chosen if src in olders]
+        olders = {n.id: n for n in await self.reader.get_nodes(scope, sorted({src for _, src in chosen}))}
+        pairs = [(window[nid], olders[src]) for nid, src in chosen if src in olders]
         pairs = await self._embedded(scope, pairs)
         return await consolidation.consolidate(run, pairs, self.so, self.params, self.summariser)
 

@@ -140,6 +140,17 @@ def consolidation_key(e: EdgeEvent) -> tuple[bool, float, str]:
     return e.label == NEAREST, e.probability, e.source
 
 
+def closest_incoming(edges: Sequence[EdgeEvent]) -> dict[str, EdgeEvent]:
+    """Per target, its largest incoming semantic edge by :func:`consolidation_key`."""
+    best: dict[str, EdgeEvent] = {}
+    for e in edges:
+        if e.view == "semantic":
+            cur = best.get(e.target)
+            if cur is None or consolidation_key(e) > consolidation_key(cur):
+                best[e.target] = e
+    return best
+
+
 async def judge(csets: Sequence[CandidateSet], earlier: dict[str, MemoryNode], so: SystemOne,
                 params: Params) -> tuple[list[RelationJudgment], list[EdgeEvent]]:
     """One System One request for all pairs of the batch; returns judgments and System One edges.
