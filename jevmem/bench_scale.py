@@ -16,6 +16,7 @@ conversation is short then (small candidate pools), which conflates the two effe
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import itertools
 import random
@@ -91,12 +92,22 @@ def _disk_mb(path: Path) -> float:
 
 async def run_scale(settings: Settings, embedder: Embedder, n: int = 100_000, conversations: int = 1000,
                     tenants: int = 10, queries: int = 200, active: int | None = None,
-                    progress: Callable[[int, int], None] | None = None) -> dict[str, Any]:
+                    progress: Callable[[int, int], None] | None = None,
+                    data_dir: Path | None = None) -> dict[str, Any]:
+    """Run the benchmark into a fresh temporary store, or into ``data_dir`` (which must be empty
+    or absent; the store is kept there, to query or inspect after the run)."""
+    if data_dir is not None and data_dir.exists() and any(data_dir.iterdir()):
+        raise ValueError(f"bench scale needs an empty directory, and {data_dir} is not empty")
     stream = workload(n, conversations, tenants, active=active)  # made as it is ingested: not held
     tenth = max(1, n // 10)
     rates: list[float] = []
     rss: list[float | None] = []
-    with tempfile.TemporaryDirectory(prefix="jevmem-scale-") as tmp:
+    with contextlib.ExitStack() as stack:
+        if data_dir is None:
+            tmp = stack.enter_context(tempfile.TemporaryDirectory(prefix="jevmem-scale-"))
+        else:
+            data_dir.mkdir(parents=True, exist_ok=True)
+            tmp = str(data_dir)
         mem = build_embedded(settings, embedder=embedder, data_dir=tmp)
         try:
             t_all = time.perf_counter()

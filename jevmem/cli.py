@@ -602,6 +602,9 @@ def bench_scale(observations: Annotated[int, typer.Option(metavar="N", help="Syn
                 tenants: Annotated[int, typer.Option(metavar="N", help="Tenants.")] = 10,
                 active: Annotated[int, typer.Option(metavar="N", help="Conversations in flight at once (0: all of them).")
                                   ] = 20,
+                data_dir: Annotated[Path | None, typer.Option(
+                    "--data-dir", metavar="DIR", help="Build the store here and keep it (an empty directory); "
+                                                      "default: a temporary one, removed after the run.")] = None,
                 as_json: Json = False) -> None:
     """Ingest rate per tenth of a synthetic multi-tenant stream, then query latency, peak RSS, disk."""
     from jevmem.bench_scale import run_scale
@@ -611,7 +614,7 @@ def bench_scale(observations: Annotated[int, typer.Option(metavar="N", help="Syn
         task = bar.add_task("ingest", total=observations)
         out = _run(run_scale(settings, settings.load_embedder(), observations,
                              conversations, tenants, active=active or None,
-                             progress=lambda done, _: bar.update(task, completed=done)))
+                             progress=lambda done, _: bar.update(task, completed=done), data_dir=data_dir))
     if as_json:
         sys.stdout.write(orjson.dumps(out).decode() + "\n")
     else:

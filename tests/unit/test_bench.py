@@ -78,6 +78,25 @@ def test_scale_workload_is_deterministic_complete_and_bounded_in_flight(active: 
         assert all(15 < m < 35 for m in means)
 
 
+async def test_scale_run_keeps_its_store_in_the_directory_given_and_refuses_a_used_one(
+        tmp_path: Path, embedder: Embedder) -> None:
+    from jevmem.bench_scale import run_scale
+    from jevmem.wiring import build_embedded
+    from topology.schemas import Scope
+
+    kept = tmp_path / "store"
+    out = await run_scale(Settings(params=Params()), embedder, 120, conversations=6, tenants=2, queries=4,
+                          active=3, data_dir=kept)
+    assert out["observations"] == 120 and len(out["rate_by_tenth"]) == 10 and out["disk_mb"] > 0
+    mem = build_embedded(Settings(params=Params()), embedder=embedder, data_dir=str(kept))
+    try:  # the store outlives the run: every turn of a conversation is there to query
+        assert await mem.stores.nodes.observation_count(Scope(tenant_id="tenant-0", conversation_id="conv-0")) == 20
+    finally:
+        await mem.close()
+    with pytest.raises(ValueError, match="empty directory"):
+        await run_scale(Settings(params=Params()), embedder, 10, conversations=1, tenants=1, queries=1, data_dir=kept)
+
+
 def test_kafka_bench_interleaves_conversations_keeping_each_order() -> None:
     from jevmem.bench_kafka import interleave
     from jevmem.bench_scale import workload
