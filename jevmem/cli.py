@@ -35,6 +35,17 @@ if TYPE_CHECKING:
 app = typer.Typer(help="Streaming System-One memory for AI agents.", no_args_is_help=True, rich_markup_mode=None)
 bench_app = typer.Typer(help="Benchmarks.", no_args_is_help=True)
 app.add_typer(bench_app, name="bench")
+
+
+@app.callback()
+def _process() -> None:
+    """Process-wide setup before any command: the garbage collector's thresholds (``JEVMEM_GC_THRESHOLDS``)."""
+    from jevmem import collector
+
+    collector.tune(Settings().gc_thresholds)
+
+
+
 models_app = typer.Typer(help="Embedding models (files from package registries, Maven Central or PyPI as each model "
                               "names; cached, verified).", no_args_is_help=True)
 app.add_typer(models_app, name="models")

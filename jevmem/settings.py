@@ -15,6 +15,7 @@ from pydantic import Field, SecretStr
 from pydantic.fields import FieldInfo
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
 
+from jevmem import collector
 from storage.budget import MemoryPlan, plan
 from streams.kafka_client import KafkaClient, SaslMechanism, SecurityProtocol
 from topology.params import Params
@@ -91,6 +92,9 @@ class Settings(BaseSettings):
     # store's SQLite page cache (MiB, shared by its connections)
     cache_nodes: int | None = Field(default=None, ge=1)
     sqlite_cache_mb: int | None = Field(default=None, ge=1)
+    # Python's garbage-collector thresholds in a jevmem process (jevmem.collector; set by every CLI
+    # command, so `serve`, `mcp` and `worker` too); [700, 10, 10] are the interpreter's own
+    gc_thresholds: tuple[int, int, int] = collector.DEFAULT_THRESHOLDS
     write_wait_s: float = 0.1  # a worker waits at most this long to fill a micro-batch (latency floor)
     embedder: str = "e5-small-v2-int8@0.36.2"  # a name of topology.embedding.MODELS; recorded with each store
     model_cache: Path | None = None  # default: ~/.cache/jevmem/models

@@ -174,3 +174,23 @@ def test_ingest_names_a_bad_line_by_its_index_in_the_file(tmp_path: Path, embedd
     assert "dead letter chat.jsonl#35: " in _flat(res.output)
     assert "accepted 40 (40 new nodes), " in _flat(res.output) and "1 dead letters" in _flat(res.output)
     assert "conversation 'c1' (40 observations)" in _flat(res.output)
+
+
+def test_every_command_sets_the_collector_thresholds_from_the_settings(monkeypatch: pytest.MonkeyPatch) -> None:
+    import gc
+
+    from jevmem import collector
+
+    before = gc.get_threshold()
+    try:
+        monkeypatch.setenv("JEVMEM_GC_THRESHOLDS", "[50000, 5, 20]")
+        assert CliRunner().invoke(app, ["models", "list"]).exit_code == 0
+        assert gc.get_threshold() == (50000, 5, 20)
+        monkeypatch.delenv("JEVMEM_GC_THRESHOLDS")
+        assert CliRunner().invoke(app, ["models", "list"]).exit_code == 0
+        assert gc.get_threshold() == collector.DEFAULT_THRESHOLDS
+        with pytest.raises(ValueError, match="positive"):
+            collector.tune((0, 10, 10))
+        assert gc.get_threshold() == collector.DEFAULT_THRESHOLDS  # a refused setting changes nothing
+    finally:
+        gc.set_threshold(*before)
