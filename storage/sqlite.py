@@ -14,6 +14,7 @@ Errors: every store call, read or write, raises :class:`StoreUnavailable` for an
 from __future__ import annotations
 
 import hashlib
+import logging
 import sqlite3
 import zlib
 from collections import OrderedDict
@@ -30,17 +31,16 @@ from topology import text as textmod
 from topology.errors import ModelMismatch
 from topology.schemas import DeadLetter, MemoryNode, Scope
 
+log = logging.getLogger("jevmem.sqlite")
+
 __all__ = ["ADJACENCY_AFTER", "CACHE_MB", "EDGE_CACHE", "SqliteDeadLetters", "SqliteEdgeStore", "SqliteLexicalIndex",
            "SqliteNodeStore", "check_model", "connect", "lexical_table", "open_file", "rollback", "scope_token",
            "sqlite_errors", "transaction", "translated"]
 
 _SCHEMA = """
-CREATE TABLE IF NOT EXISTS nodes (
-  tenant TEXT NOT NULL, conv TEXT NOT NULL, id TEXT NOT NULL, event_id TEXT NOT NULL,
-  seq INTEGER NOT NULL, kind TEXT NOT NULL, body BLOB NOT NULL, embedding BLOB,
-  PRIMARY KEY (tenant, conv, id));
-CREATE UNIQUE INDEX IF NOT EXISTS nodes_event ON nodes(tenant, conv, event_id);
-CREATE INDEX IF NOT EXISTS nodes_seq ON nodes(tenant, conv, seq);
+CREATE TABLE IF NOT EXISTS node_blocks (
+  tenant TEXT NOT NULL, conv TEXT NOT NULL, block INTEGER NOT NULL UNIQUE,
+  PRIMARY KEY (tenant, conv)) WITHOUT ROWID;
 CREATE TABLE IF NOT EXISTS node_entities (
   tenant TEXT NOT NULL, conv TEXT NOT NULL, entity TEXT NOT NULL, node TEXT NOT NULL, seq INTEGER NOT NULL,
   PRIMARY KEY (tenant, conv, entity, node));
@@ -62,6 +62,55 @@ CREATE TABLE IF NOT EXISTS forgotten (
   tenant TEXT NOT NULL, conv TEXT NOT NULL, event_id TEXT NOT NULL, seq INTEGER NOT NULL,
   PRIMARY KEY (tenant, conv, event_id));
 """
+
+#: The node layout this build reads (``meta`` key ``nodes``): rows keyed by ``n`` = the
+#: conversation's block (``node_blocks``) << :data:`SLOT_BITS` | the node's slot in it, so a
+#: conversation's rows are one range of the table however conversations interleave.
+NODE_LAYOUT = "conversation-blocks-v1"
+#: Slots per conversation block (node rows a conversation can ever hold).
+SLOT_BITS = 32
+_NODES = """CREATE TABLE {name} (
+  n INTEGER PRIMARY KEY,
+  tenant TEXT NOT NULL, conv TEXT NOT NULL, id TEXT NOT NULL, event_id TEXT NOT NULL,
+  seq INTEGER NOT NULL, kind TEXT NOT NULL, body BLOB NOT NULL, embedding BLOB,
+  UNIQUE (tenant, conv, id))"""
+_NODE_INDEXES = """CREATE UNIQUE INDEX IF NOT EXISTS nodes_event ON nodes(tenant, conv, event_id);
+CREATE INDEX IF NOT EXISTS nodes_seq ON nodes(tenant, conv, seq);"""
+_NODE_COLUMNS = "tenant, conv, id, event_id, seq, kind, body, embedding"
+
+
+def migrate_nodes(conn: sqlite3.Connection) -> int:
+    """Create the node table in the current layout, or rewrite one of the earlier layout (rows
+    in insertion order) into it, in one transaction: each conversation gets a block, its rows
+    slots in (seq, id) order. Returns the rows moved (0 when the store was current or new)."""
+    cols = {r[1] for r in conn.execute("PRAGMA table_info(nodes)")}
+    if not cols:
+        conn.execute(_NODES.format(name="nodes"))
+        conn.executescript(_NODE_INDEXES)
+        conn.execute("INSERT OR IGNORE INTO meta VALUES ('nodes', ?)", (NODE_LAYOUT,))
+        return 0
+    if "n" in cols:
+        return 0
+    log.warning("rewriting the node table so that each conversation's rows are contiguous (once)")
+    with transaction(conn):
+        conn.execute("INSERT INTO node_blocks SELECT tenant, conv, ROW_NUMBER() OVER (ORDER BY tenant, conv) - 1 "
+                     "FROM (SELECT DISTINCT tenant, conv FROM nodes)")
+        conn.execute(_NODES.format(name="nodes_v2"))
+        cur = conn.execute(
+            f"INSERT INTO nodes_v2 (n, {_NODE_COLUMNS}) SELECT (b.block << {SLOT_BITS}) + ROW_NUMBER() OVER "
+            "(PARTITION BY o.tenant, o.conv ORDER BY o.seq, o.id) - 1, o.tenant, o.conv, o.id, o.event_id, o.seq, "
+            "o.kind, o.body, o.embedding FROM nodes o JOIN node_blocks b ON b.tenant = o.tenant AND b.conv = o.conv "
+            "ORDER BY 1")
+        moved = cur.rowcount
+        conn.execute("DROP TABLE nodes")  # its indexes go with it
+        conn.execute("ALTER TABLE nodes_v2 RENAME TO nodes")
+        for statement in _NODE_INDEXES.split(";"):
+            if statement.strip():
+                conn.execute(statement)
+        conn.execute("INSERT OR REPLACE INTO meta VALUES ('nodes', ?)", (NODE_LAYOUT,))
+    log.warning("node table rewritten: %d rows", moved)
+    return moved
+
 
 #: The lexical layout this build reads: one FTS5 table per tenant (``meta`` key ``lexical``).
 LEXICAL_LAYOUT = "per-tenant-v3"
@@ -123,6 +172,7 @@ def connect(path: str | Path, cache_kib: int = CACHE_KIB) -> sqlite3.Connection:
         conn.execute("PRAGMA synchronous=NORMAL")
         conn.execute(f"PRAGMA cache_size=-{max(64, cache_kib)}")
         conn.executescript(_SCHEMA)
+        migrate_nodes(conn)
         migrate_lexical(conn)
         migrate_edges(conn)
     return conn
@@ -176,6 +226,28 @@ class SqliteNodeStore(Base):
     def __init__(self, conn: sqlite3.Connection, lock: DirLock | None = None) -> None:
         super().__init__(conn, lock)
         self._cache: OrderedDict[str, MemoryNode] = OrderedDict()
+        #: (tenant, conversation) -> (its next free row key, its block's last; see :data:`NODE_LAYOUT`)
+        self._next_row: dict[tuple[str, str], tuple[int, int]] = {}
+
+    def _new_row(self, tenant: str, conv: str) -> int:
+        """A free row key in the conversation's block (the block made on its first node); in the
+        caller's transaction."""
+        got = self._next_row.get((tenant, conv))
+        if got is None:
+            row = self._conn.execute("SELECT block FROM node_blocks WHERE tenant=? AND conv=?", (tenant, conv)).fetchone()
+            if row is None:
+                block = int(self._conn.execute("SELECT COALESCE(MAX(block) + 1, 0) FROM node_blocks").fetchone()[0])
+                self._conn.execute("INSERT INTO node_blocks VALUES (?,?,?)", (tenant, conv, block))
+            else:
+                block = int(row[0])
+            low, end = block << SLOT_BITS, ((block + 1) << SLOT_BITS) - 1
+            top = self._conn.execute("SELECT MAX(n) FROM nodes WHERE n BETWEEN ? AND ?", (low, end)).fetchone()[0]
+            got = (low if top is None else int(top) + 1, end)
+        free, end = got
+        if free > end:
+            raise sqlite3.DatabaseError(f"conversation {conv!r} has used all {1 << SLOT_BITS} node rows of its block")
+        self._next_row[(tenant, conv)] = (free + 1, end)
+        return free
 
     @translated
     async def upsert(self, nodes: Sequence[MemoryNode]) -> None:
@@ -183,17 +255,35 @@ class SqliteNodeStore(Base):
             return
         for n in nodes:
             self._cache.pop(n.id, None)
-        with transaction(self._conn):
-            for n in nodes:
-                emb = None if n.embedding is None else np.asarray(n.embedding, dtype=np.float32).tobytes()
-                self._conn.execute(
-                    "INSERT INTO nodes VALUES (?,?,?,?,?,?,?,?) ON CONFLICT(tenant, conv, id) DO UPDATE SET "
-                    "body=excluded.body, embedding=COALESCE(excluded.embedding, nodes.embedding), seq=excluded.seq",
-                    (n.tenant_id, n.conversation_id, n.id, n.event_id, n.seq, n.kind,
-                     _packed_body(n), emb))
-                self._conn.executemany(
-                    "INSERT OR IGNORE INTO node_entities VALUES (?,?,?,?,?)",
-                    [(n.tenant_id, n.conversation_id, e.id, n.id, n.seq) for e in n.entities])
+        try:
+            with transaction(self._conn):
+                self._upsert(nodes)
+        except BaseException:
+            self._next_row.clear()  # what it handed out may not have been committed: read the table again
+            raise
+
+    def _upsert(self, nodes: Sequence[MemoryNode]) -> None:
+        by_scope: dict[tuple[str, str], list[str]] = {}
+        for n in nodes:
+            by_scope.setdefault((n.tenant_id, n.conversation_id), []).append(n.id)
+        stored: set[tuple[str, str, str]] = set()
+        for (tenant, conv), ids in by_scope.items():
+            marks = ",".join("?" * len(ids))
+            stored.update((tenant, conv, r[0]) for r in self._conn.execute(
+                f"SELECT id FROM nodes WHERE tenant=? AND conv=? AND id IN ({marks})", (tenant, conv, *ids)))
+        for n in nodes:
+            emb = None if n.embedding is None else np.asarray(n.embedding, dtype=np.float32).tobytes()
+            key = (n.tenant_id, n.conversation_id, n.id)
+            row = None if key in stored else self._new_row(n.tenant_id, n.conversation_id)
+            stored.add(key)
+            self._conn.execute(
+                f"INSERT INTO nodes (n, {_NODE_COLUMNS}) VALUES (?,?,?,?,?,?,?,?,?) ON CONFLICT(tenant, conv, id) "
+                "DO UPDATE SET body=excluded.body, embedding=COALESCE(excluded.embedding, nodes.embedding), "
+                "seq=excluded.seq",
+                (row, n.tenant_id, n.conversation_id, n.id, n.event_id, n.seq, n.kind, _packed_body(n), emb))
+            self._conn.executemany(
+                "INSERT OR IGNORE INTO node_entities VALUES (?,?,?,?,?)",
+                [(n.tenant_id, n.conversation_id, e.id, n.id, n.seq) for e in n.entities])
 
     @translated
     async def get(self, scope: Scope, ids: Sequence[str]) -> list[MemoryNode]:

@@ -7,6 +7,7 @@ import sqlite3
 from collections.abc import Callable
 from pathlib import Path
 
+import numpy as np
 import orjson
 
 from storage.scope_cache import ScopeCache
@@ -99,8 +100,8 @@ async def test_node_bodies_are_compressed_and_bodies_written_before_are_read(tmp
     body = conn.execute("SELECT body FROM nodes WHERE id='a'").fetchone()[0]
     assert body[:1] != b"{" and len(body) < len(orjson.dumps(a.without_embedding().model_dump(mode="json"))) / 2
     b = a.model_copy(update={"id": "b", "event_id": "e2", "seq": 1, "embedding": None})
-    conn.execute("INSERT INTO nodes VALUES (?,?,?,?,?,?,?,?)", ("t1", "c1", "b", "e2", 1, "observation",
-                                                              orjson.dumps(b.model_dump(mode="json")), None))
+    conn.execute("INSERT INTO nodes (tenant, conv, id, event_id, seq, kind, body, embedding) VALUES (?,?,?,?,?,?,?,?)",
+                 ("t1", "c1", "b", "e2", 1, "observation", orjson.dumps(b.model_dump(mode="json")), None))
     fresh = SqliteNodeStore(conn)
     assert await fresh.get(SCOPE, ["a", "b"]) == [a, b]
     assert await fresh.scan(SCOPE) == [a.without_embedding(), b]  # a scan reads bodies only
@@ -124,3 +125,63 @@ async def test_the_write_path_cache_keeps_each_embedding_once_and_gives_it_back_
     await cache.drop(SCOPE)  # reloaded from the store: the same vectors
     assert (await cache.embeddings(SCOPE, [n.id for n in written], HashingEmbedder().dim)).tolist() == emb
     await stores.close()
+
+
+def _node(conv: str, seq: int) -> MemoryNode:
+    return MemoryNode(id=f"{conv}-n{seq}", tenant_id="t1", conversation_id=conv, event_id=f"e{seq}", seq=seq,
+                      content=f"turn {seq} of {conv}", embedding=[0.5, 0.5])
+
+
+def _rows_by_conversation(conn: sqlite3.Connection) -> dict[str, list[int]]:
+    out: dict[str, list[int]] = {}
+    for conv, n in conn.execute("SELECT conv, n FROM nodes ORDER BY n"):
+        out.setdefault(conv, []).append(n)
+    return out
+
+
+async def test_interleaved_conversations_get_contiguous_node_rows(tmp_path: Path) -> None:
+    conn = connect(tmp_path / "memory.sqlite3")
+    store = SqliteNodeStore(conn)
+    for seq in range(5):  # conversations arriving interleaved, a batch mixing both
+        await store.upsert([_node("a", seq), _node("b", seq)])
+    await store.upsert([_node("a", 2).model_copy(update={"content": "rewritten"})])  # keeps its row
+    rows = _rows_by_conversation(conn)
+    assert [conv for conv, _ in conn.execute("SELECT conv, n FROM nodes ORDER BY n")] == ["a"] * 5 + ["b"] * 5
+    assert all(ns == list(range(ns[0], ns[0] + 5)) for ns in rows.values())
+    assert {ns[0] >> 32 for ns in rows.values()} == {0, 1}  # one block each
+    reopened = SqliteNodeStore(connect(tmp_path / "memory.sqlite3"))  # a new process continues the block
+    await reopened.upsert([_node("a", 5)])
+    assert _rows_by_conversation(conn)["a"] == list(range(rows["a"][0], rows["a"][0] + 6))
+    assert (await store.get(Scope(tenant_id="t1", conversation_id="a"), ["a-n2"]))[0].content == "rewritten"
+
+
+async def test_nodes_of_the_insertion_ordered_layout_are_rewritten_by_conversation(tmp_path: Path) -> None:
+    db = tmp_path / "memory.sqlite3"
+    old = sqlite3.connect(db)
+    old.executescript("""
+        CREATE TABLE nodes (tenant TEXT NOT NULL, conv TEXT NOT NULL, id TEXT NOT NULL, event_id TEXT NOT NULL,
+          seq INTEGER NOT NULL, kind TEXT NOT NULL, body BLOB NOT NULL, embedding BLOB, PRIMARY KEY (tenant, conv, id));
+        CREATE UNIQUE INDEX nodes_event ON nodes(tenant, conv, event_id);
+        CREATE INDEX nodes_seq ON nodes(tenant, conv, seq);""")
+    written = [_node(conv, seq) for seq in range(4) for conv in ("b", "a")]
+    old.executemany("INSERT INTO nodes VALUES (?,?,?,?,?,?,?,?)", [
+        (n.tenant_id, n.conversation_id, n.id, n.event_id, n.seq, n.kind, orjson.dumps(n.without_embedding().model_dump(
+            mode="json")), np.asarray(n.embedding, dtype=np.float32).tobytes()) for n in written])
+    old.commit()
+    old.close()
+    conn = connect(db)
+    store = SqliteNodeStore(conn)
+    for conv in ("a", "b"):
+        scope = Scope(tenant_id="t1", conversation_id=conv)
+        mine = [n for n in written if n.conversation_id == conv]
+        assert await store.get(scope, [n.id for n in mine]) == mine
+    rows = _rows_by_conversation(conn)
+    assert rows == {"a": [0, 1, 2, 3], "b": [1 << 32, (1 << 32) + 1, (1 << 32) + 2, (1 << 32) + 3]}
+    assert [r[0] for r in conn.execute("SELECT seq FROM nodes WHERE conv='b' ORDER BY n")] == [0, 1, 2, 3]
+    assert {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE tbl_name='nodes' AND type='index'")} >= {
+        "nodes_event", "nodes_seq"}
+    assert conn.execute("SELECT value FROM meta WHERE key='nodes'").fetchone()[0] == "conversation-blocks-v1"
+    await store.upsert([_node("c", 0), _node("a", 4)])  # a new conversation gets the next block
+    assert _rows_by_conversation(conn)["c"] == [2 << 32] and _rows_by_conversation(conn)["a"][-1] == 4
+    conn.close()
+    assert len(_rows_by_conversation(connect(db))) == 3  # opened again: nothing to migrate
