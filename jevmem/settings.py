@@ -268,7 +268,7 @@ class Settings(BaseSettings):
                 continue
             if isinstance(value, SecretStr):
                 value = value.get_secret_value()
-            elif isinstance(value, dict):
+            elif isinstance(value, dict | list | tuple):
                 value = json.dumps(value)
             out[f"{ENV_PREFIX}{name.upper()}"] = str(value)
         return out

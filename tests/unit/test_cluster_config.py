@@ -4,6 +4,7 @@ files that never show in a repr, an error or a worker's logged settings."""
 
 from __future__ import annotations
 
+import os
 import ssl
 from pathlib import Path
 
@@ -104,6 +105,16 @@ def test_secrets_come_from_files_and_never_show(tmp_path: Path, monkeypatch: pyt
     env = settings.env()
     assert env["JEVMEM_KAFKA_SASL_PASSWORD"] == "hunter2-from-file"
     assert env["JEVMEM_KAFKA_SECURITY_PROTOCOL"] == "SASL_SSL"
+
+
+def test_the_environment_handed_to_workers_reads_back_as_the_same_settings(monkeypatch: pytest.MonkeyPatch) -> None:
+    settings = Settings(gc_thresholds=(50_000, 5, 20), kafka_retention_ms={"candidates": 86_400_000}, partitions=3)
+    env = settings.env()
+    for name in [k for k in os.environ if k.startswith("JEVMEM_")]:
+        monkeypatch.delenv(name)
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    assert Settings().model_dump(exclude={"params"}) == settings.model_dump(exclude={"params"})
 
 
 def test_an_unreadable_secret_file_is_a_clear_error(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
