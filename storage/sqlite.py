@@ -74,8 +74,8 @@ _NODES = """CREATE TABLE {name} (
   tenant TEXT NOT NULL, conv TEXT NOT NULL, id TEXT NOT NULL, event_id TEXT NOT NULL,
   seq INTEGER NOT NULL, kind TEXT NOT NULL, body BLOB NOT NULL, embedding BLOB,
   UNIQUE (tenant, conv, id))"""
-_NODE_INDEXES = """CREATE UNIQUE INDEX IF NOT EXISTS nodes_event ON nodes(tenant, conv, event_id);
-CREATE INDEX IF NOT EXISTS nodes_seq ON nodes(tenant, conv, seq);"""
+_NODE_INDEXES = ("CREATE UNIQUE INDEX IF NOT EXISTS nodes_event ON nodes(tenant, conv, event_id)",
+                 "CREATE INDEX IF NOT EXISTS nodes_seq ON nodes(tenant, conv, seq)")
 _NODE_COLUMNS = "tenant, conv, id, event_id, seq, kind, body, embedding"
 
 
@@ -86,7 +86,8 @@ def migrate_nodes(conn: sqlite3.Connection) -> int:
     cols = {r[1] for r in conn.execute("PRAGMA table_info(nodes)")}
     if not cols:
         conn.execute(_NODES.format(name="nodes"))
-        conn.executescript(_NODE_INDEXES)
+        for statement in _NODE_INDEXES:
+            conn.execute(statement)
         conn.execute("INSERT OR IGNORE INTO meta VALUES ('nodes', ?)", (NODE_LAYOUT,))
         return 0
     if "n" in cols:
@@ -104,9 +105,8 @@ def migrate_nodes(conn: sqlite3.Connection) -> int:
         moved = cur.rowcount
         conn.execute("DROP TABLE nodes")  # its indexes go with it
         conn.execute("ALTER TABLE nodes_v2 RENAME TO nodes")
-        for statement in _NODE_INDEXES.split(";"):
-            if statement.strip():
-                conn.execute(statement)
+        for statement in _NODE_INDEXES:
+            conn.execute(statement)
         conn.execute("INSERT OR REPLACE INTO meta VALUES ('nodes', ?)", (NODE_LAYOUT,))
     log.warning("node table rewritten: %d rows", moved)
     return moved
