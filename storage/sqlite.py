@@ -263,19 +263,11 @@ class SqliteNodeStore(Base):
             raise
 
     def _upsert(self, nodes: Sequence[MemoryNode]) -> None:
-        by_scope: dict[tuple[str, str], list[str]] = {}
-        for n in nodes:
-            by_scope.setdefault((n.tenant_id, n.conversation_id), []).append(n.id)
-        stored: set[tuple[str, str, str]] = set()
-        for (tenant, conv), ids in by_scope.items():
-            marks = ",".join("?" * len(ids))
-            stored.update((tenant, conv, r[0]) for r in self._conn.execute(
-                f"SELECT id FROM nodes WHERE tenant=? AND conv=? AND id IN ({marks})", (tenant, conv, *ids)))
+        """Every node is offered a fresh row key; a node already stored keeps its row (the upsert
+        updates it in place), so a rewrite leaves one unused slot in its conversation's block."""
         for n in nodes:
             emb = None if n.embedding is None else np.asarray(n.embedding, dtype=np.float32).tobytes()
-            key = (n.tenant_id, n.conversation_id, n.id)
-            row = None if key in stored else self._new_row(n.tenant_id, n.conversation_id)
-            stored.add(key)
+            row = self._new_row(n.tenant_id, n.conversation_id)
             self._conn.execute(
                 f"INSERT INTO nodes (n, {_NODE_COLUMNS}) VALUES (?,?,?,?,?,?,?,?,?) ON CONFLICT(tenant, conv, id) "
                 "DO UPDATE SET body=excluded.body, embedding=COALESCE(excluded.embedding, nodes.embedding), "
