@@ -100,14 +100,18 @@ def _state(admin: kafka_admin.AdminClient, meta: TopicMetadata) -> TopicState:
     return TopicState(name, len(meta.partitions), replicas, isr)
 
 
-#: Errors the protocol defines as retriable that librdkafka does not flag so: a new leader whose
-#: high watermark has not caught up with its followers yet (just after a broker was lost).
-_TRANSIENT = {KafkaError.OFFSET_NOT_AVAILABLE, KafkaError.LEADER_NOT_AVAILABLE, KafkaError.NOT_LEADER_FOR_PARTITION}
+#: Errors that mean "ask again after a metadata refresh" which librdkafka does not flag retriable:
+#: a new leader whose high watermark has not caught up with its followers yet (just after a broker
+#: was lost), and a request that was in flight to a broker the cluster's metadata no longer lists
+#: (librdkafka decommissions that broker's handle and fails its requests with _DESTROY_BROKER).
+_TRANSIENT = {KafkaError.OFFSET_NOT_AVAILABLE, KafkaError.LEADER_NOT_AVAILABLE, KafkaError.NOT_LEADER_FOR_PARTITION,
+              KafkaError._DESTROY_BROKER}
 
 
 def watermarks(consumer: Consumer, tp: TopicPartition, attempts: int = 20) -> tuple[int, int]:
     """The partition's low and high offsets. A retriable error (the leader moved: a broker was
-    lost or restarted; or the new leader's high watermark is not caught up yet) is asked again
+    lost or restarted; the new leader's high watermark is not caught up yet; the broker asked was
+    dropped from the cluster's metadata while the request was in flight) is asked again
     after the client refreshed its metadata, as the protocol expects of a client, for at most
     ``attempts`` half-second waits."""
     for attempt in range(attempts):
@@ -118,6 +122,7 @@ def watermarks(consumer: Consumer, tp: TopicPartition, attempts: int = 20) -> tu
             err = exc.args[0]
             if attempt + 1 == attempts or not (err.retriable() or err.code() in _TRANSIENT):
                 raise
+            log.info("watermarks of %s [%d]: %s; asking again", tp.topic, tp.partition, err.str())
             consumer.list_topics(tp.topic, timeout=ADMIN_TIMEOUT_S)  # refreshes the leaders
             time.sleep(0.5)
     raise AssertionError("unreachable")

@@ -68,6 +68,7 @@ class ObservationProducer:
         self._kafka = KafkaClient.of(kafka)
         self.keyring = keyring
         self._fatal: KafkaError | None = None
+        self._closed = False
         self._producer = Producer(producer_config(self._kafka, error_cb=self._on_error, **config))
         spec = topics(prefix)
         self.topic = spec["observations"].name
@@ -200,9 +201,19 @@ class ObservationProducer:
 
     async def close(self) -> None:
         """Wait for what is queued (at most the acknowledgement timeout; nothing when the
-        connection proved wrong), then drop the rest."""
-        if await asyncio.to_thread(self._drain):
-            self._producer.purge()
+        connection proved wrong), drop the rest and release the client: its connections and
+        threads end here, not whenever the object is collected (a client with refused
+        credentials would otherwise go on retrying them). Calling it again does nothing."""
+        if self._closed:
+            return
+        self._closed = True
+
+        def shut() -> None:
+            if self._drain():
+                self._producer.purge()
+            self._producer.close()
+
+        await asyncio.to_thread(shut)
 
 
 def _trace_headers() -> list[tuple[str, str | bytes | None]] | None:

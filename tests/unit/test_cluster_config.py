@@ -164,5 +164,10 @@ def test_watermarks_wait_for_a_new_leader_whose_high_watermark_is_not_caught_up(
     c = Consumer(2)
     assert kafka_admin.watermarks(c, TopicPartition("t", 0)) == (0, 42)  # type: ignore[arg-type]
     assert c.refreshed == 2
+    # the request was in flight to a broker that left the cluster's metadata: librdkafka destroys
+    # that broker's handle and fails the request locally; the leader is elsewhere now
+    c = Consumer(1, KafkaError._DESTROY_BROKER)
+    assert kafka_admin.watermarks(c, TopicPartition("t", 0)) == (0, 42)  # type: ignore[arg-type]
+    assert c.refreshed == 1
     with pytest.raises(KafkaException):  # not transient: raised at once
         kafka_admin.watermarks(Consumer(1, KafkaError.TOPIC_AUTHORIZATION_FAILED), TopicPartition("t", 0))  # type: ignore[arg-type]
