@@ -491,8 +491,8 @@ class RetrievalController:
     async def _superseding(self, scope: Scope, ids: Sequence[str]) -> dict[str, list[str]]:
         """For each of ``ids`` made obsolete by a newer memory: the newer memories' contents."""
         wanted, limit = set(ids), 100 * len(ids) + 100
-        found = await self.edges.neighbours(scope, ids, ["temporal"], limit)
-        edges = [e for e in found if e.label == "supersedes" and e.target in wanted]
+        found = await self.edges.labelled(scope, ids, ["temporal"], limit, "supersedes")
+        edges = [e for e in found if e.target in wanted]
         if not edges:
             return {}
         by_id = {n.id: n.content for n in await self.nodes.get(scope, sorted({e.source for e in edges}))}

@@ -693,6 +693,10 @@ class ElasticEdgeStore(_Elastic):
         hits = await self._hits(index, query, [{"probability": "desc"}, {"id": "asc"}], ["body"], limit)
         return [EdgeEvent.model_validate(orjson.loads(h["_source"]["body"])) for h in hits]
 
+    async def labelled(self, scope: Scope, node_ids: Sequence[str], views: Sequence[View], limit: int,
+                       label: str) -> list[EdgeEvent]:
+        return [e for e in await self.neighbours(scope, node_ids, views, limit) if e.label == label]
+
     async def scan(self, scope: Scope) -> list[EdgeEvent]:
         """All edges of the scope by id."""
         index = await self._ensure("edges", _EDGES)

@@ -125,6 +125,10 @@ class MemoryEdgeStore:
         found.sort(key=lambda e: (-e.probability, e.id))
         return found[:limit] if limit >= 0 else found
 
+    async def labelled(self, scope: Scope, node_ids: Sequence[str], views: Sequence[View], limit: int,
+                       label: str) -> list[EdgeEvent]:
+        return [e for e in await self.neighbours(scope, node_ids, views, limit) if e.label == label]
+
     async def scan(self, scope: Scope) -> list[EdgeEvent]:
         return sorted(self._edges.get(scope, {}).values(), key=lambda e: e.id)
 

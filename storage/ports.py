@@ -176,6 +176,12 @@ class EdgeReader(Protocol):
         """Edges of ``views`` touching any of ``node_ids`` (either end), strongest first."""
         ...
 
+    async def labelled(self, scope: Scope, node_ids: Sequence[str], views: Sequence[View], limit: int,
+                       label: str) -> list[EdgeEvent]:
+        """The edges of :meth:`neighbours` (same arguments) labelled ``label``, in its order (the
+        limit counts every edge, as there); a store may skip decoding the others."""
+        ...
+
 
 class EdgeStore(EdgeReader, Protocol):
     async def upsert(self, edges: Sequence[EdgeEvent]) -> None: ...

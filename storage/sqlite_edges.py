@@ -2,7 +2,8 @@
 
 Layout (``edges``, ``WITHOUT ROWID``): clustered by ``(tenant, conv, source, view, id)``, so a
 conversation's edges are contiguous and the edges leaving a node are one range; one secondary
-index by ``(tenant, conv, target, view)``. Node and edge ids in UUID form are stored as their 16
+index by ``(tenant, conv, target, view)`` that also holds every other column read, so incoming
+edges are read from the index alone. Node and edge ids in UUID form are stored as their 16
 bytes (:func:`key`), any other id as text, and read back as the same string (:func:`unkey`).
 An edge's id determines its source and view (ids are derived from them), so the clustered key
 is unique per edge and an upsert by it rewrites the same edge. Decision bodies are JSON,
@@ -35,7 +36,12 @@ _TABLE = """CREATE TABLE IF NOT EXISTS {name} (
   target BLOB NOT NULL, probability REAL NOT NULL, label TEXT NOT NULL,
   directed INTEGER NOT NULL, by_rule INTEGER NOT NULL, version INTEGER NOT NULL,
   PRIMARY KEY (tenant, conv, source, view, id)) WITHOUT ROWID"""
-_INDEX = "CREATE INDEX IF NOT EXISTS edges_by_target ON edges(tenant, conv, target, view)"
+#: Edges by target, covering every column an edge is read with: a neighbourhood's incoming edges
+#: are answered from the index alone (without it, each one was a second descent of the table).
+_INDEX = ("CREATE INDEX IF NOT EXISTS edges_to ON edges(tenant, conv, target, view, probability, label, directed, "
+          "by_rule, version)")
+#: The target index of earlier stores (not covering), replaced by :data:`_INDEX` when opened.
+_OLD_INDEX = "edges_by_target"
 #: The columns an edge is stored and read back as (:func:`_row`, :func:`_edge_of`).
 _COLUMNS = "tenant, conv, source, view, id, target, probability, label, directed, by_rule, version"
 
@@ -70,7 +76,13 @@ def migrate_edges(conn: sqlite3.Connection) -> int:
     id. Returns the number of edges moved (0 when the store was current or new)."""
     cols = _columns(conn, "edges")
     if cols.get("id") == "BLOB":
-        conn.execute(_INDEX)
+        if conn.execute("SELECT 1 FROM sqlite_master WHERE type='index' AND name=?", (_OLD_INDEX,)).fetchone():
+            log.warning("replacing the edges' target index with a covering one (once; a few seconds per million edges)")
+            with transaction(conn):
+                conn.execute(_INDEX)
+                conn.execute(f"DROP INDEX {_OLD_INDEX}")
+        else:
+            conn.execute(_INDEX)
         return 0
     if not cols:
         conn.execute(_TABLE.format(name="edges"))
@@ -256,13 +268,14 @@ class SqliteEdgeStore(Base):
     @translated
     async def labelled(self, scope: Scope, node_ids: Sequence[str], views: Sequence[View], limit: int,
                        label: str) -> list[EdgeEvent]:
-        """The edges of :meth:`neighbours` (same arguments) labelled ``label``, in its order; from
-        the index, only those are ranked and decoded (when all candidates fit in ``limit``)."""
+        """The edges of :meth:`neighbours` (same arguments) labelled ``label``, in its order; only
+        those are decoded (and from the index, only those are ranked when all candidates fit in
+        ``limit``)."""
         if not node_ids or not views:
             return []
         adj = self._index(scope)
         if adj is None or adj.rows is None:
-            return [e for e in await self.neighbours(scope, node_ids, views, limit) if e.label == label]
+            return self._decoded(scope, [r for r in self._sql_ranked(scope, node_ids, views, limit) if r[5] == label])
         found, rows = self._found(adj, node_ids, views), adj.rows
         if 0 <= limit < len(found):  # the limit cuts: rank everything first, as neighbours does
             ranked = [eid for _, eid in sorted(found)][:limit]

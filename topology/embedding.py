@@ -159,9 +159,11 @@ class OnnxEmbedder:
             return ort.InferenceSession(str(paths["model"]), opts, providers=["CPUExecutionProvider"])
 
         self._sessions = [session(1) for _ in range(max(1, sessions))]
-        # a question is one short text on the query path's critical path: one session whose
-        # operators use every core
-        self._query_session = session(max(1, sessions))
+        # a question is one short text on the query path's critical path: a session of its own,
+        # so a query never waits for a write batch holding the batch sessions. Single-threaded:
+        # on a text this short, splitting each operator over two threads cost more in
+        # synchronisation than it saved (docs/benchmarks.md, "Query latency at 100,000 turns")
+        self._query_session = session(1)
         self._query_lock = threading.Lock()
         self._inputs = {i.name for i in self._sessions[0].get_inputs()}
         outs = self._sessions[0].get_outputs()
@@ -203,9 +205,9 @@ class OnnxEmbedder:
         return self._run([self.spec.passage_prefix + t for t in texts])
 
     def embed_query(self, texts: Sequence[str]) -> list[list[float]]:
-        """Questions; one question runs on the multi-threaded query session (the same vector as
-        a single-threaded run: a unit test compares them), so a query does not wait for a write
-        batch holding the batch sessions."""
+        """Questions; one question runs on the query session (the same vector as in a batch: a
+        unit test compares them), so a query does not wait for a write batch holding the batch
+        sessions."""
         if len(texts) != 1:
             return self._run([self.spec.query_prefix + t for t in texts])
         ids = self._tok.encode(self.spec.query_prefix + texts[0], add_special_tokens=True).ids

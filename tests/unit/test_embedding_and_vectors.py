@@ -33,7 +33,7 @@ def test_vectors_do_not_depend_on_the_batch(model_embedder: Embedder) -> None:
     assert np.allclose(np.linalg.norm(v, axis=1), 1.0, atol=1e-5)
     # asymmetric model: a question is embedded as a query, not as a passage
     assert model_embedder.embed_query(["Where does Ana live?"]) != model_embedder.embed(["Where does Ana live?"])
-    # one question runs on the multi-threaded query session: the same vector as in a batch
+    # one question runs on the query session: the same vector as in a batch
     questions = ["Where does Ana live?", "Why did Ben pause his marathon training?", "What is the puppy's name?"]
     assert [model_embedder.embed_query([q])[0] for q in questions] == model_embedder.embed_query(questions)
 

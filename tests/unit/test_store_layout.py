@@ -55,7 +55,7 @@ async def test_edges_of_the_earlier_layout_are_migrated_on_open_and_read_the_sam
     assert "body" not in {r[1] for r in conn.execute("PRAGMA table_info(edges)")}
     assert "WITHOUT ROWID" in conn.execute("SELECT sql FROM sqlite_master WHERE name='edges'").fetchone()[0]
     assert {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE tbl_name='edges' AND type='index'")} == {
-        "edges_by_target"}
+        "edges_to"}
     got = await store.neighbours(SCOPE, ["n1"], ["semantic", "temporal"], 10)
     assert [e.id for e in got] == ["e1", "e0"]
     conn.close()
@@ -79,6 +79,31 @@ async def test_edges_of_the_text_id_layout_are_rewritten_with_binary_ids(tmp_pat
         ("blob", 16, "blob", "blob")]
     got = await store.neighbours(SCOPE, [edges[1].source], ["semantic", "temporal"], 10)
     assert got == sorted(edges[:2], key=lambda e: -e.probability)
+    conn.close()
+
+
+async def test_a_store_with_the_narrow_target_index_gets_the_covering_one_and_reads_incoming_edges_from_it(
+        tmp_path: Path) -> None:
+    db = tmp_path / "memory.sqlite3"
+    edges = _edges(stable_uuid)
+    conn = connect(db)
+    store = SqliteEdgeStore(conn)
+    await store.upsert(edges)
+    conn.execute("DROP INDEX edges_to")  # the layout before: target and view only
+    conn.execute("CREATE INDEX edges_by_target ON edges(tenant, conv, target, view)")
+    conn.commit()
+    conn.close()
+    conn = connect(db)
+    store = SqliteEdgeStore(conn)
+    assert {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE tbl_name='edges' AND type='index'")} == {
+        "edges_to"}
+    plan = " ".join(str(r) for r in conn.execute(
+        "EXPLAIN QUERY PLAN SELECT source, view, id, target, probability, label, directed, by_rule, version "
+        "FROM edges WHERE tenant=? AND conv=? AND target IN (?) AND view IN (?)", ("t1", "c1", b"x", "semantic")))
+    assert "COVERING INDEX edges_to" in plan
+    target = edges[0].target
+    got = await store.neighbours(SCOPE, [target], ["semantic", "temporal", "entity", "causal"], 10)
+    assert got == sorted([e for e in edges if target in (e.source, e.target)], key=lambda e: (-e.probability, e.id))
     conn.close()
 
 
