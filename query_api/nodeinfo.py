@@ -10,8 +10,9 @@ Contracts:
 * An entry is keyed by node id and valid only while the node's :func:`stamp` (every field the
   derivation reads, the embedding by its length and three of its values) is the one it was
   derived from: a rewritten node misses and is derived again, so a write or a forget never
-  leaves a stale entry in use. Entries do not hold the node (its embedding is a list of floats,
-  about 12 KB at 384 dimensions).
+  leaves a stale entry in use. Nodes are frozen, so the very object an entry was derived from
+  is valid without comparing stamps. Entries hold the node only weakly (its embedding is a
+  list of floats, about 12 KB at 384 dimensions).
 * Derived values equal what the controller computed inline before (same floats, same sets):
   the embedding row is ``topology.stages.candidates.matrix``'s row (zeros when missing).
 * Memory is bounded: at most ``max_entries`` entries; the oldest are dropped first.
@@ -19,6 +20,7 @@ Contracts:
 
 from __future__ import annotations
 
+import weakref
 from collections import OrderedDict
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -90,15 +92,17 @@ class NodeInfoCache:
     def __init__(self, dim: int, max_entries: int = MAX_ENTRIES) -> None:
         self.dim = dim
         self._max = max_entries
-        self._entries: OrderedDict[str, NodeInfo] = OrderedDict()
+        self._entries: OrderedDict[str, tuple[NodeInfo, weakref.ref[MemoryNode]]] = OrderedDict()
 
     def get(self, n: MemoryNode) -> NodeInfo:
         """The info of ``n``, derived now unless this version of it was seen before."""
-        info = self._entries.get(n.id)
-        if info is not None and info.stamp == stamp(n):
-            return info
+        entry = self._entries.get(n.id)
+        if entry is not None:
+            info, source = entry
+            if source() is n or info.stamp == stamp(n):
+                return info
         info = derive(n, self.dim)
-        self._entries[n.id] = info
+        self._entries[n.id] = (info, weakref.ref(n))
         self._entries.move_to_end(n.id)
         while len(self._entries) > self._max:
             self._entries.popitem(last=False)

@@ -199,7 +199,7 @@ def _recorded_model(conn: sqlite3.Connection, embedder: str) -> str:
 
 
 def _vec(blob: bytes | None) -> list[float] | None:
-    return None if blob is None else np.frombuffer(blob, dtype=np.float32).astype(float).tolist()
+    return None if blob is None else np.frombuffer(blob, dtype=np.float32).tolist()  # exact: float32 -> float
 
 
 def _packed_body(n: MemoryNode) -> bytes:
