@@ -85,17 +85,22 @@ def workload(n: int, conversations: int = 1000, tenants: int = 10, seed: int = 7
                           observed_at=start + timedelta(minutes=i))
 
 
+#: Conversations in flight at once unless told otherwise (``jevmem bench scale --active``).
+DEFAULT_ACTIVE = 20
+
+
 def _disk_mb(path: Path) -> float:
     """Allocated size (blocks, as ``du`` counts): the vector engine preallocates sparse files."""
     return round(sum(p.stat().st_blocks * 512 for p in path.rglob("*") if p.is_file()) / 2**20, 1)
 
 
 async def run_scale(settings: Settings, embedder: Embedder, n: int = 100_000, conversations: int = 1000,
-                    tenants: int = 10, queries: int = 200, active: int | None = None,
+                    tenants: int = 10, queries: int = 200, active: int | None = DEFAULT_ACTIVE,
                     progress: Callable[[int, int], None] | None = None,
                     data_dir: Path | None = None) -> dict[str, Any]:
     """Run the benchmark into a fresh temporary store, or into ``data_dir`` (which must be empty
-    or absent; the store is kept there, to query or inspect after the run)."""
+    or absent; the store is kept there, to query or inspect after the run). ``active`` defaults
+    to the command's :data:`DEFAULT_ACTIVE`; None puts every conversation in flight."""
     if data_dir is not None and data_dir.exists() and any(data_dir.iterdir()):
         raise ValueError(f"bench scale needs an empty directory, and {data_dir} is not empty")
     stream = workload(n, conversations, tenants, active=active)  # made as it is ingested: not held

@@ -612,7 +612,7 @@ def bench_scale(observations: Annotated[int, typer.Option(metavar="N", help="Syn
                 conversations: Annotated[int, typer.Option(metavar="N", help="Conversations.")] = 1000,
                 tenants: Annotated[int, typer.Option(metavar="N", help="Tenants.")] = 10,
                 active: Annotated[int, typer.Option(metavar="N", help="Conversations in flight at once (0: all of them).")
-                                  ] = 20,
+                                  ] = 20,  # bench_scale.DEFAULT_ACTIVE
                 data_dir: Annotated[Path | None, typer.Option(
                     "--data-dir", metavar="DIR", help="Build the store here and keep it (an empty directory); "
                                                       "default: a temporary one, removed after the run.")] = None,

@@ -83,7 +83,7 @@ async def scale_answers(store: Path, settings: Settings) -> str:
 
 
 async def main(argv: list[str]) -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     ap.add_argument("dev_dir", type=Path)
     ap.add_argument("--store", type=Path)
     args = ap.parse_args(argv)
