@@ -85,6 +85,18 @@ def workload(n: int, conversations: int = 1000, tenants: int = 10, seed: int = 7
                           observed_at=start + timedelta(minutes=i))
 
 
+def questions(n: int = 200, conversations: int = 1000, tenants: int = 10) -> list[tuple[Scope, str]]:
+    """The benchmark's ``n`` questions, each of a random conversation of the workload (seeded:
+    the same arguments give the same questions)."""
+    rng = random.Random(11)
+    asked = []
+    for _ in range(n):
+        c = rng.randrange(conversations)
+        asked.append((Scope(tenant_id=f"tenant-{c % tenants}", conversation_id=f"conv-{c}"),
+                      f"What did {rng.choice(_NAMES)} say about {rng.choice(_PLACES)}?"))
+    return asked
+
+
 #: Conversations in flight at once unless told otherwise (``jevmem bench scale --active``).
 DEFAULT_ACTIVE = 20
 
@@ -125,12 +137,7 @@ async def run_scale(settings: Settings, embedder: Embedder, n: int = 100_000, co
                 if progress:
                     progress(min(n, (k + 1) * tenth), n)
             total_s = time.perf_counter() - t_all
-            rng = random.Random(11)
-            asked = []
-            for _ in range(queries):
-                c = rng.randrange(conversations)
-                asked.append((Scope(tenant_id=f"tenant-{c % tenants}", conversation_id=f"conv-{c}"),
-                              f"What did {rng.choice(_NAMES)} say about {rng.choice(_PLACES)}?"))
+            asked = questions(queries, conversations, tenants)
             latencies: dict[str, list[float]] = {"cold": [], "warm": []}
             for kind in ("cold", "warm"):  # warm: the same queries again (caches hold them)
                 for scope, question in asked:

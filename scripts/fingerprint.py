@@ -16,7 +16,6 @@ import argparse
 import asyncio
 import hashlib
 import json
-import random
 import sys
 import tempfile
 from pathlib import Path
@@ -25,7 +24,7 @@ from typing import Any
 import orjson
 
 from jevmem import locomo
-from jevmem.bench_scale import _NAMES, _PLACES
+from jevmem.bench_scale import questions
 from jevmem.settings import Settings
 from jevmem.wiring import build_embedded
 from query_api.controller import Retrieval
@@ -70,13 +69,9 @@ async def scale_answers(store: Path, settings: Settings) -> str:
     conversations of 10 tenants) over a kept store."""
     mem = build_embedded(settings, data_dir=store)
     try:
-        rng = random.Random(11)
         h = hashlib.sha256()
-        for _ in range(200):
-            c = rng.randrange(1000)
-            scope = Scope(tenant_id=f"tenant-{c % 10}", conversation_id=f"conv-{c}")
-            h.update(_answer(await mem.controller.retrieve(
-                scope, f"What did {rng.choice(_NAMES)} say about {rng.choice(_PLACES)}?", top_k=10)))
+        for scope, question in questions():
+            h.update(_answer(await mem.controller.retrieve(scope, question, top_k=10)))
         return h.hexdigest()
     finally:
         await mem.close()

@@ -16,7 +16,6 @@ import argparse
 import asyncio
 import json
 import os
-import random
 import sys
 import time
 from pathlib import Path
@@ -24,10 +23,9 @@ from typing import Any
 
 from jevmem import collector
 from jevmem.bench import percentile
-from jevmem.bench_scale import _NAMES, _PLACES
+from jevmem.bench_scale import questions
 from jevmem.settings import Settings
 from jevmem.wiring import build_embedded
-from topology.schemas import Scope
 
 
 def drop_cached(directory: Path) -> None:
@@ -46,12 +44,7 @@ async def ask(directory: Path, conversations: int, tenants: int) -> dict[str, An
     collector.tune(settings.gc_thresholds)
     mem = build_embedded(settings, data_dir=directory)
     try:
-        rng = random.Random(11)
-        asked = []
-        for _ in range(200):
-            c = rng.randrange(conversations)
-            asked.append((Scope(tenant_id=f"tenant-{c % tenants}", conversation_id=f"conv-{c}"),
-                          f"What did {rng.choice(_NAMES)} say about {rng.choice(_PLACES)}?"))
+        asked = questions(200, conversations, tenants)
         out: dict[str, Any] = {}
         for kind in ("cold", "warm"):
             latencies: list[float] = []

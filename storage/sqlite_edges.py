@@ -78,11 +78,9 @@ def migrate_edges(conn: sqlite3.Connection) -> int:
     if cols.get("id") == "BLOB":
         if conn.execute("SELECT 1 FROM sqlite_master WHERE type='index' AND name=?", (_OLD_INDEX,)).fetchone():
             log.warning("replacing the edges' target index with a covering one (once; a few seconds per million edges)")
-            with transaction(conn):
-                conn.execute(_INDEX)
-                conn.execute(f"DROP INDEX {_OLD_INDEX}")
-        else:
+        with transaction(conn):
             conn.execute(_INDEX)
+            conn.execute(f"DROP INDEX IF EXISTS {_OLD_INDEX}")
         return 0
     if not cols:
         conn.execute(_TABLE.format(name="edges"))
