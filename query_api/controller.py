@@ -30,8 +30,8 @@ from pydantic import BaseModel
 from query_api import features as qf
 from query_api import formulas, scoring
 from query_api.features import DECIMALS, ScoreRow
-from query_api.nodeinfo import NodeInfoCache
-from storage.ports import EdgeReader, Hit, LexicalIndex, NodeReader, VectorSearch
+from query_api.nodeinfo import NodeInfo, NodeInfoCache, matrix
+from storage.ports import EdgeReader, Hit, LexicalIndex, NodeReader, NodeRows, VectorSearch
 from topology import text
 from topology.params import Params
 from topology.ports import Embedder
@@ -106,6 +106,8 @@ class Retrieval(BaseModel):
 @dataclass
 class _Cand:
     node: MemoryNode
+    #: the node's query-independent facts (its embedding row among them)
+    info: NodeInfo
     via: str
     p_g: float
     pi_e: float
@@ -213,6 +215,15 @@ class RetrievalController:
         self.recorder: Recorder | None = None
         #: query-independent facts about the nodes queries read (see :mod:`query_api.nodeinfo`)
         self.info = NodeInfoCache(embedder.dim)
+        #: the node store's matrix-row reads, where it has them (nodes then come without embeddings)
+        self._row_reader: NodeRows | None = nodes if isinstance(nodes, NodeRows) else None
+
+    async def _fetch(self, scope: Scope, ids: Sequence[str]) -> list[tuple[MemoryNode, NodeInfo]]:
+        """The scope's nodes ``ids`` (unknown ids skipped), each with its info."""
+        if self._row_reader is None:
+            return [(n, self.info.get(n)) for n in await self.nodes.get(scope, ids)]
+        nodes, rows = await self._row_reader.get_rows(scope, ids, self.info.dim)
+        return [(n, self.info.get(n, rows[j])) for j, n in enumerate(nodes)]
 
     async def anchors(self, scope: Scope, question: str, qvec: Sequence[float], pool: int) -> tuple[list[Hit], list[Hit]]:
         """(vector hits, lexical hits) of the scope for the question, best first."""
@@ -274,13 +285,13 @@ class RetrievalController:
         anchor_ids = formulas.fused_order(fused)[: min(p.anchors, p.limits.visited_nodes)]
         best = 2.0 / (p.rrf_kappa + 1)  # the fused score of an id first in both rankings
         st.anchor_strength = {i: fused[i] / best for i in anchor_ids}
-        nodes = await self.nodes.get(scope, anchor_ids)
-        cosines = self.info.rows(nodes) @ st.q
+        fetched = await self._fetch(scope, anchor_ids)
+        cosines = matrix([info for _, info in fetched], self.info.dim) @ st.q
         if len(cosines):
             st.cos_range = (float(cosines.min()), float(cosines.max()))
-        run.t_star = max((n.observed_at for n in nodes if n.observed_at), default=None)
-        for n in nodes:
-            st.pool[n.id] = _Cand(n, "anchor", 1.0, st.anchor_strength[n.id])
+        run.t_star = max((n.observed_at for n, _ in fetched if n.observed_at), default=None)
+        for n, info in fetched:
+            st.pool[n.id] = _Cand(n, info, "anchor", 1.0, st.anchor_strength[n.id])
             st.by_seq[n.seq] = st.pool[n.id]
         run.anchors = len(anchor_ids)
         run.timings["anchors"] = _ms(t1)
@@ -334,7 +345,7 @@ class RetrievalController:
         p = self.params
         strong = sum(1 for c in ranked if c.relevance >= 0.7)
         gain = run.rounds[-1].added / max(1, p.beam_width) if run.rounds else 1.0
-        top_info = [self.info.get(c.node) for c in ranked[:5]]
+        top_info = [c.info for c in ranked[:5]]
         state = AssessState(
             question=run.st.question, round=rnd - 1,
             best_relevance=round(max((c.relevance for c in ranked), default=0.0), 6),
@@ -373,8 +384,8 @@ class RetrievalController:
                 if v > want.get(other, -1.0):
                     want[other], prob[other] = v, e.probability
             chosen = sorted(want, key=lambda i: (-want[i], i))[: min(run.remaining[view], room)]
-            for n in await self.nodes.get(scope, chosen):
-                added.append(_Cand(n, view, st.route[view], prob[n.id]))
+            for n, info in await self._fetch(scope, chosen):
+                added.append(_Cand(n, info, view, st.route[view], prob[n.id]))
             run.remaining[view] -= len(chosen)
         return added, seen_edges
 
@@ -397,11 +408,12 @@ class RetrievalController:
                         examined_edges=run.examined, timings_ms={k_: round(v, 3) for k_, v in run.timings.items()}),
         )
 
-    def _static(self, st: _QueryState, n: MemoryNode) -> _Static:
-        """The features of ``n`` that depend only on the node and the query (computed once a
+    @staticmethod
+    def _static(st: _QueryState, c: _Cand) -> _Static:
+        """The features of ``c`` that depend only on the node and the query (computed once a
         query, after its ``cos_in_pool`` is set)."""
-        info = self.info.get(n)
-        route, nid = st.route, n.id
+        info = c.info
+        route, nid = st.route, c.node.id
         head = {
             "cosine_in_pool": st.cos_in_pool.get(nid, 0.0),
             "lexical": len(st.qtokens & info.tokens) / len(st.qtokens) if st.qtokens else 0.0,
@@ -416,7 +428,8 @@ class RetrievalController:
         return _Static(head=tuple(qf.rounded(k, head[k]) for k in STATIC_HEAD),
                        is_question=1.0 if info.is_question else 0.0, length=info.length)
 
-    def _reply(self, st: _QueryState, n: MemoryNode) -> float:
+    @staticmethod
+    def _reply(st: _QueryState, n: MemoryNode) -> float:
         """reply_to_match: a reply to a question turn that matches the query often holds the
         answer. Final once the previous turn is in the pool (``by_seq`` entries never change)."""
         got = st.reply.get(n.id)
@@ -426,7 +439,7 @@ class RetrievalController:
         if prev is None:
             return 0.0
         reply = 0.0
-        if self.info.get(prev.node).is_question and prev.node.speaker != n.speaker:
+        if prev.info.is_question and prev.node.speaker != n.speaker:
             reply = max(st.anchor_strength.get(prev.node.id, 0.0), st.bm25.get(prev.node.id, 0.0))
         st.reply[n.id] = reply = round(reply, 6)
         return reply
@@ -437,9 +450,10 @@ class RetrievalController:
         ``support``)."""
         ranked = sorted(st.pool.values(), key=lambda c: -c.score)[:6]
         rid = {e.node.id: j for j, e in enumerate(ranked)}
-        m = self.info.rows([c.node for c in cands])
+        dim = self.info.dim
+        m = matrix([c.info for c in cands], dim)
         z = (m @ st.q).tolist()
-        sim = (m @ self.info.rows([e.node for e in ranked]).T).tolist()
+        sim = (m @ matrix([e.info for e in ranked], dim).T).tolist()
         lo, hi = st.cos_range
         for i, c in enumerate(cands):
             st.cos_in_pool.setdefault(c.node.id, (z[i] - lo) / max(1e-6, hi - lo))
@@ -453,7 +467,7 @@ class RetrievalController:
             nid = n.id
             stat = st.static.get(nid)
             if stat is None:
-                stat = st.static[nid] = self._static(st, n)
+                stat = st.static[nid] = self._static(st, c)
             sims = sim[i]
             j = rid.get(nid)
             if j is not None:
@@ -495,7 +509,7 @@ class RetrievalController:
         edges = [e for e in found if e.target in wanted]
         if not edges:
             return {}
-        by_id = {n.id: n.content for n in await self.nodes.get(scope, sorted({e.source for e in edges}))}
+        by_id = {n.id: n.content for n, _ in await self._fetch(scope, sorted({e.source for e in edges}))}
         out: dict[str, list[str]] = {}
         for e in edges:
             if e.source in by_id:

@@ -7,12 +7,15 @@ derives these once per version of a node and reuses them.
 
 Contracts:
 
+* A node comes with its embedding (``MemoryNode.embedding``) or without it and with its
+  embedding row given apart (``get(node, row)``: what :class:`storage.ports.NodeRows` reads);
+  the row is the same either way.
 * An entry is keyed by node id and valid only while the node's :func:`stamp` (every field the
   derivation reads, the embedding by its length and three of its values) is the one it was
   derived from: a rewritten node misses and is derived again, so a write or a forget never
   leaves a stale entry in use. Nodes are frozen, so the very object an entry was derived from
-  is valid without comparing stamps. Entries hold the node only weakly (its embedding is a
-  list of floats, about 12 KB at 384 dimensions).
+  is valid without comparing stamps (a row given apart is then the one it was derived with).
+  Entries hold the node only weakly (with its embedding, a list of floats, about 12 KB).
 * Derived values equal what the controller computed inline before (same floats, same sets):
   the embedding row is ``topology.stages.candidates.matrix``'s row (zeros when missing).
 * Memory is bounded: at most ``max_entries`` entries; the oldest are dropped first.
@@ -20,6 +23,7 @@ Contracts:
 
 from __future__ import annotations
 
+import functools
 import weakref
 from collections import OrderedDict
 from collections.abc import Sequence
@@ -41,9 +45,8 @@ class NodeInfo:
     """What the read path needs of one node, whatever the question.
 
     ``names``: lowercase entity names, the speaker, and every raw word of the content (a question
-    name matches a node when it is any of these); ``content_tokens``: the set of
-    :func:`topology.text.tokens` of the content (negation mix); ``dates``: the grounded dates
-    (temporal reference starts, then ends, then the event time)."""
+    name matches a node when it is any of these); ``dates``: the grounded dates (temporal
+    reference starts, then ends, then the event time)."""
 
     stamp: tuple[object, ...]
     content: str
@@ -57,33 +60,46 @@ class NodeInfo:
     has_temporal: bool
     dates: tuple[date, ...]
     length: float
-    content_tokens: frozenset[str]
+
+    @functools.cached_property
+    def content_tokens(self) -> frozenset[str]:
+        """The set of :func:`topology.text.tokens` of the content (the negation mix reads it for
+        the few best candidates only, so it is derived on first use)."""
+        return frozenset(text.tokens(self.content))
 
 
-def stamp(n: MemoryNode) -> tuple[object, ...]:
-    """What :func:`derive` reads of ``n``: two nodes with equal stamps give equal infos."""
+def stamp(n: MemoryNode, row: np.ndarray | None = None) -> tuple[object, ...]:
+    """What :func:`derive` reads of ``n`` (``row``: its embedding when given apart): two nodes
+    with equal stamps give equal infos."""
     e = n.embedding
-    emb = (len(e), e[0], e[len(e) // 2], e[-1]) if e else None
+    if e:
+        emb: tuple[object, ...] | None = (len(e), e[0], e[len(e) // 2], e[-1])
+    elif row is not None and row.any():
+        emb = (len(row), float(row[0]), float(row[len(row) // 2]), float(row[-1]))
+    else:
+        emb = None
     return (n.content, n.speaker, n.event_time, tuple(n.tokens), tuple(x.id for x in n.entities),
             tuple(n.temporal_refs), emb)
 
 
-def derive(n: MemoryNode, dim: int) -> NodeInfo:
-    """The :class:`NodeInfo` of ``n`` (embedding rows of width ``dim``)."""
-    row = np.zeros(dim, dtype=np.float32)  # embeddings are float32-exact: rows() gives them as float64
+def derive(n: MemoryNode, dim: int, row: np.ndarray | None = None) -> NodeInfo:
+    """The :class:`NodeInfo` of ``n`` (embedding rows of width ``dim``; ``row``: the embedding of
+    a node read without it, float32)."""
+    # embeddings are float32-exact: rows() gives them as float64
     if n.embedding:
-        row[:] = n.embedding
+        row = np.array(n.embedding, dtype=np.float32)
+    elif row is None:
+        row = np.zeros(dim, dtype=np.float32)
     names = {e.name.lower() for e in n.entities} | ({n.speaker.lower()} if n.speaker else set())
     names |= set(text.tokens_raw(n.content))
     dates = [r.start for r in n.temporal_refs] + [r.end for r in n.temporal_refs]
     if n.event_time is not None:
         dates.append(n.event_time)
     return NodeInfo(
-        stamp=stamp(n), content=n.content, row=row, tokens=frozenset(n.tokens), names=frozenset(names),
+        stamp=stamp(n, row), content=n.content, row=row, tokens=frozenset(n.tokens), names=frozenset(names),
         speaker=n.speaker.lower() if n.speaker else None, causal=bool(CAUSE_ANSWER.search(n.content)),
         is_question=n.content.rstrip().endswith("?"), negated=bool(NEGATION.search(n.content)),
-        has_temporal=bool(n.temporal_refs), dates=tuple(dates), length=min(1.0, len(n.tokens) / 30),
-        content_tokens=frozenset(text.tokens(n.content)))
+        has_temporal=bool(n.temporal_refs), dates=tuple(dates), length=min(1.0, len(n.tokens) / 30))
 
 
 class NodeInfoCache:
@@ -94,14 +110,15 @@ class NodeInfoCache:
         self._max = max_entries
         self._entries: OrderedDict[str, tuple[NodeInfo, weakref.ref[MemoryNode]]] = OrderedDict()
 
-    def get(self, n: MemoryNode) -> NodeInfo:
-        """The info of ``n``, derived now unless this version of it was seen before."""
+    def get(self, n: MemoryNode, row: np.ndarray | None = None) -> NodeInfo:
+        """The info of ``n`` (``row``: its float32 embedding when ``n`` comes without it), derived
+        now unless this version of it was seen before."""
         entry = self._entries.get(n.id)
         if entry is not None:
             info, source = entry
-            if source() is n or info.stamp == stamp(n):
+            if source() is n or info.stamp == stamp(n, row):
                 return info
-        info = derive(n, self.dim)
+        info = derive(n, self.dim, row)
         self._entries[n.id] = (info, weakref.ref(n))
         self._entries.move_to_end(n.id)
         while len(self._entries) > self._max:
@@ -110,9 +127,14 @@ class NodeInfoCache:
 
     def rows(self, nodes: Sequence[MemoryNode]) -> np.ndarray:
         """The nodes' embedding rows as one C-ordered float64 matrix (``matrix`` of their embeddings)."""
-        if not nodes:
-            return np.zeros((0, self.dim), dtype=np.float64)
-        return np.array([self.get(n).row for n in nodes], dtype=np.float64)
+        return matrix([self.get(n) for n in nodes], self.dim)
 
     def __len__(self) -> int:
         return len(self._entries)
+
+
+def matrix(infos: Sequence[NodeInfo], dim: int) -> np.ndarray:
+    """The infos' embedding rows as one C-ordered float64 matrix."""
+    if not infos:
+        return np.zeros((0, dim), dtype=np.float64)
+    return np.array([i.row for i in infos], dtype=np.float64)

@@ -17,7 +17,9 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Protocol, runtime_checkable
+
+import numpy as np
 
 from topology.schemas import ConsolidationDecision, DeadLetter, EdgeEvent, MemoryNode, Scope, View
 
@@ -88,12 +90,24 @@ class NodeReader(Protocol):
         """Nodes (with embeddings) in the order of ``ids``; unknown ids are skipped."""
         ...
 
-    async def scan(self, scope: Scope) -> list[MemoryNode]:
-        """All nodes of the scope by seq (without embeddings)."""
+    async def scan(self, scope: Scope, embeddings: bool = False) -> list[MemoryNode]:
+        """All nodes of the scope by seq, without their embeddings unless ``embeddings``."""
         ...
 
     async def forgotten(self, scope: Scope) -> dict[str, int]:
         """event_id -> seq of the scope's forgotten observations."""
+        ...
+
+
+@runtime_checkable
+class NodeRows(Protocol):
+    """A node store that can read nodes without building their embeddings as Python lists: the
+    read path needs an embedding only as a matrix row (optional; the embedded store has it)."""
+
+    async def get_rows(self, scope: Scope, ids: Sequence[str], dim: int) -> tuple[list[MemoryNode], np.ndarray]:
+        """The nodes :meth:`NodeReader.get` gives for ``ids`` (same order), without embeddings,
+        and a float32 ``(len(nodes), dim)`` matrix whose row ``j`` is node ``j``'s embedding
+        (zeros for a node without one of width ``dim``)."""
         ...
 
 

@@ -190,11 +190,10 @@ class ScopeCache:
         fut: asyncio.Future[_Conversation] = asyncio.get_running_loop().create_future()
         self._loading[scope] = fut
         try:
-            listed = await self._store.scan(scope)
+            listed = await self._store.scan(scope, embeddings=True)
             conv = _Conversation(forgotten=await self._store.forgotten(scope))
-            for i in range(0, len(listed), 500):
-                for n in await self._store.get(scope, [m.id for m in listed[i: i + 500]]):
-                    conv.add(n)
+            for n in listed:
+                conv.add(n)
             self._convs[scope] = conv
             self._size += len(conv.nodes)
             self._evict()

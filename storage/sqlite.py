@@ -212,20 +212,25 @@ def _body(raw: bytes) -> bytes:
     return raw if raw[:1] == b"{" else zlib.decompress(raw)
 
 
-#: Decoded nodes kept in memory (about 13 KB each with the embedding as floats): queries fetch the
-#: same nodes again and again (a query reads at most ``limits.visited_nodes``).
+#: Decoded nodes kept in memory (each without its embedding, plus the embedding's float32 bytes:
+#: about 4 KB): queries fetch the same nodes again and again (a query reads at most
+#: ``limits.visited_nodes``).
 NODE_CACHE = 2048
+
+#: A cached node: the node without its embedding, and the embedding as stored (float32 bytes).
+_Cached = tuple[MemoryNode, bytes | None]
 
 
 class SqliteNodeStore(Base):
     """Canonical nodes (JSON body + float32 embedding) and an entity posting table.
 
-    ``get`` keeps an LRU of decoded nodes; this store is its database's only writer of nodes,
-    and an upsert drops the nodes it rewrites from the cache, so the cache never serves stale data."""
+    ``get`` and ``get_rows`` keep an LRU of decoded nodes; this store is its database's only
+    writer of nodes, and an upsert or a delete drops the nodes it rewrites from the cache, so the
+    cache never serves stale data."""
 
     def __init__(self, conn: sqlite3.Connection, lock: DirLock | None = None) -> None:
         super().__init__(conn, lock)
-        self._cache: OrderedDict[str, MemoryNode] = OrderedDict()
+        self._cache: OrderedDict[str, _Cached] = OrderedDict()
         #: (tenant, conversation) -> (its next free row key, its block's last; see :data:`NODE_LAYOUT`)
         self._next_row: dict[tuple[str, str], tuple[int, int]] = {}
 
@@ -277,16 +282,16 @@ class SqliteNodeStore(Base):
                 "INSERT OR IGNORE INTO node_entities VALUES (?,?,?,?,?)",
                 [(n.tenant_id, n.conversation_id, e.id, n.id, n.seq) for e in n.entities])
 
-    @translated
-    async def get(self, scope: Scope, ids: Sequence[str]) -> list[MemoryNode]:
+    def _read(self, scope: Scope, ids: Sequence[str]) -> list[_Cached]:
+        """The cached form of the scope's nodes ``ids``, in order, unknown ids skipped (through the LRU)."""
         if not ids:
             return []
         cache = self._cache
-        found: dict[str, MemoryNode] = {}
+        found: dict[str, _Cached] = {}
         for i in ids:
-            n = cache.get(i)
-            if n is not None and n.tenant_id == scope.tenant_id and n.conversation_id == scope.conversation_id:
-                found[i] = n
+            got = cache.get(i)
+            if got is not None and got[0].tenant_id == scope.tenant_id and got[0].conversation_id == scope.conversation_id:
+                found[i] = got
                 cache.move_to_end(i)
         missing = [i for i in dict.fromkeys(ids) if i not in found]
         if missing:
@@ -294,14 +299,24 @@ class SqliteNodeStore(Base):
             rows = self._conn.execute(
                 f"SELECT id, body, embedding FROM nodes WHERE tenant=? AND conv=? AND id IN ({marks})",
                 (scope.tenant_id, scope.conversation_id, *missing)).fetchall()
-            for r in rows:
-                fields = orjson.loads(_body(r[1]))
-                if r[2] is not None:
-                    fields["embedding"] = _vec(r[2])
-                found[r[0]] = cache[r[0]] = MemoryNode.model_validate(fields)
+            for nid, body, emb in rows:
+                found[nid] = cache[nid] = (MemoryNode.model_validate_json(_body(body)), emb)
             while len(cache) > NODE_CACHE:
                 cache.popitem(last=False)
         return [found[i] for i in ids if i in found]
+
+    @translated
+    async def get(self, scope: Scope, ids: Sequence[str]) -> list[MemoryNode]:
+        return [n if emb is None else n.model_copy(update={"embedding": _vec(emb)}) for n, emb in self._read(scope, ids)]
+
+    @translated
+    async def get_rows(self, scope: Scope, ids: Sequence[str], dim: int) -> tuple[list[MemoryNode], np.ndarray]:
+        got = self._read(scope, ids)
+        rows = np.zeros((len(got), dim), dtype=np.float32)
+        for j, (_, emb) in enumerate(got):
+            if emb is not None and len(emb) == 4 * dim:
+                rows[j] = np.frombuffer(emb, dtype=np.float32)
+        return [n for n, _ in got], rows
 
     @translated
     async def seqs(self, scope: Scope, event_ids: Sequence[str]) -> dict[str, int]:
@@ -335,11 +350,21 @@ class SqliteNodeStore(Base):
         return [int(r[0]) for r in rows]
 
     @translated
-    async def scan(self, scope: Scope) -> list[MemoryNode]:
-        rows = self._conn.execute(
-            "SELECT body FROM nodes WHERE tenant=? AND conv=? ORDER BY seq, id",
-            (scope.tenant_id, scope.conversation_id)).fetchall()
-        return [MemoryNode.model_validate_json(_body(r[0])) for r in rows]
+    async def scan(self, scope: Scope, embeddings: bool = False) -> list[MemoryNode]:
+        """The scope's nodes by seq; read past the LRU of :meth:`get` (a scan would flush it)."""
+        if not embeddings:
+            rows = self._conn.execute("SELECT body FROM nodes WHERE tenant=? AND conv=? ORDER BY seq, id",
+                                      (scope.tenant_id, scope.conversation_id)).fetchall()
+            return [MemoryNode.model_validate_json(_body(r[0])) for r in rows]
+        out = []
+        for body, emb in self._conn.execute(
+                "SELECT body, embedding FROM nodes WHERE tenant=? AND conv=? ORDER BY seq, id",
+                (scope.tenant_id, scope.conversation_id)):
+            fields = orjson.loads(_body(body))
+            if emb is not None:
+                fields["embedding"] = _vec(emb)
+            out.append(MemoryNode.model_validate(fields))
+        return out
 
     @translated
     async def conversations(self, tenant_id: str) -> list[tuple[str, int]]:
@@ -366,7 +391,7 @@ class SqliteNodeStore(Base):
         return [r[0] for r in rows]
 
     def _drop_cached(self, scope: Scope) -> None:
-        for nid in [i for i, n in self._cache.items()
+        for nid in [i for i, (n, _) in self._cache.items()
                     if n.tenant_id == scope.tenant_id and n.conversation_id == scope.conversation_id]:
             del self._cache[nid]
 

@@ -13,6 +13,7 @@ zlib-compressed. A store of an earlier layout is rewritten into this one when op
 
 from __future__ import annotations
 
+import functools
 import logging
 import sqlite3
 import zlib
@@ -64,6 +65,11 @@ def unkey(v: bytes | str) -> str:
         h = v.hex()
         return f"{h[:8]}-{h[8:12]}-{h[12:16]}-{h[16:20]}-{h[20:]}"
     return v
+
+
+#: :func:`unkey` of node ids (an edge's endpoints): a neighbourhood names the same few nodes in
+#: many edges, so their strings are made once.
+_node_id = functools.lru_cache(maxsize=1 << 16)(unkey)
 
 
 def _columns(conn: sqlite3.Connection, table: str) -> dict[str, str]:
@@ -124,8 +130,8 @@ _Row = tuple[Any, ...]
 def _edge_of(scope: Scope, r: _Row) -> EdgeEvent:
     """The edge of a stored row (validating a dict is the fastest way pydantic builds one)."""
     return EdgeEvent.model_validate({
-        "tenant_id": scope.tenant_id, "conversation_id": scope.conversation_id, "source": unkey(r[0]),
-        "view": r[1], "id": unkey(r[2]), "target": unkey(r[3]), "probability": r[4], "label": r[5],
+        "tenant_id": scope.tenant_id, "conversation_id": scope.conversation_id, "source": _node_id(r[0]),
+        "view": r[1], "id": unkey(r[2]), "target": _node_id(r[3]), "probability": r[4], "label": r[5],
         "direction": "directed" if r[6] else "undirected", "created_by": "rule" if r[7] else "system_one",
         "schema_version": r[8]})
 

@@ -130,6 +130,7 @@ async def test_node_bodies_are_compressed_and_bodies_written_before_are_read(tmp
     fresh = SqliteNodeStore(conn)
     assert await fresh.get(SCOPE, ["a", "b"]) == [a, b]
     assert await fresh.scan(SCOPE) == [a.without_embedding(), b]  # a scan reads bodies only
+    assert await fresh.scan(SCOPE, embeddings=True) == [a, b]
 
 
 async def test_the_write_path_cache_keeps_each_embedding_once_and_gives_it_back_exactly() -> None:
