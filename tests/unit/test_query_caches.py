@@ -138,3 +138,49 @@ async def test_node_info_is_derived_again_for_a_rewritten_node(memory: Embedded)
     rewritten = node.model_copy(update={"content": "Why? Because I said so.", "embedding": None})
     again = cache.get(rewritten)
     assert again is not info and again.is_question is False and again.causal and not again.row.any()
+
+
+class _GetOnly:
+    """A node reader without ``get_rows``: nodes come with their embeddings as lists."""
+
+    def __init__(self, inner: Any) -> None:
+        self.inner = inner
+
+    async def get(self, scope: Scope, ids: Sequence[str]) -> list[MemoryNode]:
+        return list(await self.inner.get(scope, ids))
+
+    async def scan(self, scope: Scope, embeddings: bool = False) -> list[MemoryNode]:
+        return list(await self.inner.scan(scope, embeddings))
+
+    async def forgotten(self, scope: Scope) -> dict[str, int]:
+        return dict(await self.inner.forgotten(scope))
+
+
+async def test_nodes_read_as_matrix_rows_answer_as_nodes_with_embeddings(memory: Embedded) -> None:
+    await memory.pipeline.ingest(chat_observations())
+    c = memory.controller
+    rows = RetrievalController(c.embedder, c.so, c.vectors, c.lexical, c.nodes, c.edges, c.params, scorer=c.scorer)
+    lists = RetrievalController(c.embedder, c.so, c.vectors, c.lexical, _GetOnly(c.nodes), c.edges, c.params,
+                                scorer=c.scorer)
+    assert rows._row_reader is not None and lists._row_reader is None
+    for q in QUESTIONS:
+        a, b = (await rows.retrieve(SCOPE, q, 10)).model_dump(), (await lists.retrieve(SCOPE, q, 10)).model_dump()
+        a["trace"].pop("timings_ms")
+        b["trace"].pop("timings_ms")
+        assert a == b and a["evidence"]
+
+
+async def test_node_info_from_a_row_equals_node_info_from_the_embedding(memory: Embedded) -> None:
+    await memory.pipeline.ingest(chat_observations(n=3))
+    full = await memory.stores.nodes.get(SCOPE, [n.id for n in await memory.stores.nodes.scan(SCOPE)])
+    lean, rows = await memory.stores.nodes.get_rows(SCOPE, [n.id for n in full], memory.embedder.dim)
+    assert [n.embedding for n in lean] == [None] * len(full)
+    assert [n.model_copy(update={"embedding": f.embedding}) for n, f in zip(lean, full, strict=True)] == full
+    by_row, by_list = NodeInfoCache(memory.embedder.dim), NodeInfoCache(memory.embedder.dim)
+    for j, (n, f) in enumerate(zip(lean, full, strict=True)):
+        a, b = by_row.get(n, rows[j]), by_list.get(f)
+        assert a.stamp == b.stamp and a.row.tolist() == b.row.tolist() == f.embedding
+        assert (a.tokens, a.names, a.content_tokens, a.dates) == (b.tokens, b.names, b.content_tokens, b.dates)
+    moved = rows[0].copy()
+    moved[0] += 1.0  # the same body with another embedding: derived again
+    assert by_row.get(lean[0].model_copy(), moved).row[0] == moved[0]
