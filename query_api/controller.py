@@ -118,12 +118,14 @@ class _Cand:
 
 @dataclass(frozen=True)
 class _Static:
-    """The score features of a node that depend only on the node and the query, as a
-    :class:`ScoreRow` carries them (rounded where it rounds): ``head`` is ``cosine_in_pool`` ..
-    ``causal_match`` in :data:`STATIC_HEAD` order."""
+    """The score features of a candidate that depend only on it and the query (its node, how it
+    was reached), as a :class:`ScoreRow` carries them (rounded where it rounds): ``head`` is
+    ``cosine_in_pool`` .. ``causal_match`` in :data:`STATIC_HEAD` order; ``reached`` is
+    ``expanded``, ``path_probability``, ``edge_probability``."""
 
     head: tuple[float, ...]
     is_question: float
+    reached: tuple[float, float, float]
     length: float
 
 
@@ -194,10 +196,6 @@ def _settle(fut: asyncio.Future[list[list[float]]]) -> None:
 def query_names(question: str) -> set[str]:
     """Lowercased capitalised words of the question (first word included only if not a stopword)."""
     return {w.lower() for w in _NAME.findall(question) if w.lower() not in text.STOPWORDS}
-
-
-def _round6(x: float) -> float:
-    return round(x, DECIMALS)
 
 
 def _ms(since: float) -> float:
@@ -426,7 +424,9 @@ class RetrievalController:
             "causal_match": route["causal"] * (1.0 if info.causal else 0.0),
         }
         return _Static(head=tuple(qf.rounded(k, head[k]) for k in STATIC_HEAD),
-                       is_question=1.0 if info.is_question else 0.0, length=info.length)
+                       is_question=1.0 if info.is_question else 0.0,
+                       reached=(0.0 if c.via == "anchor" else 1.0, round(c.p_g, DECIMALS), round(c.pi_e, DECIMALS)),
+                       length=info.length)
 
     @staticmethod
     def _reply(st: _QueryState, n: MemoryNode) -> float:
@@ -459,8 +459,8 @@ class RetrievalController:
             st.cos_in_pool.setdefault(c.node.id, (z[i] - lo) / max(1e-6, hi - lo))
         pool = qf.pool_view({i: st.anchor_strength.get(i, 0.0) for i in st.pool}, st.cos_in_pool,
                             {i: x.relevance for i, x in st.pool.items()})
-        adj, r6 = st.graph.adj, _round6
-        route = (r6(st.route["temporal"]), r6(st.route["causal"]), r6(st.route["multi_hop"]))
+        adj, d = st.graph.adj, DECIMALS
+        route = (round(st.route["temporal"], d), round(st.route["causal"], d), round(st.route["multi_hop"], d))
         out = []
         for i, c in enumerate(cands):
             n = c.node
@@ -476,9 +476,9 @@ class RetrievalController:
             g = qf.graph_row(nid, st.graph, pool) if nid in adj else qf.NO_GRAPH
             # positional, in SCORE_FEATURES order, rounded as ScoreRow.of rounds (EXACT kept)
             out.append(ScoreRow._make((
-                r6(z[i]), *stat.head, r6(self._reply(st, n)), stat.is_question, *route,
-                0.0 if c.via == "anchor" else 1.0, r6(c.p_g), r6(c.pi_e), r6(max(sims, default=0.0)),
-                r6(sum(sims) / len(sims) if sims else 0.0), g[0], r6(g[1]), r6(g[2]), r6(g[3]), r6(g[4]), g[5], g[6],
+                round(z[i], d), *stat.head, self._reply(st, n), stat.is_question, *route, *stat.reached,
+                round(max(sims, default=0.0), d), round(sum(sims) / len(sims) if sims else 0.0, d),
+                g[0], round(g[1], d), round(g[2], d), round(g[3], d), round(g[4], d), g[5], g[6],
                 stat.length)))
         return out
 

@@ -112,11 +112,15 @@ def graph_row(node_id: str, graph: GraphView, pool: Mapping[str, tuple[float, fl
             continue
         strength, cos, rel = got
         degree += 1
-        g_anchor = max(g_anchor, p * strength)
-        g_cos = max(g_cos, p * cos)
-        g_rel = max(g_rel, p * rel)
-        if label == "next":
-            adjacent = max(adjacent, strength)
+        # running maxima (comparisons rather than max(): the hot loop of every scoring round)
+        if p * strength > g_anchor:
+            g_anchor = p * strength
+        if p * cos > g_cos:
+            g_cos = p * cos
+        if p * rel > g_rel:
+            g_rel = p * rel
+        if label == "next" and strength > adjacent:
+            adjacent = strength
         if strength > 0.5:
             if view == "entity":
                 entity += 1
