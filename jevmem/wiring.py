@@ -114,7 +114,7 @@ def build_embedded(settings: Settings, embedder: Embedder | None = None, data_di
                              budget.sqlite_cache_mb, budget.vector_rows)
     inner, scorer = system_one_and_scorer(settings, emb.name)
     so = CountingSystemOne(inner)
-    reader = ScopeCache(stores.nodes, budget.write_nodes)
+    reader = ScopeCache(stores.nodes, budget.write_nodes, emb.dim)
     stores.attach(reader)
     write_path = WritePath(emb, so, reader, settings.params, summariser=system_two(settings))
     controller = RetrievalController(emb, so.inner, stores.vectors, stores.lexical, stores.nodes, stores.edges,

@@ -112,11 +112,6 @@ def decode_vector(text: str) -> list[float]:
     return values
 
 
-def _vector_of(src: dict[str, Any]) -> list[float] | None:
-    """The embedding of a memory document's ``_source`` (base64 float32, or a float list), if any."""
-    return decode_vector(src["embedding_f32"]) if "embedding_f32" in src else src.get("embedding")
-
-
 def memories_index(tenant_id: str) -> str:
     """The tenant's memories index name (without the prefix): lowercase, any tenant id."""
     return "memories-" + hashlib.sha256(tenant_id.encode("utf-8")).hexdigest()[:24]
@@ -543,7 +538,8 @@ class ElasticNodeStore(_Memories):
             src = d.get("_source") or {}
             if (d.get("found") and "body" in src and src.get("tenant_id") == scope.tenant_id
                     and src.get("conversation_id") == scope.conversation_id):
-                found[d["_id"]] = MemoryNode.model_validate({**orjson.loads(src["body"]), "embedding": _vector_of(src)})
+                vector = decode_vector(src["embedding_f32"]) if "embedding_f32" in src else src.get("embedding")
+                found[d["_id"]] = MemoryNode.model_validate({**orjson.loads(src["body"]), "embedding": vector})
         return [found[i] for i in ids if i in found]
 
     async def seqs(self, scope: Scope, event_ids: Sequence[str]) -> dict[str, int]:
@@ -577,15 +573,11 @@ class ElasticNodeStore(_Memories):
         hits = await self._scoped_hits(scope, query, [{"seq": "asc"}, {"node_id": "asc"}], ["seq"])
         return [int(h["_source"]["seq"]) for h in hits]
 
-    async def scan(self, scope: Scope, embeddings: bool = False) -> list[MemoryNode]:
-        """All nodes of the scope by (seq, id), without their embeddings unless ``embeddings``."""
+    async def scan(self, scope: Scope) -> list[MemoryNode]:
+        """All nodes of the scope by (seq, id), without embeddings."""
         query = {"bool": {"filter": _scoped(scope, {"exists": {"field": "event_id"}})}}
-        fields = ["body", "embedding_f32", "embedding"] if embeddings else ["body"]
-        hits = await self._scoped_hits(scope, query, [{"seq": "asc"}, {"node_id": "asc"}], fields)
-        if not embeddings:
-            return [MemoryNode.model_validate(orjson.loads(h["_source"]["body"])) for h in hits]
-        return [MemoryNode.model_validate({**orjson.loads(src["body"]), "embedding": _vector_of(src)})
-                for src in (h["_source"] for h in hits)]
+        hits = await self._scoped_hits(scope, query, [{"seq": "asc"}, {"node_id": "asc"}], ["body"])
+        return [MemoryNode.model_validate(orjson.loads(h["_source"]["body"])) for h in hits]
 
     async def conversations(self, tenant_id: str) -> list[tuple[str, int]]:
         """The tenant's conversations by id with node counts (a terms aggregation, at most 10,000)."""

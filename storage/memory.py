@@ -66,9 +66,8 @@ class MemoryNodeStore:
     async def used_seqs(self, scope: Scope) -> list[int]:
         return sorted(n.seq for n in self._observations(scope))
 
-    async def scan(self, scope: Scope, embeddings: bool = False) -> list[MemoryNode]:
-        ordered = sorted(self._scope(scope).values(), key=lambda n: (n.seq, n.id))
-        return ordered if embeddings else [n.without_embedding() for n in ordered]
+    async def scan(self, scope: Scope) -> list[MemoryNode]:
+        return [n.without_embedding() for n in sorted(self._scope(scope).values(), key=lambda n: (n.seq, n.id))]
 
     async def conversations(self, tenant_id: str) -> list[tuple[str, int]]:
         return sorted((s.conversation_id, len(held)) for s, held in self._nodes.items()

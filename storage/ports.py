@@ -90,8 +90,8 @@ class NodeReader(Protocol):
         """Nodes (with embeddings) in the order of ``ids``; unknown ids are skipped."""
         ...
 
-    async def scan(self, scope: Scope, embeddings: bool = False) -> list[MemoryNode]:
-        """All nodes of the scope by seq, without their embeddings unless ``embeddings``."""
+    async def scan(self, scope: Scope) -> list[MemoryNode]:
+        """All nodes of the scope by seq (without embeddings)."""
         ...
 
     async def forgotten(self, scope: Scope) -> dict[str, int]:
@@ -108,6 +108,10 @@ class NodeRows(Protocol):
         """The nodes :meth:`NodeReader.get` gives for ``ids`` (same order), without embeddings,
         and a float32 ``(len(nodes), dim)`` matrix whose row ``j`` is node ``j``'s embedding
         (zeros for a node without one of width ``dim``)."""
+        ...
+
+    async def scan_rows(self, scope: Scope, dim: int) -> tuple[list[MemoryNode], np.ndarray]:
+        """:meth:`NodeReader.scan` with the embeddings as :meth:`get_rows` gives them."""
         ...
 
 

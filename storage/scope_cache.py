@@ -41,7 +41,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from storage.ports import NodeReader
+from storage.ports import NodeReader, NodeRows
 from topology.schemas import EdgeEvent, MemoryNode, Scope
 from topology.stages.relations import closest_incoming
 
@@ -76,7 +76,8 @@ class _Conversation:
     #: RECENT_LINKED nodes linked here
     incoming: OrderedDict[str, EdgeEvent | None] = field(default_factory=OrderedDict)
 
-    def add(self, n: MemoryNode) -> None:
+    def add(self, n: MemoryNode, vec: np.ndarray | None = None) -> None:
+        """Hold ``n``; its embedding is ``n.embedding``, else ``vec`` (float32), else the one it had."""
         old = self.nodes.get(n.id)
         if old is not None:
             for t in set(old.tokens):
@@ -92,11 +93,12 @@ class _Conversation:
             self.seqs[row] = n.seq  # a row changes in place
         if n.embedding is not None:
             vec = np.asarray(n.embedding, dtype=np.float32)
+            n = n.without_embedding()
+        if vec is not None:
             if row is not None and self.matrix is not None and self.matrix.shape[1] == len(vec):
                 self.matrix[row] = vec
             else:
                 self.pending[n.id] = vec
-            n = n.without_embedding()  # a node without one keeps the embedding it had
         self.nodes[n.id] = n
         self.events[n.event_id] = n.seq
         for t in set(n.tokens):
@@ -145,10 +147,13 @@ def _top(counts: Counter[str], nodes: dict[str, MemoryNode], before_seq: int, li
 class ScopeCache:
     """The in-memory conversations (see the module): a :class:`~topology.ports.MemoryReader`, a
     :class:`~storage.ports.SeqSource` and a :class:`~topology.ports.LinkMemory`, loading from
-    ``nodes`` (:class:`~storage.ports.NodeReader`)."""
+    ``nodes`` (:class:`~storage.ports.NodeReader`; with ``dim``, a :class:`~storage.ports.NodeRows`
+    store loads a conversation in one scan, its embeddings as float32 rows)."""
 
-    def __init__(self, nodes: NodeReader, max_nodes: int = MAX_NODES) -> None:
+    def __init__(self, nodes: NodeReader, max_nodes: int = MAX_NODES, dim: int | None = None) -> None:
         self._store = nodes
+        self._rows = nodes if dim is not None and isinstance(nodes, NodeRows) else None
+        self._dim = dim or 0
         self._max = max_nodes
         self._convs: OrderedDict[Scope, _Conversation] = OrderedDict()
         self._size = 0
@@ -190,10 +195,16 @@ class ScopeCache:
         fut: asyncio.Future[_Conversation] = asyncio.get_running_loop().create_future()
         self._loading[scope] = fut
         try:
-            listed = await self._store.scan(scope, embeddings=True)
             conv = _Conversation(forgotten=await self._store.forgotten(scope))
-            for n in listed:
-                conv.add(n)
+            if self._rows is not None:
+                nodes, rows = await self._rows.scan_rows(scope, self._dim)
+                for n, row in zip(nodes, rows, strict=True):
+                    conv.add(n, row if row.any() else None)
+            else:
+                listed = await self._store.scan(scope)
+                for i in range(0, len(listed), 500):
+                    for n in await self._store.get(scope, [m.id for m in listed[i: i + 500]]):
+                        conv.add(n)
             self._convs[scope] = conv
             self._size += len(conv.nodes)
             self._evict()

@@ -213,9 +213,9 @@ def _body(raw: bytes) -> bytes:
 
 
 #: Decoded nodes kept in memory (each without its embedding, plus the embedding's float32 bytes:
-#: about 4 KB): queries fetch the same nodes again and again (a query reads at most
-#: ``limits.visited_nodes``).
-NODE_CACHE = 2048
+#: about 6 KB at 384 dimensions, a third of a node holding its embedding as a list of floats):
+#: queries fetch the same nodes again and again (a query reads at most ``limits.visited_nodes``).
+NODE_CACHE = 4096
 
 #: A cached node: the node without its embedding, and the embedding as stored (float32 bytes).
 _Cached = tuple[MemoryNode, bytes | None]
@@ -350,21 +350,21 @@ class SqliteNodeStore(Base):
         return [int(r[0]) for r in rows]
 
     @translated
-    async def scan(self, scope: Scope, embeddings: bool = False) -> list[MemoryNode]:
-        """The scope's nodes by seq; read past the LRU of :meth:`get` (a scan would flush it)."""
-        if not embeddings:
-            rows = self._conn.execute("SELECT body FROM nodes WHERE tenant=? AND conv=? ORDER BY seq, id",
-                                      (scope.tenant_id, scope.conversation_id)).fetchall()
-            return [MemoryNode.model_validate_json(_body(r[0])) for r in rows]
-        out = []
-        for body, emb in self._conn.execute(
-                "SELECT body, embedding FROM nodes WHERE tenant=? AND conv=? ORDER BY seq, id",
-                (scope.tenant_id, scope.conversation_id)):
-            fields = orjson.loads(_body(body))
-            if emb is not None:
-                fields["embedding"] = _vec(emb)
-            out.append(MemoryNode.model_validate(fields))
-        return out
+    async def scan(self, scope: Scope) -> list[MemoryNode]:
+        rows = self._conn.execute("SELECT body FROM nodes WHERE tenant=? AND conv=? ORDER BY seq, id",
+                                  (scope.tenant_id, scope.conversation_id)).fetchall()
+        return [MemoryNode.model_validate_json(_body(r[0])) for r in rows]
+
+    @translated
+    async def scan_rows(self, scope: Scope, dim: int) -> tuple[list[MemoryNode], np.ndarray]:
+        """Read past the LRU of :meth:`get` (a whole conversation would flush it)."""
+        rows = self._conn.execute("SELECT body, embedding FROM nodes WHERE tenant=? AND conv=? ORDER BY seq, id",
+                                  (scope.tenant_id, scope.conversation_id)).fetchall()
+        matrix = np.zeros((len(rows), dim), dtype=np.float32)
+        for j, (_, emb) in enumerate(rows):
+            if emb is not None and len(emb) == 4 * dim:
+                matrix[j] = np.frombuffer(emb, dtype=np.float32)
+        return [MemoryNode.model_validate_json(_body(r[0])) for r in rows], matrix
 
     @translated
     async def conversations(self, tenant_id: str) -> list[tuple[str, int]]:

@@ -172,7 +172,6 @@ async def test_each_method(stores: Stores) -> None:
     assert got[0].without_embedding() == nodes[3].without_embedding()
     listed = await stores.nodes.scan(A)
     assert [n.id for n in listed] == [n.id for n in nodes] and all(n.embedding is None for n in listed)
-    assert await stores.nodes.scan(A, embeddings=True) == await stores.nodes.get(A, [n.id for n in nodes])
     assert await stores.nodes.seqs(A, ["ev-2", "ev-5", "nope"]) == {"ev-2": 2, "ev-5": 5}
     assert await stores.nodes.next_seq(A) == len(CHAT)  # the derived node does not count
     assert await stores.nodes.observation_count(A) == len(CHAT)

@@ -35,7 +35,6 @@ async def _reads(stores: Stores) -> list[object]:
     entities = sorted({ent.id for x in nodes for ent in x.entities})
     return [
         [x.model_dump() for x in nodes], [x.model_dump() for x in await n.get(SCOPE, [*reversed(ids), "missing"])],
-        [x.model_dump() for x in await n.scan(SCOPE, embeddings=True)],
         await n.seqs(SCOPE, [x.event_id for x in nodes] + ["nope"]), await n.next_seq(SCOPE),
         await n.observation_count(SCOPE), await n.used_seqs(SCOPE), await n.forgotten(SCOPE),
         await n.conversations("t1"), await n.conversations("t2"),

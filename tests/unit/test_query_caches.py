@@ -149,8 +149,8 @@ class _GetOnly:
     async def get(self, scope: Scope, ids: Sequence[str]) -> list[MemoryNode]:
         return list(await self.inner.get(scope, ids))
 
-    async def scan(self, scope: Scope, embeddings: bool = False) -> list[MemoryNode]:
-        return list(await self.inner.scan(scope, embeddings))
+    async def scan(self, scope: Scope) -> list[MemoryNode]:
+        return list(await self.inner.scan(scope))
 
     async def forgotten(self, scope: Scope) -> dict[str, int]:
         return dict(await self.inner.forgotten(scope))

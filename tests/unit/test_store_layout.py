@@ -9,6 +9,7 @@ from pathlib import Path
 
 import numpy as np
 import orjson
+import pytest
 
 from storage.scope_cache import ScopeCache
 from storage.sqlite import SqliteEdgeStore, SqliteNodeStore, connect
@@ -130,14 +131,18 @@ async def test_node_bodies_are_compressed_and_bodies_written_before_are_read(tmp
     fresh = SqliteNodeStore(conn)
     assert await fresh.get(SCOPE, ["a", "b"]) == [a, b]
     assert await fresh.scan(SCOPE) == [a.without_embedding(), b]  # a scan reads bodies only
-    assert await fresh.scan(SCOPE, embeddings=True) == [a, b]
+    nodes, rows = await fresh.scan_rows(SCOPE, len(vec))
+    assert nodes == [a.without_embedding(), b] and rows[0].tolist() == vec and not rows[1].any()
 
 
-async def test_the_write_path_cache_keeps_each_embedding_once_and_gives_it_back_exactly() -> None:
+@pytest.mark.parametrize("dim", [None, HashingEmbedder().dim])
+async def test_the_write_path_cache_keeps_each_embedding_once_and_gives_it_back_exactly(dim: int | None) -> None:
+    """With ``dim``, a conversation is reloaded in one scan with its embeddings as rows; without,
+    by a scan and a get of its nodes: the same nodes and vectors either way."""
     from jevmem.wiring import embedded_stores
 
     stores = embedded_stores(":memory:", HashingEmbedder().dim)
-    cache = ScopeCache(stores.nodes, max_nodes=100)
+    cache = ScopeCache(stores.nodes, max_nodes=100, dim=dim)
     obs = chat_observations(n=6)
     emb = HashingEmbedder().embed([o.content for o in obs])
     written = [MemoryNode(id=f"n{i}", tenant_id="t1", conversation_id="c1", event_id=o.event_id, seq=i,
@@ -150,6 +155,7 @@ async def test_the_write_path_cache_keeps_each_embedding_once_and_gives_it_back_
     assert rows[:6].tolist() == emb and not rows[6].any()
     await cache.drop(SCOPE)  # reloaded from the store: the same vectors
     assert (await cache.embeddings(SCOPE, [n.id for n in written], HashingEmbedder().dim)).tolist() == emb
+    assert await cache.get_nodes(SCOPE, [n.id for n in written]) == [n.without_embedding() for n in written]
     await stores.close()
 
 
