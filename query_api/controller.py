@@ -215,7 +215,6 @@ class RetrievalController:
         self.info = NodeInfoCache(embedder.dim)
         #: the node store's matrix-row reads, where it has them (nodes then come without embeddings)
         self._row_reader: NodeRows | None = nodes if isinstance(nodes, NodeRows) else None
-        self._episodes: dict[Scope, tuple[list[list[str]], np.ndarray, dict[str, int]]] = {}
 
     async def _fetch(self, scope: Scope, ids: Sequence[str]) -> list[tuple[MemoryNode, NodeInfo]]:
         """The scope's nodes ``ids`` (unknown ids skipped), each with its info."""
@@ -272,49 +271,12 @@ class RetrievalController:
         return _Run(so, st, views, budgets, formulas.depth(route["multi_hop"], p.depth_max, p.limits.depth), t0,
                     lex_hits, timings={"embed": embed_ms}, remaining=dict(budgets))
 
-    async def _episode_ranking(self, scope: Scope, q: np.ndarray, limit: int) -> list[str]:
-        """EXPERIMENT: the turns of the ``episode_anchors`` episodes (runs of turns without an hour's
-        gap) whose centroid is nearest the question, episode by episode, each by question cosine."""
-        got = self._episodes.get(scope)
-        if got is None:
-            nodes = [n for n in await self.nodes.scan(scope) if n.kind == "observation"]
-            groups: list[list[str]] = []
-            last: datetime | None = None
-            for n in nodes:
-                t = n.observed_at
-                if not groups or t is None or last is None or (t - last).total_seconds() > 3600:
-                    groups.append([])
-                groups[-1].append(n.id)
-                last = t
-            ids = [i for g in groups for i in g]
-            fetched = await self._fetch(scope, ids)
-            rows = matrix([info for _, info in fetched], self.info.dim)
-            where = {n.id: j for j, (n, _) in enumerate(fetched)}
-            got = self._episodes[scope] = (groups, rows, where)
-        groups, rows, where = got
-        cos = rows @ q
-        scored = []
-        for g in groups:
-            idx = [where[i] for i in g if i in where]
-            if not idx:
-                continue
-            c = rows[idx].mean(axis=0)
-            scored.append((-float(c @ q) / max(1e-9, float(np.linalg.norm(c))), g[0], idx))
-        out: list[str] = []
-        ids_by_row = {j: i for i, j in where.items()}
-        for _, _, idx in sorted(scored)[: self.params.episode_anchors]:
-            out.extend(ids_by_row[j] for j in sorted(idx, key=lambda j: -cos[j]))
-        return out[:limit]
-
     async def _anchor(self, scope: Scope, run: _Run) -> None:
         """Step 2: the anchors (RRF of the vector and BM25 rankings) as the first pool, scored."""
         p, st, t1 = self.params, run.st, time.perf_counter()
         vec_hits = await self.vectors.search(scope, st.qvec, p.anchor_pool)
         lex_hits = run.lex_hits
-        lists = [[h.id for h in vec_hits], [h.id for h in lex_hits]]
-        if p.episode_anchors:
-            lists.append(await self._episode_ranking(scope, st.q, p.anchor_pool))
-        fused = formulas.rrf(lists, p.rrf_kappa)
+        fused = formulas.rrf([[h.id for h in vec_hits], [h.id for h in lex_hits]], p.rrf_kappa)
         top_bm25 = max((h.score for h in lex_hits), default=0.0)
         st.bm25 = {h.id: h.score / top_bm25 for h in lex_hits} if top_bm25 > 0 else {}
         st.vec_rank, st.lex_rank = qf.rank_scores([h.id for h in vec_hits]), qf.rank_scores([h.id for h in lex_hits])

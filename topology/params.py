@@ -97,7 +97,6 @@ class Params(BaseModel):
     rrf_kappa: int = RRF_KAPPA
     anchors: int = Field(default=30, description="fused anchors kept as the starting evidence")
     anchor_pool: int = Field(default=50, description="hits fetched from each index before fusion")
-    episode_anchors: int = Field(default=0, description="episodes whose turns join the anchor fusion (0: none)")
     beam_width: int = BEAM_WIDTH
     stop_sufficient: float = STOP_SUFFICIENT
     stop_missing: float = STOP_MISSING
