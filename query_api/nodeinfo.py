@@ -16,8 +16,8 @@ Contracts:
   leaves a stale entry in use. Nodes are frozen, so the very object an entry was derived from
   is valid without comparing stamps (a row given apart is then the one it was derived with).
   Entries hold the node only weakly (with its embedding, a list of floats, about 12 KB).
-* Derived values equal what the controller computed inline before (same floats, same sets):
-  the embedding row is ``topology.stages.candidates.matrix``'s row (zeros when missing).
+* The embedding row is ``topology.stages.candidates.matrix``'s row of the node (the same
+  float32 values; zeros when it has none).
 * Memory is bounded: at most ``max_entries`` entries; the oldest are dropped first.
 """
 
@@ -85,7 +85,7 @@ def stamp(n: MemoryNode, row: np.ndarray | None = None) -> tuple[object, ...]:
 def derive(n: MemoryNode, dim: int, row: np.ndarray | None = None) -> NodeInfo:
     """The :class:`NodeInfo` of ``n`` (embedding rows of width ``dim``; ``row``: the embedding of
     a node read without it, float32)."""
-    # embeddings are float32-exact: rows() gives them as float64
+    # embeddings are float32-exact: matrix() gives them as float64
     if n.embedding:
         row = np.array(n.embedding, dtype=np.float32)
     elif row is None:
@@ -124,10 +124,6 @@ class NodeInfoCache:
         while len(self._entries) > self._max:
             self._entries.popitem(last=False)
         return info
-
-    def rows(self, nodes: Sequence[MemoryNode]) -> np.ndarray:
-        """The nodes' embedding rows as one C-ordered float64 matrix (``matrix`` of their embeddings)."""
-        return matrix([self.get(n) for n in nodes], self.dim)
 
     def __len__(self) -> int:
         return len(self._entries)
