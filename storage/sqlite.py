@@ -202,6 +202,16 @@ def _vec(blob: bytes | None) -> list[float] | None:
     return None if blob is None else np.frombuffer(blob, dtype=np.float32).tolist()  # exact: float32 -> float
 
 
+def _matrix(blobs: Sequence[bytes | None], dim: int) -> np.ndarray:
+    """Stored embeddings as one float32 ``(len(blobs), dim)`` matrix (zeros where a node has no
+    embedding of width ``dim``)."""
+    out = np.zeros((len(blobs), dim), dtype=np.float32)
+    for j, blob in enumerate(blobs):
+        if blob is not None and len(blob) == 4 * dim:
+            out[j] = np.frombuffer(blob, dtype=np.float32)
+    return out
+
+
 def _packed_body(n: MemoryNode) -> bytes:
     """A node's body as stored: its JSON (without the embedding), zlib-compressed (about half)."""
     return zlib.compress(orjson.dumps(n.without_embedding().model_dump(mode="json")), 1)
@@ -312,11 +322,7 @@ class SqliteNodeStore(Base):
     @translated
     async def get_rows(self, scope: Scope, ids: Sequence[str], dim: int) -> tuple[list[MemoryNode], np.ndarray]:
         got = self._read(scope, ids)
-        rows = np.zeros((len(got), dim), dtype=np.float32)
-        for j, (_, emb) in enumerate(got):
-            if emb is not None and len(emb) == 4 * dim:
-                rows[j] = np.frombuffer(emb, dtype=np.float32)
-        return [n for n, _ in got], rows
+        return [n for n, _ in got], _matrix([emb for _, emb in got], dim)
 
     @translated
     async def seqs(self, scope: Scope, event_ids: Sequence[str]) -> dict[str, int]:
@@ -360,11 +366,7 @@ class SqliteNodeStore(Base):
         """Read past the LRU of :meth:`get` (a whole conversation would flush it)."""
         rows = self._conn.execute("SELECT body, embedding FROM nodes WHERE tenant=? AND conv=? ORDER BY seq, id",
                                   (scope.tenant_id, scope.conversation_id)).fetchall()
-        matrix = np.zeros((len(rows), dim), dtype=np.float32)
-        for j, (_, emb) in enumerate(rows):
-            if emb is not None and len(emb) == 4 * dim:
-                matrix[j] = np.frombuffer(emb, dtype=np.float32)
-        return [MemoryNode.model_validate_json(_body(r[0])) for r in rows], matrix
+        return [MemoryNode.model_validate_json(_body(r[0])) for r in rows], _matrix([r[1] for r in rows], dim)
 
     @translated
     async def conversations(self, tenant_id: str) -> list[tuple[str, int]]:
