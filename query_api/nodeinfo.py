@@ -2,22 +2,22 @@
 
 Every query scores up to ``limits.visited_nodes`` candidates, most of them the same nodes as the
 previous query's: their embedding as a float64 row, their token sets, the lowercase names they
-mention, whether they state a cause, ask a question or carry a negation. :class:`NodeInfoCache`
+mention, whether they state a cause, ask a question or carry a negation. A node's row is its
+retrieval vector (:meth:`~topology.schemas.MemoryNode.retrieval_vector`), what queries rank by. :class:`NodeInfoCache`
 derives these once per version of a node and reuses them.
 
 Contracts:
 
-* A node comes with its embedding (``MemoryNode.embedding``) or without it and with its
-  embedding row given apart (``get(node, row)``: what :class:`storage.ports.NodeRows` reads);
-  the row is the same either way.
+* A node comes with its vectors (``MemoryNode.embedding`` and ``context``) or without them and
+  with its retrieval row given apart (``get(node, row)``: what :class:`storage.ports.NodeRows`
+  reads); the row is the same either way.
 * An entry is keyed by node id and valid only while the node's :func:`stamp` (every field the
-  derivation reads, the embedding by its length and three of its values) is the one it was
+  derivation reads, the retrieval row by its length and three of its values) is the one it was
   derived from: a rewritten node misses and is derived again, so a write or a forget never
   leaves a stale entry in use. Nodes are frozen, so the very object an entry was derived from
   is valid without comparing stamps (a row given apart is then the one it was derived with).
   Entries hold the node only weakly (with its embedding, a list of floats, about 12 KB).
-* The embedding row is ``topology.stages.candidates.matrix``'s row of the node (the same
-  float32 values; zeros when it has none).
+* The row holds float32 values (:mod:`topology.vectors`); zeros when the node has no embedding.
 * Memory is bounded: at most ``max_entries`` entries; the oldest are dropped first.
 """
 
@@ -69,9 +69,9 @@ class NodeInfo:
 
 
 def stamp(n: MemoryNode, row: np.ndarray | None = None) -> tuple[object, ...]:
-    """What :func:`derive` reads of ``n`` (``row``: its embedding when given apart): two nodes
-    with equal stamps give equal infos."""
-    e = n.embedding
+    """What :func:`derive` reads of ``n`` (``row``: its retrieval row when given apart): two
+    nodes with equal stamps give equal infos."""
+    e = n.retrieval_vector()
     if e:
         emb: tuple[object, ...] | None = (len(e), e[0], e[len(e) // 2], e[-1])
     elif row is not None and row.any():
@@ -83,11 +83,11 @@ def stamp(n: MemoryNode, row: np.ndarray | None = None) -> tuple[object, ...]:
 
 
 def derive(n: MemoryNode, dim: int, row: np.ndarray | None = None) -> NodeInfo:
-    """The :class:`NodeInfo` of ``n`` (embedding rows of width ``dim``; ``row``: the embedding of
-    a node read without it, float32)."""
-    # embeddings are float32-exact: matrix() gives them as float64
+    """The :class:`NodeInfo` of ``n`` (rows of width ``dim``; ``row``: the retrieval row of a
+    node read without its vectors, float32)."""
+    # retrieval rows are float32-exact: matrix() gives them as float64
     if n.embedding:
-        row = np.array(n.embedding, dtype=np.float32)
+        row = np.array(n.retrieval_vector(), dtype=np.float32)
     elif row is None:
         row = np.zeros(dim, dtype=np.float32)
     names = {e.name.lower() for e in n.entities} | ({n.speaker.lower()} if n.speaker else set())
@@ -111,7 +111,7 @@ class NodeInfoCache:
         self._entries: OrderedDict[str, tuple[NodeInfo, weakref.ref[MemoryNode]]] = OrderedDict()
 
     def get(self, n: MemoryNode, row: np.ndarray | None = None) -> NodeInfo:
-        """The info of ``n`` (``row``: its float32 embedding when ``n`` comes without it), derived
+        """The info of ``n`` (``row``: its float32 retrieval row when ``n`` comes without it), derived
         now unless this version of it was seen before."""
         entry = self._entries.get(n.id)
         if entry is not None:

@@ -14,7 +14,8 @@ Layout, for an index prefix ``p`` (default ``jevmem-``):
   without embedding, as a string: a partial update would deep-merge an object) and
   ``embedding_f32`` (base64 of the float32 values, exact like the SQLite store; kept when a later
   upsert carries none; documents of older releases carry a JSON float list, ``embedding``, read
-  the same). Both write the scope fields, ``node_id`` and ``seq``.
+  the same) and ``context_f32`` (the context vector, the same way; written, or cleared, with
+  every embedding). Both write the scope fields, ``node_id`` and ``seq``.
 * ``p edges``: ``_id`` = edge id, read back from ``body`` only (the indexed fields are not kept
   twice in ``_source``); ``p decisions``: ``_id`` = decision id (whole-document index).
 * ``p forgotten``: forgotten-event records ``(scope, event_id, seq)`` (see ``streams.forget``).
@@ -81,7 +82,7 @@ _MEMORIES: dict[str, Any] = {"dynamic": "strict", "properties": {
     "seq": {"type": "integer"}, "entity_ids": _KW, "tokens": _KW,
     "content": {"type": "text", "analyzer": "jevmem_text"},
     "body": _OPAQUE, "embedding": {"type": "float", "index": False, "doc_values": False},
-    "embedding_f32": {"type": "binary"},
+    "embedding_f32": {"type": "binary"}, "context_f32": {"type": "binary"},
 }}
 _EDGE_FIELDS = ("tenant_id", "conversation_id", "id", "view", "source", "target", "probability")
 #: Edges are read back from ``body`` only: the searchable fields are indexed (and sorted on) but
@@ -110,6 +111,12 @@ def encode_vector(vector: Sequence[float]) -> str:
 def decode_vector(text: str) -> list[float]:
     values: list[float] = np.frombuffer(base64.b64decode(text), dtype="<f4").astype(float).tolist()
     return values
+
+
+def _inner_product(score: float) -> float:
+    """The dot product behind a ``max_inner_product`` score (``1 + dot``, or ``1 / (1 - dot)``
+    for a negative one)."""
+    return score - 1.0 if score >= 1.0 else 1.0 - 1.0 / score
 
 
 def memories_index(tenant_id: str) -> str:
@@ -509,11 +516,12 @@ class ElasticLexicalIndex(_Memories):
 
 
 class ElasticNodeStore(_Memories):
-    """Canonical nodes (JSON body + embedding) in the tenant's memories index, and the
+    """Canonical nodes (JSON body + embedding and context vector) in the tenant's memories index, and the
     forgotten-event records (``p forgotten``)."""
 
     async def upsert(self, nodes: Sequence[MemoryNode]) -> None:
-        """Write each node's canonical fields (partial update; a missing embedding keeps the old one)."""
+        """Write each node's canonical fields (partial update: a node without an embedding keeps
+        its stored vectors, one with an embedding replaces both, a missing context vector too)."""
         def doc(n: MemoryNode) -> dict[str, Any]:
             d: dict[str, Any] = {
                 "tenant_id": n.tenant_id, "conversation_id": n.conversation_id, "node_id": n.id, "seq": n.seq,
@@ -521,25 +529,29 @@ class ElasticNodeStore(_Memories):
                 "body": orjson.dumps(n.without_embedding().model_dump(mode="json")).decode()}
             if n.embedding is not None:
                 d["embedding_f32"] = encode_vector(n.embedding)
+                d["context_f32"] = encode_vector(n.context) if n.context is not None else None
             return d
         await self._write(nodes, doc)
 
     async def get(self, scope: Scope, ids: Sequence[str]) -> list[MemoryNode]:
-        """Nodes (with embeddings) in the order of ``ids``; unknown and other-scope ids are skipped."""
+        """Nodes (with their vectors) in the order of ``ids``; unknown and other-scope ids are skipped."""
         index = await self._index(scope) if ids else None
         if index is None:
             return []
         await self._sent()
         with es_errors(f"mget {index}"):
             res = await self._client.mget(index=index, ids=list(dict.fromkeys(ids)),
-                                          source=["tenant_id", "conversation_id", "body", "embedding_f32", "embedding"])
+                                          source=["tenant_id", "conversation_id", "body", "embedding_f32", "embedding",
+                                                  "context_f32"])
         found: dict[str, MemoryNode] = {}
         for d in res["docs"]:
             src = d.get("_source") or {}
             if (d.get("found") and "body" in src and src.get("tenant_id") == scope.tenant_id
                     and src.get("conversation_id") == scope.conversation_id):
                 vector = decode_vector(src["embedding_f32"]) if "embedding_f32" in src else src.get("embedding")
-                found[d["_id"]] = MemoryNode.model_validate({**orjson.loads(src["body"]), "embedding": vector})
+                context = decode_vector(src["context_f32"]) if src.get("context_f32") else None
+                found[d["_id"]] = MemoryNode.model_validate({**orjson.loads(src["body"]), "embedding": vector,
+                                                             "context": context})
         return [found[i] for i in ids if i in found]
 
     async def seqs(self, scope: Scope, event_ids: Sequence[str]) -> dict[str, int]:
@@ -747,16 +759,29 @@ class ElasticEdgeStore(_Elastic):
 
 
 class ElasticVectorIndex(_Elastic):
-    """Exact cosine search on a flat ``dense_vector`` (VectorIndex port)."""
+    """Exact search on a flat ``dense_vector`` of retrieval vectors (VectorIndex port): the dot
+    product (``max_inner_product`` similarity). An index made by a release before context vectors
+    has ``cosine`` similarity and ranks by the cosine of the retrieval vector (the same for nodes
+    without a context vector); rebuilding it into a fresh prefix makes it exact."""
 
     def __init__(self, client: AsyncElasticsearch, prefix: str = "jevmem-", dim: int = 384,
                  visibility: Visibility | None = None) -> None:
         super().__init__(client, prefix, visibility)
         self._mappings: dict[str, Any] = {"dynamic": "strict", "properties": {
             "tenant_id": _KW, "conversation_id": _KW, "seq": {"type": "integer"}, "kind": _KW,
-            "vector": {"type": "dense_vector", "dims": dim, "similarity": "cosine", "index": True,
+            "vector": {"type": "dense_vector", "dims": dim, "similarity": "max_inner_product", "index": True,
                        "index_options": {"type": "flat"}},
         }}
+        self._similarity: str | None = None
+
+    async def _index_similarity(self, index: str) -> str:
+        """The similarity the index was made with (read once)."""
+        if self._similarity is None:
+            with es_errors(f"mapping of {index}"):
+                got = dict((await self._client.indices.get_mapping(index=index)).body)
+            props = next(iter(got.values()))["mappings"]["properties"]
+            self._similarity = str(props["vector"].get("similarity", "cosine"))
+        return self._similarity
 
     async def prepare(self) -> None:
         """Create the vectors index now (a worker at startup), not on first write."""
@@ -769,7 +794,7 @@ class ElasticVectorIndex(_Elastic):
             if n.embedding is None:
                 continue
             ops += [{"index": {"_id": n.id}}, {"tenant_id": n.tenant_id, "conversation_id": n.conversation_id,
-                                                "seq": n.seq, "kind": n.kind, "vector": n.embedding}]
+                                                "seq": n.seq, "kind": n.kind, "vector": n.retrieval_vector()}]
         await self._bulk(index, ops, deferred=True)
 
     async def search(self, scope: Scope, vector: Sequence[float], limit: int, before_seq: int | None = None) -> list[Hit]:
@@ -780,8 +805,9 @@ class ElasticVectorIndex(_Elastic):
             res = await self._client.search(index=index, size=limit, source=False, knn={
                 "field": "vector", "query_vector": list(vector), "k": limit, "num_candidates": max(limit, 1000),
                 "filter": _scoped(scope, *extra)})
-        # cosine similarity is reported as (1 + cos) / 2
-        return [Hit(h["_id"], 2.0 * float(h["_score"]) - 1.0) for h in res["hits"]["hits"]]
+        if await self._index_similarity(index) == "cosine":  # reported as (1 + cos) / 2
+            return [Hit(h["_id"], 2.0 * float(h["_score"]) - 1.0) for h in res["hits"]["hits"]]
+        return [Hit(h["_id"], _inner_product(float(h["_score"]))) for h in res["hits"]["hits"]]
 
     async def delete(self, scope: Scope, ids: Sequence[str]) -> None:
         """Remove the vectors of the scope's nodes ``ids``."""

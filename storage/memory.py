@@ -42,12 +42,17 @@ class MemoryNodeStore:
         return [n for n in self._scope(scope).values() if n.kind == "observation"]
 
     async def upsert(self, nodes: Sequence[MemoryNode]) -> None:
-        """Insert or replace; a node upserted without an embedding keeps its stored one."""
+        """Insert or replace; a node upserted without an embedding keeps its stored vectors (its
+        embedding and context vector), one upserted with an embedding replaces both."""
         for n in nodes:
             held = self._nodes.setdefault(n.scope, {})
             old = held.get(n.id)
-            embedding = _float32(n.embedding) if n.embedding is not None else (old.embedding if old else None)
-            held[n.id] = n.model_copy(update={"embedding": embedding})
+            if n.embedding is not None:
+                vectors = {"embedding": _float32(n.embedding),
+                           "context": _float32(n.context) if n.context is not None else None}
+            else:
+                vectors = {"embedding": old.embedding if old else None, "context": old.context if old else None}
+            held[n.id] = n.model_copy(update=vectors)
 
     async def get(self, scope: Scope, ids: Sequence[str]) -> list[MemoryNode]:
         held = self._scope(scope)

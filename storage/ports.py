@@ -32,7 +32,9 @@ class Hit:
 
 class VectorSearch(Protocol):
     async def search(self, scope: Scope, vector: Sequence[float], limit: int, before_seq: int | None = None) -> list[Hit]:
-        """Nearest nodes by cosine, best first; ``before_seq`` keeps only earlier nodes."""
+        """Nodes by the dot product of ``vector`` with their retrieval vectors
+        (:meth:`~topology.schemas.MemoryNode.retrieval_vector`: the cosine for a node without a
+        context vector), best first; ``before_seq`` keeps only earlier nodes."""
         ...
 
 
@@ -105,13 +107,15 @@ class NodeRows(Protocol):
     read path needs an embedding only as a matrix row (optional; the embedded store has it)."""
 
     async def get_rows(self, scope: Scope, ids: Sequence[str], dim: int) -> tuple[list[MemoryNode], np.ndarray]:
-        """The nodes :meth:`NodeReader.get` gives for ``ids`` (same order), without embeddings,
-        and a float32 ``(len(nodes), dim)`` matrix whose row ``j`` is node ``j``'s embedding
-        (zeros for a node without one of width ``dim``)."""
+        """The nodes :meth:`NodeReader.get` gives for ``ids`` (same order), without their vectors,
+        and a float32 ``(len(nodes), dim)`` matrix whose row ``j`` is node ``j``'s retrieval vector
+        (:meth:`~topology.schemas.MemoryNode.retrieval_vector`, as :mod:`topology.vectors` computes
+        it; zeros for a node without an embedding of width ``dim``): what the read path ranks by."""
         ...
 
     async def scan_rows(self, scope: Scope, dim: int) -> tuple[list[MemoryNode], np.ndarray]:
-        """:meth:`NodeReader.scan` with the embeddings as :meth:`get_rows` gives them."""
+        """:meth:`NodeReader.scan` with the nodes' embeddings (not their retrieval vectors: the
+        write path builds the graph from embeddings) as float32 rows."""
         ...
 
 

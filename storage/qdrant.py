@@ -1,6 +1,9 @@
 """Vector index on a Qdrant server (the distributed mode's VectorIndex), over REST.
 
-Layout: one collection per store generation (``<prefix>memories``), cosine distance, points keyed
+Layout: one collection per store generation (``<prefix>memories``), dot-product distance over
+each node's retrieval vector (:meth:`~topology.schemas.MemoryNode.retrieval_vector`; a collection
+made by a release before context vectors has cosine distance, which ranks nodes without a
+context vector the same, and is made exact by rebuilding into a fresh prefix), points keyed
 by the deterministic node id (a UUID), so re-indexing is an upsert. Payload: ``tenant_id``,
 ``conversation_id``, ``seq``, ``kind``, with payload indexes on ``tenant_id`` (keyword,
 ``is_tenant=True``: Qdrant groups a tenant's points together on disk), ``conversation_id``
@@ -10,10 +13,10 @@ Contracts:
 
 * Every search and every delete is filtered by tenant AND conversation (and ``seq < before_seq``
   when given): one tenant's points never answer another's query, whatever ids they share.
-* Searches are exact (``SearchParams(exact=True)``, no HNSW): the result is the brute-force cosine
-  ranking of the scope's points, as the embedded store (:mod:`storage.vector_matrix`) and the
-  Elasticsearch fallback (:class:`storage.elastic.ElasticVectorIndex`) compute it, so a
-  distributed run discovers the same candidates as the embedded run of the same events.
+* Searches are exact (``SearchParams(exact=True)``, no HNSW): the result is the brute-force
+  dot-product ranking of the scope's points, as the embedded store (:mod:`storage.vector_matrix`)
+  and the Elasticsearch fallback (:class:`storage.elastic.ElasticVectorIndex`) compute it, so a
+  distributed query starts from the same candidates as the embedded one.
 * Writes and deletes use ``wait=True``: a call returns once the server applied the operation (it
   is in the server's write-ahead log, which survives a SIGKILL), so a caller may commit its input
   offset afterwards.
@@ -193,7 +196,7 @@ class QdrantVectorIndex:
         if not exists:
             try:
                 await _guard(lambda: self._client.create_collection(
-                    self._collection, vectors_config=models.VectorParams(size=self._dim, distance=models.Distance.COSINE),
+                    self._collection, vectors_config=models.VectorParams(size=self._dim, distance=models.Distance.DOT),
                     shard_number=self._shards, replication_factor=self._replication_factor),
                     f"create collection {self._collection}")
             except StoreUnavailable as exc:
@@ -255,9 +258,10 @@ class QdrantVectorIndex:
         return models.Filter(must=must)
 
     async def upsert(self, nodes: Sequence[MemoryNode]) -> None:
-        """Index each node's embedding (nodes without one are skipped); returns once applied."""
+        """Index each node's retrieval vector (nodes without an embedding are skipped); returns
+        once applied."""
         points = [
-            models.PointStruct(id=n.id, vector=list(n.embedding), payload={
+            models.PointStruct(id=n.id, vector=n.retrieval_vector(), payload={
                 "tenant_id": n.tenant_id, "conversation_id": n.conversation_id, "seq": n.seq, "kind": n.kind})
             for n in nodes if n.embedding is not None
         ]

@@ -30,6 +30,7 @@ from storage.sqlite_edges import ADJACENCY_AFTER, EDGE_CACHE, SqliteEdgeStore, m
 from topology import text as textmod
 from topology.errors import ModelMismatch
 from topology.schemas import DeadLetter, MemoryNode, Scope
+from topology.vectors import retrieval_rows
 
 log = logging.getLogger("jevmem.sqlite")
 
@@ -72,11 +73,11 @@ SLOT_BITS = 32
 _NODES = """CREATE TABLE {name} (
   n INTEGER PRIMARY KEY,
   tenant TEXT NOT NULL, conv TEXT NOT NULL, id TEXT NOT NULL, event_id TEXT NOT NULL,
-  seq INTEGER NOT NULL, kind TEXT NOT NULL, body BLOB NOT NULL, embedding BLOB,
+  seq INTEGER NOT NULL, kind TEXT NOT NULL, body BLOB NOT NULL, embedding BLOB, context BLOB,
   UNIQUE (tenant, conv, id))"""
 _NODE_INDEXES = ("CREATE UNIQUE INDEX IF NOT EXISTS nodes_event ON nodes(tenant, conv, event_id)",
                  "CREATE INDEX IF NOT EXISTS nodes_seq ON nodes(tenant, conv, seq)")
-_NODE_COLUMNS = "tenant, conv, id, event_id, seq, kind, body, embedding"
+_NODE_COLUMNS = "tenant, conv, id, event_id, seq, kind, body, embedding, context"
 
 
 def migrate_nodes(conn: sqlite3.Connection) -> int:
@@ -91,6 +92,8 @@ def migrate_nodes(conn: sqlite3.Connection) -> int:
         conn.execute("INSERT OR IGNORE INTO meta VALUES ('nodes', ?)", (NODE_LAYOUT,))
         return 0
     if "n" in cols:
+        if "context" not in cols:  # a store of a release without context vectors: its turns have none
+            conn.execute("ALTER TABLE nodes ADD COLUMN context BLOB")
         return 0
     log.warning("rewriting the node table so that each conversation's rows are contiguous (once)")
     with transaction(conn):
@@ -100,7 +103,7 @@ def migrate_nodes(conn: sqlite3.Connection) -> int:
         cur = conn.execute(
             f"INSERT INTO nodes_v2 (n, {_NODE_COLUMNS}) SELECT (b.block << {SLOT_BITS}) + ROW_NUMBER() OVER "
             "(PARTITION BY o.tenant, o.conv ORDER BY o.seq, o.id) - 1, o.tenant, o.conv, o.id, o.event_id, o.seq, "
-            "o.kind, o.body, o.embedding FROM nodes o JOIN node_blocks b ON b.tenant = o.tenant AND b.conv = o.conv "
+            "o.kind, o.body, o.embedding, NULL FROM nodes o JOIN node_blocks b ON b.tenant = o.tenant AND b.conv = o.conv "
             "ORDER BY 1")
         moved = cur.rowcount
         conn.execute("DROP TABLE nodes")  # its indexes go with it
@@ -213,7 +216,7 @@ def _matrix(blobs: Sequence[bytes | None], dim: int) -> np.ndarray:
 
 
 def _packed_body(n: MemoryNode) -> bytes:
-    """A node's body as stored: its JSON (without the embedding), zlib-compressed (about half)."""
+    """A node's body as stored: its JSON (without its vectors), zlib-compressed (about half)."""
     return zlib.compress(orjson.dumps(n.without_embedding().model_dump(mode="json")), 1)
 
 
@@ -227,12 +230,29 @@ def _body(raw: bytes) -> bytes:
 #: queries fetch the same nodes again and again (a query reads at most ``limits.visited_nodes``).
 NODE_CACHE = 4096
 
-#: A cached node: the node without its embedding, and the embedding as stored (float32 bytes).
-_Cached = tuple[MemoryNode, bytes | None]
+#: A cached node: the node without its vectors, its embedding and its context vector as stored
+#: (float32 bytes, or None).
+_Cached = tuple[MemoryNode, bytes | None, bytes | None]
+
+
+def _blob(vector: Sequence[float] | None) -> bytes | None:
+    return None if vector is None else np.asarray(vector, dtype=np.float32).tobytes()
+
+
+def _retrieval(embeddings: Sequence[bytes | None], contexts: Sequence[bytes | None], dim: int) -> np.ndarray:
+    """The nodes' retrieval rows (:mod:`topology.vectors`) from their stored vectors."""
+    return retrieval_rows(_matrix(embeddings, dim), _matrix(contexts, dim))
+
+
+def _full(n: MemoryNode, emb: bytes | None, ctx: bytes | None) -> MemoryNode:
+    """A cached node with its vectors."""
+    if emb is None:
+        return n
+    return n.model_copy(update={"embedding": _vec(emb), "context": _vec(ctx)})
 
 
 class SqliteNodeStore(Base):
-    """Canonical nodes (JSON body + float32 embedding) and an entity posting table.
+    """Canonical nodes (JSON body + float32 embedding and context vector) and an entity posting table.
 
     ``get`` and ``get_rows`` keep an LRU of decoded nodes; this store is its database's only
     writer of nodes, and an upsert or a delete drops the nodes it rewrites from the cache, so the
@@ -281,13 +301,14 @@ class SqliteNodeStore(Base):
         """Every node is offered a fresh row key; a node already stored keeps its row (the upsert
         updates it in place), so a rewrite leaves one unused slot in its conversation's block."""
         for n in nodes:
-            emb = None if n.embedding is None else np.asarray(n.embedding, dtype=np.float32).tobytes()
+            emb, ctx = _blob(n.embedding), _blob(n.context if n.embedding is not None else None)
             row = self._new_row(n.tenant_id, n.conversation_id)
             self._conn.execute(
-                f"INSERT INTO nodes (n, {_NODE_COLUMNS}) VALUES (?,?,?,?,?,?,?,?,?) ON CONFLICT(tenant, conv, id) "
+                f"INSERT INTO nodes (n, {_NODE_COLUMNS}) VALUES (?,?,?,?,?,?,?,?,?,?) ON CONFLICT(tenant, conv, id) "
                 "DO UPDATE SET body=excluded.body, embedding=COALESCE(excluded.embedding, nodes.embedding), "
+                "context=CASE WHEN excluded.embedding IS NULL THEN nodes.context ELSE excluded.context END, "
                 "seq=excluded.seq",
-                (row, n.tenant_id, n.conversation_id, n.id, n.event_id, n.seq, n.kind, _packed_body(n), emb))
+                (row, n.tenant_id, n.conversation_id, n.id, n.event_id, n.seq, n.kind, _packed_body(n), emb, ctx))
             self._conn.executemany(
                 "INSERT OR IGNORE INTO node_entities VALUES (?,?,?,?,?)",
                 [(n.tenant_id, n.conversation_id, e.id, n.id, n.seq) for e in n.entities])
@@ -307,22 +328,22 @@ class SqliteNodeStore(Base):
         if missing:
             marks = ",".join("?" * len(missing))
             rows = self._conn.execute(
-                f"SELECT id, body, embedding FROM nodes WHERE tenant=? AND conv=? AND id IN ({marks})",
+                f"SELECT id, body, embedding, context FROM nodes WHERE tenant=? AND conv=? AND id IN ({marks})",
                 (scope.tenant_id, scope.conversation_id, *missing)).fetchall()
-            for nid, body, emb in rows:
-                found[nid] = cache[nid] = (MemoryNode.model_validate_json(_body(body)), emb)
+            for nid, body, emb, ctx in rows:
+                found[nid] = cache[nid] = (MemoryNode.model_validate_json(_body(body)), emb, ctx)
             while len(cache) > NODE_CACHE:
                 cache.popitem(last=False)
         return [found[i] for i in ids if i in found]
 
     @translated
     async def get(self, scope: Scope, ids: Sequence[str]) -> list[MemoryNode]:
-        return [n if emb is None else n.model_copy(update={"embedding": _vec(emb)}) for n, emb in self._read(scope, ids)]
+        return [_full(*got) for got in self._read(scope, ids)]
 
     @translated
     async def get_rows(self, scope: Scope, ids: Sequence[str], dim: int) -> tuple[list[MemoryNode], np.ndarray]:
         got = self._read(scope, ids)
-        return [n for n, _ in got], _matrix([emb for _, emb in got], dim)
+        return [g[0] for g in got], _retrieval([g[1] for g in got], [g[2] for g in got], dim)
 
     @translated
     async def seqs(self, scope: Scope, event_ids: Sequence[str]) -> dict[str, int]:
@@ -393,7 +414,7 @@ class SqliteNodeStore(Base):
         return [r[0] for r in rows]
 
     def _drop_cached(self, scope: Scope) -> None:
-        for nid in [i for i, (n, _) in self._cache.items()
+        for nid in [i for i, (n, _, _) in self._cache.items()
                     if n.tenant_id == scope.tenant_id and n.conversation_id == scope.conversation_id]:
             del self._cache[nid]
 

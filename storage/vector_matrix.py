@@ -1,15 +1,16 @@
-"""Embedded vector search: exact cosine over the node store's own embeddings, a conversation at a time.
+"""Embedded vector search: exact ranking over the node store's own vectors, a conversation at a time.
 
-The embedded store keeps each node's embedding once, as float32 bytes in the node table
-(:class:`storage.sqlite.SqliteNodeStore`). Every search is scoped to one conversation, so this
-index reads that conversation's embeddings into one float32 matrix and answers with a matrix
-product: no second copy of the vectors on disk, and the cost of a search follows the size of its
-conversation, never the size of the store.
+The embedded store keeps each node's embedding and context vector once, as float32 bytes in the
+node table (:class:`storage.sqlite.SqliteNodeStore`). Every search is scoped to one conversation,
+so this index reads that conversation's retrieval rows (:mod:`topology.vectors`) into one float32
+matrix and answers with a matrix product: no second copy of the vectors on disk, and the cost of
+a search follows the size of its conversation, never the size of the store.
 
 Contracts:
 
-* Exact: a hit's score is the dot product of the stored embedding and the query, in float64
-  (embeddings are L2-normalised, so the cosine); best first, ties by earlier seq, then id. Scoped
+* Exact: a hit's score is the dot product of the node's retrieval vector and the query, in
+  float64 (for a node without a context vector, its embedding: the cosine, embeddings being
+  L2-normalised); best first, ties by earlier seq, then id. Scoped
   by tenant and conversation, and ``seq < before_seq`` when given. Nodes without an embedding
   are never hits.
 * Read-your-writes: the node store is written before this index is told (``Stores.materialise``);
@@ -33,6 +34,7 @@ import numpy as np
 from storage.ports import Hit
 from storage.sqlite_base import translated
 from topology.schemas import MemoryNode, Scope
+from topology.vectors import retrieval_rows
 
 #: Rows held by default (about 1.5 KB each at 384 dimensions).
 MAX_ROWS = 65_536
@@ -76,11 +78,15 @@ class MatrixVectorIndex:
         if held is not None:
             self._held.move_to_end(scope)
             return held
-        found = [(nid, int(seq), blob) for nid, seq, blob in self._conn.execute(
-            "SELECT id, seq, embedding FROM nodes WHERE tenant=? AND conv=? AND embedding IS NOT NULL",
+        found = [(nid, int(seq), blob, ctx) for nid, seq, blob, ctx in self._conn.execute(
+            "SELECT id, seq, embedding, context FROM nodes WHERE tenant=? AND conv=? AND embedding IS NOT NULL",
             (scope.tenant_id, scope.conversation_id)) if len(blob) == 4 * self._dim]
-        rows = np.frombuffer(b"".join(b for _, _, b in found), dtype=np.float32).reshape(len(found), self._dim).copy()
-        held = _Held(self._dim, rows, [f[0] for f in found], [f[1] for f in found])
+        emb = np.frombuffer(b"".join(f[2] for f in found), dtype=np.float32).reshape(len(found), self._dim)
+        ctx = np.zeros_like(emb)
+        for j, f in enumerate(found):
+            if f[3] is not None and len(f[3]) == 4 * self._dim:
+                ctx[j] = np.frombuffer(f[3], dtype=np.float32)
+        held = _Held(self._dim, retrieval_rows(emb, ctx), [f[0] for f in found], [f[1] for f in found])
         self._held[scope] = held
         self._rows += held.n
         self._evict()
@@ -119,7 +125,7 @@ class MatrixVectorIndex:
             if held is None or n.embedding is None or len(n.embedding) != self._dim:
                 continue
             before = held.n
-            held.put(n.id, n.seq, np.asarray(n.embedding, dtype=np.float32))
+            held.put(n.id, n.seq, np.asarray(n.retrieval_vector(), dtype=np.float32))
             self._rows += held.n - before
         self._evict()
 

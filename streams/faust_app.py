@@ -307,7 +307,10 @@ def create_app(config: AppConfig, services: Services) -> faust.App:
                     return keys.get(sealing.edge_owner(e.source, e.target, written))
 
                 await publish([
-                    (memories, [(n.scope.key, sealed(n, keys.get(n.id))) for n in w.nodes + w.derived]),
+                    # without context vectors: one carries the turn before it, which a forget of that
+                    # turn could not take back from this record (sealed under this turn's key)
+                    (memories, [(n.scope.key, sealed(n.model_copy(update={"context": None}), keys.get(n.id)))
+                                for n in w.nodes + w.derived]),
                     # the node travels whole on the memories topic; here it is named, not repeated
                     (candidates, [(c.node.scope.key, sealed(c.model_copy(update={"node": c.node.without_embedding()}),
                                                             keys.get(c.node.id)))

@@ -11,7 +11,10 @@ A forget is two steps, so that every driver deletes exactly the same things:
   harmless: the forgotten-event record first (so the seq can never be handed out again, even if
   the deletion is cut short), then edges touching the nodes, decisions referencing them, the
   dead letters naming the conversation (or the event), vectors, lexical entries, and the nodes
-  last (so a retry still finds what is left). Every step is an idempotent delete. The Faust
+  last (so a retry still finds what is left). Every step is an idempotent delete, but one: the
+  turn right after a forgotten observation loses its context vector (embedded with the forgotten
+  turn's text, :mod:`topology.stages.context`), rewritten in the vector index and the node store
+  before anything is deleted. The Faust
   worker logs the marker on the memories, edges and consolidation topics *before* applying it,
   and a rebuild from that derived log applies each topic's share of it (``parts``) at the same
   point of that topic.
@@ -32,13 +35,14 @@ from collections.abc import Awaitable, Callable, Collection, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal, Protocol, TypeVar
 
-from storage.ports import DeadLetterSink, EdgeStore, LexicalIndex, NodeEraser, NodeReader, VectorIndex
+from storage.ports import DeadLetterSink, EdgeStore, LexicalIndex, NodeEraser, NodeReader, NodeWriter, VectorIndex
 from topology import ids
 from topology.schemas import Forget, Forgotten, MemoryNode, Observation, Scope
 
 
-class ForgetNodes(NodeReader, NodeEraser, Protocol):
-    """What forgetting reads (the scope's nodes, its forgotten events) and deletes of the node store."""
+class ForgetNodes(NodeReader, NodeWriter, NodeEraser, Protocol):
+    """What forgetting reads (the scope's nodes, its forgotten events), rewrites (the next turn's
+    context vector) and deletes of the node store."""
 
 
 class ForgetTargets(Protocol):
@@ -128,6 +132,8 @@ async def apply(stores: ForgetTargets, marker: Forgotten, parts: Collection[Part
     if "decisions" in parts:
         rep.decisions = await (stores.edges.delete_scope_decisions(scope) if whole
                                else stores.edges.delete_decisions(scope, marker.node_ids))
+    if "nodes" in parts and not whole and marker.seq is not None:
+        await _drop_next_context(stores, scope, marker.seq)
     if "nodes" in parts:
         await stores.dead_letters.forget(scope, marker.event_id)
         if whole:
@@ -141,6 +147,16 @@ async def apply(stores: ForgetTargets, marker: Forgotten, parts: Collection[Part
     for listener in stores.on_forget:
         await listener(scope)
     return rep
+
+
+async def _drop_next_context(stores: ForgetTargets, scope: Scope, seq: int) -> None:
+    """Rewrite the observation at ``seq + 1`` without its context vector (when it has one)."""
+    after = [n.id for n in await stores.nodes.scan(scope) if n.kind == "observation" and n.seq == seq + 1]
+    for node in await stores.nodes.get(scope, after):
+        if node.context is not None and node.embedding is not None:
+            plain = node.model_copy(update={"context": None})
+            await stores.vectors.upsert([plain])
+            await stores.nodes.upsert([plain])
 
 
 def split_at_forgets(items: Sequence[Observation | T]) -> list[list[Observation] | T]:

@@ -264,14 +264,22 @@ async def _vectors(wp: WritePath, observations: list[Observation]) -> list[list[
         return await wp.vectors(observations)
 
 
+async def _contexts(wp: WritePath, nodes: list[MemoryNode]) -> list[MemoryNode]:
+    with observe.timed("context"):
+        return await wp.contextualise(nodes)
+
+
 async def write_chunk(stores: Stores, wp: WritePath, embedded: list[MemoryNode],
                       calls: Callable[[], int] = lambda: 0) -> Written:
     """One chunk of :func:`write_batch`, from numbered nodes that carry their embeddings (not
-    yet typed) on: type -> materialise -> candidates -> relations -> edges -> consolidation (each
-    timed as a stage). ``calls()`` is the chunk's System One requests when it returns; the
-    result's ``new`` is 0 (the batch counts new events once, when numbering)."""
+    yet typed) on: type and context vectors (concurrently) -> materialise -> candidates ->
+    relations -> edges -> consolidation (each timed as a stage). ``calls()`` is the chunk's
+    System One requests when it returns; the result's ``new`` is 0 (the batch counts new events
+    once, when numbering)."""
     with observe.timed("typing"):
-        nodes = await wp.type(embedded)
+        typed, placed = await asyncio.gather(wp.type(embedded), _contexts(wp, embedded))
+    nodes = [t.model_copy(update={"context": p.context}) if p.context is not None else t
+             for t, p in zip(typed, placed, strict=True)]
     with observe.timed("store_writes"):
         await stores.materialise(nodes)
     with observe.timed("candidates"):

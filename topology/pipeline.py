@@ -29,7 +29,7 @@ from topology.schemas import (
     RelationJudgment,
     Scope,
 )
-from topology.stages import candidates, consolidation, memory_nodes, relations
+from topology.stages import candidates, consolidation, context, memory_nodes, relations
 from topology.systemone.port import CountingSystemOne
 
 
@@ -142,6 +142,19 @@ class WritePath:
     def nodes(numbered: Sequence[tuple[Observation, int]], vectors: Sequence[list[float]]) -> list[MemoryNode]:
         """The described nodes with their :meth:`vectors` (same order), not yet typed."""
         return memory_nodes.with_vectors([memory_nodes.describe(o, s) for o, s in numbered], vectors)
+
+    async def contextualise(self, nodes: Sequence[MemoryNode]) -> list[MemoryNode]:
+        """Numbered nodes with their context vectors (:mod:`topology.stages.context`): one
+        embedding call; the turn before each is among ``nodes`` or read (earlier seqs are
+        materialised first, so the reader has it)."""
+        earlier: dict[tuple[Scope, int], MemoryNode] = {}
+
+        async def read(scope: Scope, seq: int) -> None:
+            for n in await self.reader.get_nodes(scope, await self.reader.preceding(scope, seq + 1, 1)):
+                earlier[(scope, n.seq)] = n
+
+        await asyncio.gather(*(read(scope, s) for scope, seqs in context.wanted(nodes).items() for s in seqs))
+        return await context.with_contexts(nodes, earlier, self.embedder)
 
     async def type(self, nodes: Sequence[MemoryNode]) -> list[MemoryNode]:
         """Type embedded nodes (one request): the other half of :meth:`build_nodes`."""

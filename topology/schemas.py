@@ -9,11 +9,13 @@ from __future__ import annotations
 from datetime import UTC, date, datetime
 from typing import Annotated, Any, Literal, TypeVar
 
+import numpy as np
 import orjson
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from topology import limits
 from topology.errors import InvalidEvent
+from topology.vectors import retrieval_rows
 
 SCHEMA_VERSION = 1
 
@@ -210,6 +212,11 @@ class MemoryNode(_Event):
     tokens: list[str] = Field(default_factory=list)
     types: TypeScores = TypeScores()
     embedding: list[float] | None = None
+    #: the turn embedded after the turn before it in its sitting (``topology.stages.context``):
+    #: what it means in its place in the conversation; None for a sitting's first turn and for
+    #: derived nodes. Only the read path uses it (:meth:`retrieval_vector`); the graph is built
+    #: from ``embedding`` alone.
+    context: list[float] | None = None
     derived_from: list[str] = Field(default_factory=list)
 
     @property
@@ -217,7 +224,19 @@ class MemoryNode(_Event):
         return Scope(tenant_id=self.tenant_id, conversation_id=self.conversation_id)
 
     def without_embedding(self) -> MemoryNode:
-        return self.model_copy(update={"embedding": None})
+        """The node without its vectors (``embedding`` and ``context``): what stores keep as its body."""
+        return self.model_copy(update={"embedding": None, "context": None})
+
+    def retrieval_vector(self) -> list[float] | None:
+        """The vector queries rank this node by (:mod:`topology.vectors`): its embedding, or the
+        mean of its embedding and its context vector."""
+        if self.embedding is None:
+            return None
+        if self.context is None or len(self.context) != len(self.embedding):
+            return self.embedding
+        row: list[float] = retrieval_rows(np.asarray([self.embedding], dtype=np.float32),
+                                          np.asarray([self.context], dtype=np.float32))[0].astype(np.float64).tolist()
+        return row
 
 
 class CandidateFeatures(BaseModel):

@@ -509,6 +509,8 @@ export interface components {
         MemoryNode: {
             /** Content */
             content: string;
+            /** Context */
+            context?: number[] | null;
             /** Conversation Id */
             conversation_id: string;
             /** Derived From */
