@@ -146,7 +146,9 @@ class WritePath:
     async def contextualise(self, nodes: Sequence[MemoryNode]) -> list[MemoryNode]:
         """Numbered nodes with their context vectors (:mod:`topology.stages.context`): one
         embedding call; the turn before each is among ``nodes`` or read (earlier seqs are
-        materialised first, so the reader has it)."""
+        materialised first, so the reader has it). ``params.context_vectors`` off: ``nodes``."""
+        if not self.params.context_vectors:
+            return list(nodes)
         earlier: dict[tuple[Scope, int], MemoryNode] = {}
 
         async def read(scope: Scope, seq: int) -> None:
