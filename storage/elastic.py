@@ -14,8 +14,8 @@ Layout, for an index prefix ``p`` (default ``jevmem-``):
   without embedding, as a string: a partial update would deep-merge an object) and
   ``embedding_f32`` (base64 of the float32 values, exact like the SQLite store; kept when a later
   upsert carries none; documents of older releases carry a JSON float list, ``embedding``, read
-  the same) and ``context_f32`` (the context vector, the same way; written, or cleared, with
-  every embedding). Both write the scope fields, ``node_id`` and ``seq``.
+  the same) and ``context_f16`` (the context vector, base64 of its float16 values; written, or
+  cleared, with every embedding). Both write the scope fields, ``node_id`` and ``seq``.
 * ``p edges``: ``_id`` = edge id, read back from ``body`` only (the indexed fields are not kept
   twice in ``_source``); ``p decisions``: ``_id`` = decision id (whole-document index).
 * ``p forgotten``: forgotten-event records ``(scope, event_id, seq)`` (see ``streams.forget``).
@@ -82,7 +82,7 @@ _MEMORIES: dict[str, Any] = {"dynamic": "strict", "properties": {
     "seq": {"type": "integer"}, "entity_ids": _KW, "tokens": _KW,
     "content": {"type": "text", "analyzer": "jevmem_text"},
     "body": _OPAQUE, "embedding": {"type": "float", "index": False, "doc_values": False},
-    "embedding_f32": {"type": "binary"}, "context_f32": {"type": "binary"},
+    "embedding_f32": {"type": "binary"}, "context_f16": {"type": "binary"},
 }}
 _EDGE_FIELDS = ("tenant_id", "conversation_id", "id", "view", "source", "target", "probability")
 #: Edges are read back from ``body`` only: the searchable fields are indexed (and sorted on) but
@@ -102,14 +102,14 @@ _FORGOTTEN: dict[str, Any] = {"dynamic": "strict", "properties": {
 }}
 
 
-def encode_vector(vector: Sequence[float]) -> str:
-    """An embedding as base64 of its little-endian float32 values (what the models produce):
+def encode_vector(vector: Sequence[float], dtype: str = "<f4") -> str:
+    """A vector as base64 of its little-endian float32 values (``dtype``; what the models produce):
     exact, and a quarter of the bytes of a JSON float list, which Elasticsearch also parses."""
-    return base64.b64encode(np.asarray(vector, dtype="<f4").tobytes()).decode("ascii")
+    return base64.b64encode(np.asarray(vector, dtype=dtype).tobytes()).decode("ascii")
 
 
-def decode_vector(text: str) -> list[float]:
-    values: list[float] = np.frombuffer(base64.b64decode(text), dtype="<f4").astype(float).tolist()
+def decode_vector(text: str, dtype: str = "<f4") -> list[float]:
+    values: list[float] = np.frombuffer(base64.b64decode(text), dtype=dtype).astype(float).tolist()
     return values
 
 
@@ -529,7 +529,7 @@ class ElasticNodeStore(_Memories):
                 "body": orjson.dumps(n.without_embedding().model_dump(mode="json")).decode()}
             if n.embedding is not None:
                 d["embedding_f32"] = encode_vector(n.embedding)
-                d["context_f32"] = encode_vector(n.context) if n.context is not None else None
+                d["context_f16"] = encode_vector(n.context, "<f2") if n.context is not None else None
             return d
         await self._write(nodes, doc)
 
@@ -542,14 +542,14 @@ class ElasticNodeStore(_Memories):
         with es_errors(f"mget {index}"):
             res = await self._client.mget(index=index, ids=list(dict.fromkeys(ids)),
                                           source=["tenant_id", "conversation_id", "body", "embedding_f32", "embedding",
-                                                  "context_f32"])
+                                                  "context_f16"])
         found: dict[str, MemoryNode] = {}
         for d in res["docs"]:
             src = d.get("_source") or {}
             if (d.get("found") and "body" in src and src.get("tenant_id") == scope.tenant_id
                     and src.get("conversation_id") == scope.conversation_id):
                 vector = decode_vector(src["embedding_f32"]) if "embedding_f32" in src else src.get("embedding")
-                context = decode_vector(src["context_f32"]) if src.get("context_f32") else None
+                context = decode_vector(src["context_f16"], "<f2") if src.get("context_f16") else None
                 found[d["_id"]] = MemoryNode.model_validate({**orjson.loads(src["body"]), "embedding": vector,
                                                              "context": context})
         return [found[i] for i in ids if i in found]

@@ -14,6 +14,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from topology.schemas import ConsolidationDecision, DeadLetter, EdgeEvent, MemoryNode, Scope, View
+from topology.vectors import half
 
 __all__ = ["MemoryDeadLetters", "MemoryEdgeStore", "MemoryNodeStore"]
 
@@ -49,7 +50,7 @@ class MemoryNodeStore:
             old = held.get(n.id)
             if n.embedding is not None:
                 vectors = {"embedding": _float32(n.embedding),
-                           "context": _float32(n.context) if n.context is not None else None}
+                           "context": half(n.context) if n.context is not None else None}
             else:
                 vectors = {"embedding": old.embedding if old else None, "context": old.context if old else None}
             held[n.id] = n.model_copy(update=vectors)

@@ -231,28 +231,39 @@ def _body(raw: bytes) -> bytes:
 NODE_CACHE = 4096
 
 #: A cached node: the node without its vectors, its embedding and its context vector as stored
-#: (float32 bytes, or None).
+#: (float32 and float16 bytes, or None).
 _Cached = tuple[MemoryNode, bytes | None, bytes | None]
 
 
-def _blob(vector: Sequence[float] | None) -> bytes | None:
-    return None if vector is None else np.asarray(vector, dtype=np.float32).tobytes()
+def _blob(vector: Sequence[float] | None, dtype: type[np.floating] = np.float32) -> bytes | None:
+    return None if vector is None else np.asarray(vector, dtype=dtype).tobytes()
+
+
+def _contexts(blobs: Sequence[bytes | None], dim: int) -> np.ndarray:
+    """Stored context vectors (float16 bytes) as one float32 ``(len(blobs), dim)`` matrix (zeros
+    where a node has none)."""
+    out = np.zeros((len(blobs), dim), dtype=np.float32)
+    for j, blob in enumerate(blobs):
+        if blob is not None and len(blob) == 2 * dim:
+            out[j] = np.frombuffer(blob, dtype=np.float16)
+    return out
 
 
 def _retrieval(embeddings: Sequence[bytes | None], contexts: Sequence[bytes | None], dim: int) -> np.ndarray:
     """The nodes' retrieval rows (:mod:`topology.vectors`) from their stored vectors."""
-    return retrieval_rows(_matrix(embeddings, dim), _matrix(contexts, dim))
+    return retrieval_rows(_matrix(embeddings, dim), _contexts(contexts, dim))
 
 
 def _full(n: MemoryNode, emb: bytes | None, ctx: bytes | None) -> MemoryNode:
     """A cached node with its vectors."""
     if emb is None:
         return n
-    return n.model_copy(update={"embedding": _vec(emb), "context": _vec(ctx)})
+    context = None if ctx is None else np.frombuffer(ctx, dtype=np.float16).astype(np.float64).tolist()
+    return n.model_copy(update={"embedding": _vec(emb), "context": context})
 
 
 class SqliteNodeStore(Base):
-    """Canonical nodes (JSON body + float32 embedding and context vector) and an entity posting table.
+    """Canonical nodes (JSON body, float32 embedding, float16 context vector) and an entity posting table.
 
     ``get`` and ``get_rows`` keep an LRU of decoded nodes; this store is its database's only
     writer of nodes, and an upsert or a delete drops the nodes it rewrites from the cache, so the
@@ -301,7 +312,7 @@ class SqliteNodeStore(Base):
         """Every node is offered a fresh row key; a node already stored keeps its row (the upsert
         updates it in place), so a rewrite leaves one unused slot in its conversation's block."""
         for n in nodes:
-            emb, ctx = _blob(n.embedding), _blob(n.context if n.embedding is not None else None)
+            emb, ctx = _blob(n.embedding), _blob(n.context if n.embedding is not None else None, np.float16)
             row = self._new_row(n.tenant_id, n.conversation_id)
             self._conn.execute(
                 f"INSERT INTO nodes (n, {_NODE_COLUMNS}) VALUES (?,?,?,?,?,?,?,?,?,?) ON CONFLICT(tenant, conv, id) "

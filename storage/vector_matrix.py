@@ -1,7 +1,7 @@
 """Embedded vector search: exact ranking over the node store's own vectors, a conversation at a time.
 
-The embedded store keeps each node's embedding and context vector once, as float32 bytes in the
-node table (:class:`storage.sqlite.SqliteNodeStore`). Every search is scoped to one conversation,
+The embedded store keeps each node's embedding and context vector once, as float32 and float16
+bytes in the node table (:class:`storage.sqlite.SqliteNodeStore`). Every search is scoped to one conversation,
 so this index reads that conversation's retrieval rows (:mod:`topology.vectors`) into one float32
 matrix and answers with a matrix product: no second copy of the vectors on disk, and the cost of
 a search follows the size of its conversation, never the size of the store.
@@ -84,8 +84,8 @@ class MatrixVectorIndex:
         emb = np.frombuffer(b"".join(f[2] for f in found), dtype=np.float32).reshape(len(found), self._dim)
         ctx = np.zeros_like(emb)
         for j, f in enumerate(found):
-            if f[3] is not None and len(f[3]) == 4 * self._dim:
-                ctx[j] = np.frombuffer(f[3], dtype=np.float32)
+            if f[3] is not None and len(f[3]) == 2 * self._dim:
+                ctx[j] = np.frombuffer(f[3], dtype=np.float16)
         held = _Held(self._dim, retrieval_rows(emb, ctx), [f[0] for f in found], [f[1] for f in found])
         self._held[scope] = held
         self._rows += held.n

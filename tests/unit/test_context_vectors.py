@@ -17,7 +17,7 @@ from topology.params import Params
 from topology.ports import Embedder
 from topology.schemas import MemoryNode, Observation, Scope
 from topology.stages import context
-from topology.vectors import retrieval_rows
+from topology.vectors import half, retrieval_rows
 
 A = Scope(tenant_id="t1", conversation_id="c1")
 T0 = datetime(2024, 3, 1, 18, 0, tzinfo=UTC)
@@ -62,7 +62,8 @@ async def test_a_turn_gets_a_context_vector_only_after_a_turn_of_its_sitting(mem
     assert [n.context is not None for n in got] == [False, True, True, True, False]
     # what is embedded: the turn before (speaker: text), then the turn
     assert context.context_text(got[0], got[1]) == f"Ana: {TURNS[0][1]} Ben: {TURNS[1][1]}"
-    assert got[1].context == embedder.embed([context.context_text(got[0], got[1])])[0]
+    assert got[1].context == half(embedder.embed([context.context_text(got[0], got[1])])[0])  # kept at half precision
+    assert got[1].context != embedder.embed([context.context_text(got[0], got[1])])[0]
     # the graph is built from the embeddings alone: the embedding is the turn's own
     assert got[1].embedding == embedder.embed([f"Ben: {TURNS[1][1]}"])[0]
 

@@ -16,6 +16,7 @@ from topology.ports import Embedder
 from topology.schemas import MemoryNode, Scope
 from topology.stages.memory_nodes import embed_texts, embedding_text
 from topology.stages.relations import next_probability
+from topology.vectors import half
 
 #: How much of the earlier turn goes before a turn (its end: what the turn answers). A turn's
 #: own text is never cut for it, so the model's 512-token window holds both.
@@ -50,12 +51,12 @@ async def with_contexts(nodes: Sequence[MemoryNode], earlier: Mapping[tuple[Scop
                         embedder: Embedder) -> list[MemoryNode]:
     """``nodes`` with their context vectors (one embedding call for all of them); the turn before
     each is found among ``nodes`` or in ``earlier`` (by scope and seq). A node whose turn before is
-    missing or in another sitting gets none."""
+    missing or in another sitting gets none. Vectors are kept at half precision (:func:`half`)."""
     by_seq = {**earlier, **{(n.scope, n.seq): n for n in nodes}}
     pairs = [(i, before) for i, n in enumerate(nodes)
              if (before := by_seq.get((n.scope, n.seq - 1))) is not None and in_sitting(before, n)]
     vectors = await embed_texts([context_text(before, nodes[i]) for i, before in pairs], embedder)
     out = [n.model_copy(update={"context": None}) if n.context is not None else n for n in nodes]
     for (i, _), vec in zip(pairs, vectors, strict=True):
-        out[i] = nodes[i].model_copy(update={"context": vec})
+        out[i] = nodes[i].model_copy(update={"context": half(vec)})
     return out
