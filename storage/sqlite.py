@@ -59,6 +59,7 @@ CREATE TABLE IF NOT EXISTS postings (
   tenant TEXT NOT NULL, conv TEXT NOT NULL, token TEXT NOT NULL, node TEXT NOT NULL, seq INTEGER NOT NULL,
   PRIMARY KEY (tenant, conv, token, node));
 CREATE INDEX IF NOT EXISTS postings_seq ON postings(tenant, conv, token, seq);
+CREATE TABLE IF NOT EXISTS node_contexts (n INTEGER PRIMARY KEY, context BLOB NOT NULL);
 CREATE TABLE IF NOT EXISTS forgotten (
   tenant TEXT NOT NULL, conv TEXT NOT NULL, event_id TEXT NOT NULL, seq INTEGER NOT NULL,
   PRIMARY KEY (tenant, conv, event_id));
@@ -73,11 +74,15 @@ SLOT_BITS = 32
 _NODES = """CREATE TABLE {name} (
   n INTEGER PRIMARY KEY,
   tenant TEXT NOT NULL, conv TEXT NOT NULL, id TEXT NOT NULL, event_id TEXT NOT NULL,
-  seq INTEGER NOT NULL, kind TEXT NOT NULL, body BLOB NOT NULL, embedding BLOB, context BLOB,
+  seq INTEGER NOT NULL, kind TEXT NOT NULL, body BLOB NOT NULL, embedding BLOB,
   UNIQUE (tenant, conv, id))"""
 _NODE_INDEXES = ("CREATE UNIQUE INDEX IF NOT EXISTS nodes_event ON nodes(tenant, conv, event_id)",
                  "CREATE INDEX IF NOT EXISTS nodes_seq ON nodes(tenant, conv, seq)")
-_NODE_COLUMNS = "tenant, conv, id, event_id, seq, kind, body, embedding, context"
+_NODE_COLUMNS = "tenant, conv, id, event_id, seq, kind, body, embedding"
+#: A node's context vector (float16 bytes) lives in ``node_contexts`` under the node's row key:
+#: a node row (body and float32 embedding) is about 2 KB, two to a 4 KB page, and would take a
+#: page of its own with the context vector in it.
+_WITH_CONTEXT = "nodes LEFT JOIN node_contexts c ON c.n = nodes.n"
 
 
 def migrate_nodes(conn: sqlite3.Connection) -> int:
@@ -92,8 +97,6 @@ def migrate_nodes(conn: sqlite3.Connection) -> int:
         conn.execute("INSERT OR IGNORE INTO meta VALUES ('nodes', ?)", (NODE_LAYOUT,))
         return 0
     if "n" in cols:
-        if "context" not in cols:  # a store of a release without context vectors: its turns have none
-            conn.execute("ALTER TABLE nodes ADD COLUMN context BLOB")
         return 0
     log.warning("rewriting the node table so that each conversation's rows are contiguous (once)")
     with transaction(conn):
@@ -103,7 +106,7 @@ def migrate_nodes(conn: sqlite3.Connection) -> int:
         cur = conn.execute(
             f"INSERT INTO nodes_v2 (n, {_NODE_COLUMNS}) SELECT (b.block << {SLOT_BITS}) + ROW_NUMBER() OVER "
             "(PARTITION BY o.tenant, o.conv ORDER BY o.seq, o.id) - 1, o.tenant, o.conv, o.id, o.event_id, o.seq, "
-            "o.kind, o.body, o.embedding, NULL FROM nodes o JOIN node_blocks b ON b.tenant = o.tenant AND b.conv = o.conv "
+            "o.kind, o.body, o.embedding FROM nodes o JOIN node_blocks b ON b.tenant = o.tenant AND b.conv = o.conv "
             "ORDER BY 1")
         moved = cur.rowcount
         conn.execute("DROP TABLE nodes")  # its indexes go with it
@@ -312,14 +315,19 @@ class SqliteNodeStore(Base):
         """Every node is offered a fresh row key; a node already stored keeps its row (the upsert
         updates it in place), so a rewrite leaves one unused slot in its conversation's block."""
         for n in nodes:
-            emb, ctx = _blob(n.embedding), _blob(n.context if n.embedding is not None else None, np.float16)
+            emb = _blob(n.embedding)
             row = self._new_row(n.tenant_id, n.conversation_id)
-            self._conn.execute(
-                f"INSERT INTO nodes (n, {_NODE_COLUMNS}) VALUES (?,?,?,?,?,?,?,?,?,?) ON CONFLICT(tenant, conv, id) "
+            at = self._conn.execute(
+                f"INSERT INTO nodes (n, {_NODE_COLUMNS}) VALUES (?,?,?,?,?,?,?,?,?) ON CONFLICT(tenant, conv, id) "
                 "DO UPDATE SET body=excluded.body, embedding=COALESCE(excluded.embedding, nodes.embedding), "
-                "context=CASE WHEN excluded.embedding IS NULL THEN nodes.context ELSE excluded.context END, "
-                "seq=excluded.seq",
-                (row, n.tenant_id, n.conversation_id, n.id, n.event_id, n.seq, n.kind, _packed_body(n), emb, ctx))
+                "seq=excluded.seq RETURNING n",
+                (row, n.tenant_id, n.conversation_id, n.id, n.event_id, n.seq, n.kind, _packed_body(n), emb)).fetchone()[0]
+            if n.embedding is not None:  # written with its embedding: its context vector is what it carries
+                if n.context is None:
+                    self._conn.execute("DELETE FROM node_contexts WHERE n=?", (at,))
+                else:
+                    self._conn.execute("INSERT OR REPLACE INTO node_contexts VALUES (?,?)",
+                                       (at, _blob(n.context, np.float16)))
             self._conn.executemany(
                 "INSERT OR IGNORE INTO node_entities VALUES (?,?,?,?,?)",
                 [(n.tenant_id, n.conversation_id, e.id, n.id, n.seq) for e in n.entities])
@@ -339,7 +347,7 @@ class SqliteNodeStore(Base):
         if missing:
             marks = ",".join("?" * len(missing))
             rows = self._conn.execute(
-                f"SELECT id, body, embedding, context FROM nodes WHERE tenant=? AND conv=? AND id IN ({marks})",
+                f"SELECT id, body, embedding, c.context FROM {_WITH_CONTEXT} WHERE tenant=? AND conv=? AND id IN ({marks})",
                 (scope.tenant_id, scope.conversation_id, *missing)).fetchall()
             for nid, body, emb, ctx in rows:
                 found[nid] = cache[nid] = (MemoryNode.model_validate_json(_body(body)), emb, ctx)
@@ -437,6 +445,8 @@ class SqliteNodeStore(Base):
             self._cache.pop(i, None)
         marks, sc = ",".join("?" * len(ids)), (scope.tenant_id, scope.conversation_id)
         return self._delete([(f"DELETE FROM node_entities WHERE tenant=? AND conv=? AND node IN ({marks})", (*sc, *ids)),
+                             ("DELETE FROM node_contexts WHERE n IN (SELECT n FROM nodes WHERE tenant=? AND conv=? "
+                              f"AND id IN ({marks}))", (*sc, *ids)),
                              (f"DELETE FROM nodes WHERE tenant=? AND conv=? AND id IN ({marks})", (*sc, *ids))])
 
     @translated
@@ -444,8 +454,9 @@ class SqliteNodeStore(Base):
         self._drop_cached(scope)
         sc = (scope.tenant_id, scope.conversation_id)
         return self._delete([("DELETE FROM node_entities WHERE tenant=? AND conv=?", sc),
+                             ("DELETE FROM node_contexts WHERE n IN (SELECT n FROM nodes WHERE tenant=? AND conv=?)", sc),
                              ("DELETE FROM nodes WHERE tenant=? AND conv=?", sc),
-                             ("DELETE FROM forgotten WHERE tenant=? AND conv=?", sc)], counted=1)
+                             ("DELETE FROM forgotten WHERE tenant=? AND conv=?", sc)], counted=2)
 
     @translated
     async def record_forgotten(self, scope: Scope, event_id: str, seq: int) -> None:

@@ -1,10 +1,10 @@
 """Embedded vector search: exact ranking over the node store's own vectors, a conversation at a time.
 
 The embedded store keeps each node's embedding and context vector once, as float32 and float16
-bytes in the node table (:class:`storage.sqlite.SqliteNodeStore`). Every search is scoped to one conversation,
-so this index reads that conversation's retrieval rows (:mod:`topology.vectors`) into one float32
-matrix and answers with a matrix product: no second copy of the vectors on disk, and the cost of
-a search follows the size of its conversation, never the size of the store.
+bytes in its node tables (:class:`storage.sqlite.SqliteNodeStore`). Every search is scoped to one
+conversation, so this index reads that conversation's retrieval rows (:mod:`topology.vectors`)
+into one float32 matrix and answers with a matrix product: no second copy of the vectors on disk,
+and the cost of a search follows the size of its conversation, never the size of the store.
 
 Contracts:
 
@@ -79,7 +79,8 @@ class MatrixVectorIndex:
             self._held.move_to_end(scope)
             return held
         found = [(nid, int(seq), blob, ctx) for nid, seq, blob, ctx in self._conn.execute(
-            "SELECT id, seq, embedding, context FROM nodes WHERE tenant=? AND conv=? AND embedding IS NOT NULL",
+            "SELECT id, seq, embedding, c.context FROM nodes LEFT JOIN node_contexts c ON c.n = nodes.n "
+            "WHERE tenant=? AND conv=? AND embedding IS NOT NULL",
             (scope.tenant_id, scope.conversation_id)) if len(blob) == 4 * self._dim]
         emb = np.frombuffer(b"".join(f[2] for f in found), dtype=np.float32).reshape(len(found), self._dim)
         ctx = np.zeros_like(emb)

@@ -3,8 +3,11 @@ by it, and that forgetting a turn takes it out of the next turn's vectors."""
 
 from __future__ import annotations
 
+import sqlite3
 from collections.abc import AsyncIterator
+from contextlib import closing
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -139,3 +142,17 @@ async def test_context_vectors_can_be_turned_off(embedder: Embedder) -> None:
         assert all(n.retrieval_vector() == n.embedding for n in got)
     finally:
         await off.close()
+
+
+async def test_deleting_nodes_deletes_their_context_vectors(embedder: Embedder, tmp_path: Path) -> None:
+    m = build_embedded(Settings(), embedder=embedder, data_dir=tmp_path)
+    try:
+        await m.pipeline.ingest(turns())
+        with closing(sqlite3.connect(tmp_path / "memory.sqlite3")) as db:
+            assert db.execute("SELECT COUNT(*) FROM node_contexts").fetchone()[0] == 3
+            await m.pipeline.forget(A, "e3")  # e3 had one, and e4 (after a pause) none
+            assert db.execute("SELECT COUNT(*) FROM node_contexts").fetchone()[0] == 2
+            await m.pipeline.forget(A, None)
+            assert db.execute("SELECT COUNT(*) FROM node_contexts").fetchone()[0] == 0
+    finally:
+        await m.close()
