@@ -14,7 +14,7 @@ A forget is two steps, so that every driver deletes exactly the same things:
   last (so a retry still finds what is left). Every step is an idempotent delete, but one: the
   turn right after a forgotten observation loses its context vector (embedded with the forgotten
   turn's text, :mod:`topology.stages.context`), rewritten in the vector index and the node store
-  before anything is deleted. The Faust
+  before the nodes, vectors and lexical entries are deleted. The Faust
   worker logs the marker on the memories, edges and consolidation topics *before* applying it,
   and a rebuild from that derived log applies each topic's share of it (``parts``) at the same
   point of that topic.
