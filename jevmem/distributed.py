@@ -20,10 +20,10 @@ from storage.elastic import (
     ElasticEdgeStore,
     ElasticLexicalIndex,
     ElasticNodeStore,
-    ElasticVectorIndex,
     Visibility,
     es_errors,
 )
+from storage.elastic_vectors import ElasticVectorIndex
 from storage.ports import VectorIndex
 from storage.qdrant import QdrantVectorIndex, check_server
 from storage.scope_cache import ScopeCache

@@ -34,7 +34,7 @@ from jevmem.bench_kafka import spawn_worker, stop_workers, worker_env  # noqa: E
 from jevmem.distributed import distributed_stores, replay  # noqa: E402
 from jevmem.settings import Settings  # noqa: E402
 from jevmem.wiring import build_embedded  # noqa: E402
-from storage.elastic import ElasticVectorIndex  # noqa: E402
+from storage.elastic_vectors import ElasticVectorIndex  # noqa: E402
 from storage.qdrant import QdrantVectorIndex  # noqa: E402
 from streams.kafka_admin import ensure_topics, read_topic  # noqa: E402
 from streams.producer import ObservationProducer  # noqa: E402

@@ -343,7 +343,7 @@ async def test_errors_become_store_unavailable(es: tuple[AsyncElasticsearch, str
 async def test_vector_index_is_exact_and_matches_the_embedded_engine(es: tuple[AsyncElasticsearch, str]) -> None:
     """The flat dense_vector index returns exactly the embedded store's (exact) ranking, seq
     filter included."""
-    from storage.elastic import ElasticVectorIndex
+    from storage.elastic_vectors import ElasticVectorIndex
     from tests.conftest import reference_vectors
 
     client, prefix = es
@@ -401,7 +401,7 @@ async def test_bm25_statistics_are_per_tenant(stores: Stores) -> None:
 async def test_deletes_remove_exactly_the_scope_records(es: tuple[AsyncElasticsearch, str]) -> None:
     """Node, edge, decision, vector and forgotten-record deletes (no _delete_by_query here: scoped
     searches + bulk deletes), equal to the SQLite adapters' answers afterwards."""
-    from storage.elastic import ElasticVectorIndex
+    from storage.elastic_vectors import ElasticVectorIndex
     from storage.sqlite import SqliteEdgeStore
 
     client, prefix = es
@@ -475,7 +475,7 @@ async def test_retrieval_of_a_tenant_ignores_other_tenants_writes(es: tuple[Asyn
     from jevmem.distributed import write_path
     from jevmem.settings import Settings
     from query_api.controller import RetrievalController
-    from storage.elastic import ElasticVectorIndex
+    from storage.elastic_vectors import ElasticVectorIndex
     from streams.embedded import EmbeddedPipeline
     from streams.write_path import Stores as AllStores
     from topology.embedding import default_embedder
