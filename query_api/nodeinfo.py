@@ -68,16 +68,17 @@ class NodeInfo:
         return frozenset(text.tokens(self.content))
 
 
+def _row(n: MemoryNode) -> np.ndarray:
+    """The float32 retrieval row of a node that carries its vectors."""
+    return np.array(n.retrieval_vector(), dtype=np.float32)
+
+
 def stamp(n: MemoryNode, row: np.ndarray | None = None) -> tuple[object, ...]:
     """What :func:`derive` reads of ``n`` (``row``: its retrieval row when given apart): two
     nodes with equal stamps give equal infos."""
-    e = n.retrieval_vector()
-    if e:
-        emb: tuple[object, ...] | None = (len(e), e[0], e[len(e) // 2], e[-1])
-    elif row is not None and row.any():
-        emb = (len(row), float(row[0]), float(row[len(row) // 2]), float(row[-1]))
-    else:
-        emb = None
+    if row is None and n.embedding:
+        row = _row(n)
+    emb = (len(row), float(row[0]), float(row[len(row) // 2]), float(row[-1])) if row is not None and row.any() else None
     return (n.content, n.speaker, n.event_time, tuple(n.tokens), tuple(x.id for x in n.entities),
             tuple(n.temporal_refs), emb)
 
@@ -87,7 +88,7 @@ def derive(n: MemoryNode, dim: int, row: np.ndarray | None = None) -> NodeInfo:
     node read without its vectors, float32)."""
     # retrieval rows are float32-exact: matrix() gives them as float64
     if n.embedding:
-        row = np.array(n.retrieval_vector(), dtype=np.float32)
+        row = _row(n)
     elif row is None:
         row = np.zeros(dim, dtype=np.float32)
     names = {e.name.lower() for e in n.entities} | ({n.speaker.lower()} if n.speaker else set())

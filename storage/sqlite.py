@@ -82,7 +82,7 @@ _NODE_COLUMNS = "tenant, conv, id, event_id, seq, kind, body, embedding"
 #: A node's context vector (float16 bytes) lives in ``node_contexts`` under the node's row key:
 #: a node row (body and float32 embedding) is about 2 KB, two to a 4 KB page, and would take a
 #: page of its own with the context vector in it.
-_WITH_CONTEXT = "nodes LEFT JOIN node_contexts c ON c.n = nodes.n"
+WITH_CONTEXT = "nodes LEFT JOIN node_contexts c ON c.n = nodes.n"
 
 
 def migrate_nodes(conn: sqlite3.Connection) -> int:
@@ -204,8 +204,8 @@ def _recorded_model(conn: sqlite3.Connection, embedder: str) -> str:
     return str(conn.execute("SELECT value FROM meta WHERE key='embedder'").fetchone()[0])
 
 
-def _vec(blob: bytes | None) -> list[float] | None:
-    return None if blob is None else np.frombuffer(blob, dtype=np.float32).tolist()  # exact: float32 -> float
+def _vec(blob: bytes | None, dtype: type[np.floating] = np.float32) -> list[float] | None:
+    return None if blob is None else np.frombuffer(blob, dtype=dtype).astype(np.float64).tolist()  # exact
 
 
 def _matrix(blobs: Sequence[bytes | None], dim: int) -> np.ndarray:
@@ -252,7 +252,7 @@ def _contexts(blobs: Sequence[bytes | None], dim: int) -> np.ndarray:
     return out
 
 
-def _retrieval(embeddings: Sequence[bytes | None], contexts: Sequence[bytes | None], dim: int) -> np.ndarray:
+def retrieval_matrix(embeddings: Sequence[bytes | None], contexts: Sequence[bytes | None], dim: int) -> np.ndarray:
     """The nodes' retrieval rows (:mod:`topology.vectors`) from their stored vectors."""
     return retrieval_rows(_matrix(embeddings, dim), _contexts(contexts, dim))
 
@@ -261,8 +261,7 @@ def _full(n: MemoryNode, emb: bytes | None, ctx: bytes | None) -> MemoryNode:
     """A cached node with its vectors."""
     if emb is None:
         return n
-    context = None if ctx is None else np.frombuffer(ctx, dtype=np.float16).astype(np.float64).tolist()
-    return n.model_copy(update={"embedding": _vec(emb), "context": context})
+    return n.model_copy(update={"embedding": _vec(emb), "context": _vec(ctx, np.float16)})
 
 
 class SqliteNodeStore(Base):
@@ -347,7 +346,7 @@ class SqliteNodeStore(Base):
         if missing:
             marks = ",".join("?" * len(missing))
             rows = self._conn.execute(
-                f"SELECT id, body, embedding, c.context FROM {_WITH_CONTEXT} WHERE tenant=? AND conv=? AND id IN ({marks})",
+                f"SELECT id, body, embedding, c.context FROM {WITH_CONTEXT} WHERE tenant=? AND conv=? AND id IN ({marks})",
                 (scope.tenant_id, scope.conversation_id, *missing)).fetchall()
             for nid, body, emb, ctx in rows:
                 found[nid] = cache[nid] = (MemoryNode.model_validate_json(_body(body)), emb, ctx)
@@ -362,7 +361,7 @@ class SqliteNodeStore(Base):
     @translated
     async def get_rows(self, scope: Scope, ids: Sequence[str], dim: int) -> tuple[list[MemoryNode], np.ndarray]:
         got = self._read(scope, ids)
-        return [g[0] for g in got], _retrieval([g[1] for g in got], [g[2] for g in got], dim)
+        return [g[0] for g in got], retrieval_matrix([g[1] for g in got], [g[2] for g in got], dim)
 
     @translated
     async def seqs(self, scope: Scope, event_ids: Sequence[str]) -> dict[str, int]:

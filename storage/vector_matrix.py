@@ -32,9 +32,9 @@ from collections.abc import Sequence
 import numpy as np
 
 from storage.ports import Hit
+from storage.sqlite import WITH_CONTEXT, retrieval_matrix
 from storage.sqlite_base import translated
 from topology.schemas import MemoryNode, Scope
-from topology.vectors import retrieval_rows
 
 #: Rows held by default (about 1.5 KB each at 384 dimensions).
 MAX_ROWS = 65_536
@@ -79,15 +79,10 @@ class MatrixVectorIndex:
             self._held.move_to_end(scope)
             return held
         found = [(nid, int(seq), blob, ctx) for nid, seq, blob, ctx in self._conn.execute(
-            "SELECT id, seq, embedding, c.context FROM nodes LEFT JOIN node_contexts c ON c.n = nodes.n "
-            "WHERE tenant=? AND conv=? AND embedding IS NOT NULL",
-            (scope.tenant_id, scope.conversation_id)) if len(blob) == 4 * self._dim]
-        emb = np.frombuffer(b"".join(f[2] for f in found), dtype=np.float32).reshape(len(found), self._dim)
-        ctx = np.zeros_like(emb)
-        for j, f in enumerate(found):
-            if f[3] is not None and len(f[3]) == 2 * self._dim:
-                ctx[j] = np.frombuffer(f[3], dtype=np.float16)
-        held = _Held(self._dim, retrieval_rows(emb, ctx), [f[0] for f in found], [f[1] for f in found])
+            f"SELECT id, seq, embedding, c.context FROM {WITH_CONTEXT} WHERE tenant=? AND conv=? "
+            "AND embedding IS NOT NULL", (scope.tenant_id, scope.conversation_id)) if len(blob) == 4 * self._dim]
+        rows = retrieval_matrix([f[2] for f in found], [f[3] for f in found], self._dim)
+        held = _Held(self._dim, rows, [f[0] for f in found], [f[1] for f in found])
         self._held[scope] = held
         self._rows += held.n
         self._evict()

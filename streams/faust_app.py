@@ -309,7 +309,8 @@ def create_app(config: AppConfig, services: Services) -> faust.App:
                 await publish([
                     # without context vectors: one carries the turn before it, which a forget of that
                     # turn could not take back from this record (sealed under this turn's key)
-                    (memories, [(n.scope.key, sealed(n.model_copy(update={"context": None}), keys.get(n.id)))
+                    (memories, [(n.scope.key, sealed(n if n.context is None else n.model_copy(update={"context": None}),
+                                                       keys.get(n.id)))
                                 for n in w.nodes + w.derived]),
                     # the node travels whole on the memories topic; here it is named, not repeated
                     (candidates, [(c.node.scope.key, sealed(c.model_copy(update={"node": c.node.without_embedding()}),

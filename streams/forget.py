@@ -35,12 +35,21 @@ from collections.abc import Awaitable, Callable, Collection, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal, Protocol, TypeVar
 
-from storage.ports import DeadLetterSink, EdgeStore, LexicalIndex, NodeEraser, NodeReader, NodeWriter, VectorIndex
+from storage.ports import (
+    DeadLetterSink,
+    EarlierNodes,
+    EdgeStore,
+    LexicalIndex,
+    NodeEraser,
+    NodeReader,
+    NodeWriter,
+    VectorIndex,
+)
 from topology import ids
 from topology.schemas import Forget, Forgotten, MemoryNode, Observation, Scope
 
 
-class ForgetNodes(NodeReader, NodeWriter, NodeEraser, Protocol):
+class ForgetNodes(NodeReader, EarlierNodes, NodeWriter, NodeEraser, Protocol):
     """What forgetting reads (the scope's nodes, its forgotten events), rewrites (the next turn's
     context vector) and deletes of the node store."""
 
@@ -151,9 +160,8 @@ async def apply(stores: ForgetTargets, marker: Forgotten, parts: Collection[Part
 
 async def _drop_next_context(stores: ForgetTargets, scope: Scope, seq: int) -> None:
     """Rewrite the observation at ``seq + 1`` without its context vector (when it has one)."""
-    after = [n.id for n in await stores.nodes.scan(scope) if n.kind == "observation" and n.seq == seq + 1]
-    for node in await stores.nodes.get(scope, after):
-        if node.context is not None and node.embedding is not None:
+    for node in await stores.nodes.get(scope, await stores.nodes.preceding(scope, seq + 2, 1)):
+        if node.seq == seq + 1 and node.context is not None and node.embedding is not None:
             plain = node.model_copy(update={"context": None})
             await stores.vectors.upsert([plain])
             await stores.nodes.upsert([plain])

@@ -264,9 +264,9 @@ async def _vectors(wp: WritePath, observations: list[Observation]) -> list[list[
         return await wp.vectors(observations)
 
 
-async def _contexts(wp: WritePath, nodes: list[MemoryNode]) -> list[MemoryNode]:
+async def _contexts(wp: WritePath, nodes: list[MemoryNode]) -> list[list[float] | None]:
     with observe.timed("context"):
-        return await wp.contextualise(nodes)
+        return await wp.contexts(nodes)
 
 
 async def write_chunk(stores: Stores, wp: WritePath, embedded: list[MemoryNode],
@@ -277,9 +277,8 @@ async def write_chunk(stores: Stores, wp: WritePath, embedded: list[MemoryNode],
     System One requests when it returns; the result's ``new`` is 0 (the batch counts new events
     once, when numbering)."""
     with observe.timed("typing"):
-        typed, placed = await asyncio.gather(wp.type(embedded), _contexts(wp, embedded))
-    nodes = [t.model_copy(update={"context": p.context}) if p.context is not None else t
-             for t, p in zip(typed, placed, strict=True)]
+        typed, contexts = await asyncio.gather(wp.type(embedded), _contexts(wp, embedded))
+    nodes = [t if c is None else t.model_copy(update={"context": c}) for t, c in zip(typed, contexts, strict=True)]
     with observe.timed("store_writes"):
         await stores.materialise(nodes)
     with observe.timed("candidates"):

@@ -143,12 +143,12 @@ class WritePath:
         """The described nodes with their :meth:`vectors` (same order), not yet typed."""
         return memory_nodes.with_vectors([memory_nodes.describe(o, s) for o, s in numbered], vectors)
 
-    async def contextualise(self, nodes: Sequence[MemoryNode]) -> list[MemoryNode]:
-        """Numbered nodes with their context vectors (:mod:`topology.stages.context`): one
-        embedding call; the turn before each is among ``nodes`` or read (earlier seqs are
-        materialised first, so the reader has it). ``params.context_vectors`` off: ``nodes``."""
+    async def contexts(self, nodes: Sequence[MemoryNode]) -> list[list[float] | None]:
+        """The context vectors of numbered nodes (:mod:`topology.stages.context`), same order:
+        one embedding call; the turn before each is among ``nodes`` or read (earlier seqs are
+        materialised first, so the reader has it). ``params.context_vectors`` off: all None."""
         if not self.params.context_vectors:
-            return list(nodes)
+            return [None] * len(nodes)
         earlier: dict[tuple[Scope, int], MemoryNode] = {}
 
         async def read(scope: Scope, seq: int) -> None:
@@ -156,7 +156,7 @@ class WritePath:
                 earlier[(scope, n.seq)] = n
 
         await asyncio.gather(*(read(scope, s) for scope, seqs in context.wanted(nodes).items() for s in seqs))
-        return await context.with_contexts(nodes, earlier, self.embedder)
+        return await context.contexts(nodes, earlier, self.embedder)
 
     async def type(self, nodes: Sequence[MemoryNode]) -> list[MemoryNode]:
         """Type embedded nodes (one request): the other half of :meth:`build_nodes`."""

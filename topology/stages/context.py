@@ -5,7 +5,7 @@ the graph is built from the embedding alone. A turn has a context vector when th
 right before it (seq - 1) is in the same sitting (:func:`in_sitting`); the text embedded is the
 earlier turn's :func:`~topology.stages.memory_nodes.embedding_text`, at most :data:`BEFORE_CHARS`
 characters of its end, then the turn's own. Pure, but for the one embedding call of
-:func:`with_contexts`.
+:func:`contexts`.
 """
 
 from __future__ import annotations
@@ -47,16 +47,17 @@ def wanted(nodes: Sequence[MemoryNode]) -> dict[Scope, list[int]]:
     return out
 
 
-async def with_contexts(nodes: Sequence[MemoryNode], earlier: Mapping[tuple[Scope, int], MemoryNode],
-                        embedder: Embedder) -> list[MemoryNode]:
-    """``nodes`` with their context vectors (one embedding call for all of them); the turn before
-    each is found among ``nodes`` or in ``earlier`` (by scope and seq). A node whose turn before is
-    missing or in another sitting gets none. Vectors are kept at half precision (:func:`half`)."""
+async def contexts(nodes: Sequence[MemoryNode], earlier: Mapping[tuple[Scope, int], MemoryNode],
+                   embedder: Embedder) -> list[list[float] | None]:
+    """The context vector of each of ``nodes`` (same order; one embedding call for all of them);
+    the turn before each is found among ``nodes`` or in ``earlier`` (by scope and seq). A node
+    whose turn before is missing or in another sitting gets None. Vectors are kept at half
+    precision (:func:`half`)."""
     by_seq = {**earlier, **{(n.scope, n.seq): n for n in nodes}}
     pairs = [(i, before) for i, n in enumerate(nodes)
              if (before := by_seq.get((n.scope, n.seq - 1))) is not None and in_sitting(before, n)]
     vectors = await embed_texts([context_text(before, nodes[i]) for i, before in pairs], embedder)
-    out = [n.model_copy(update={"context": None}) if n.context is not None else n for n in nodes]
+    out: list[list[float] | None] = [None] * len(nodes)
     for (i, _), vec in zip(pairs, vectors, strict=True):
-        out[i] = nodes[i].model_copy(update={"context": half(vec)})
+        out[i] = half(vec)
     return out
