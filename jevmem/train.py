@@ -23,6 +23,7 @@ import numpy as np
 
 from jevmem import locomo
 from jevmem.bench import CATS, KS, recall
+from jevmem.paired import QuestionRecall
 from jevmem.settings import Settings
 from jevmem.train_relations import collect_pairs, fold_judges
 from jevmem.wiring import Embedded, build_embedded
@@ -147,18 +148,22 @@ def table(acc: Recalls) -> dict[str, dict[str, float]]:
 
 
 async def evaluate(convs: Sequence[Conversation], model: ScoreModel, settings: Settings,
-                   acc: Recalls | None = None) -> Recalls:
+                   acc: Recalls | None = None, questions: list[QuestionRecall] | None = None) -> Recalls:
     """Per-question recall@k by (k, category) ("overall" included) of the controller with
-    ``model``, appended to ``acc`` when given."""
+    ``model``, appended to ``acc`` when given; each question's own record is appended to
+    ``questions`` when given (:mod:`jevmem.paired` compares two runs question by question)."""
     acc = {} if acc is None else acc
     for c in convs:
         ctrl = _controller(c, model, settings)
-        for q in c.questions:
+        for i, q in enumerate(c.questions):
             res = await ctrl.retrieve(c.scope, q.question, top_k=max(KS))
             ids = [e.event_id for e in res.evidence]
+            got = {k: recall(ids, q.evidence, k) for k in KS}
             for k in KS:
                 for cat in ("overall", q.category):
-                    acc.setdefault((k, cat), []).append(recall(ids, q.evidence, k))
+                    acc.setdefault((k, cat), []).append(got[k])
+            if questions is not None:
+                questions.append(QuestionRecall(c.name, i, q.category, got))
     return acc
 
 
@@ -170,7 +175,8 @@ def subset(rows: Rows, keep: set[str]) -> Rows:
 async def train(files: Sequence[Path], settings: Settings, embedder: Embedder, cache: Path | None = None,
                 rounds: int = 2, l2: float = 1.0, seed: int = 0, loco_relations: bool = True) -> dict[str, Any]:
     """Fit on every conversation (``rounds`` collect/refit iterations from the prior) and report
-    in-sample and leave-one-conversation-out recall. Returns ``{"model", "in_sample", "loco"}``.
+    in-sample and leave-one-conversation-out recall. Returns ``{"model", "in_sample", "loco",
+    "loco_questions"}`` (the last: each question's leave-one-out recall, a :class:`QuestionRecall`).
 
     With ``loco_relations`` (and the local learned relation judge), each held-out conversation is
     also rebuilt with a relation judge fitted on the other conversations only
@@ -198,6 +204,7 @@ async def train(files: Sequence[Path], settings: Settings, embedder: Embedder, c
             in_sample = table(await evaluate(convs, model, settings))
             judges = await _fold_judges(files, settings, embedder, Path(tmp)) if loco_relations else {}
             pooled: Recalls = {}
+            per_question: list[QuestionRecall] = []
             for held in names:
                 pool = convs
                 if held in judges:
@@ -205,8 +212,8 @@ async def train(files: Sequence[Path], settings: Settings, embedder: Embedder, c
                     pool = await build(files, fold, embedder, Path(tmp) / f"fold-{held}")
                     folds.append(pool)
                 m = await fit_on(pool, set(names) - {held})
-                await evaluate([c for c in pool if c.name == held], m, settings, pooled)
-            return {"model": model, "in_sample": in_sample, "loco": table(pooled),
+                await evaluate([c for c in pool if c.name == held], m, settings, pooled, per_question)
+            return {"model": model, "in_sample": in_sample, "loco": table(pooled), "loco_questions": per_question,
                     "loco_relation_judge": "per fold" if judges else settings.relation_judge}
         finally:
             for c in [*convs, *(c for f in folds for c in f)]:

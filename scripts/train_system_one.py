@@ -1,6 +1,6 @@
 """Train the ``local`` System One's relevance model on LoCoMo-format dev conversations.
 
-    python scripts/train_system_one.py ../shared/data/locomo [--out FILE]
+    python scripts/train_system_one.py ../shared/data/locomo [--out FILE] [--questions FILE]
     JEVMEM_EMBEDDER=paraphrase-minilm-l3-v2-int8@0.2.1 python scripts/train_system_one.py ../shared/data/locomo
 
 Builds one memory per conversation, fits the logistic relevance model (fixed seed, deterministic
@@ -33,6 +33,9 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=2, help="collect/refit iterations")
     ap.add_argument("--l2", type=float, default=1.0)
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--questions", type=Path, default=None,
+                    help="also write each question's leave-one-out recall here (JSON lines; "
+                         "scripts/compare_recall.py compares two such files)")
     args = ap.parse_args()
     settings = Settings()
     files = sorted(args.directory.glob("*.json"))
@@ -43,6 +46,8 @@ def main() -> None:
     out_path = args.out or Path("topology/systemone") / shipped_file(settings.embedder)
     out["model"].meta["trained_with"] = settings.embedder
     out_path.write_bytes(out["model"].to_json() + b"\n")
+    if args.questions is not None:
+        args.questions.write_bytes(b"".join(orjson.dumps(q.to_json()) + b"\n" for q in out["loco_questions"]))
     sys.stdout.write(orjson.dumps({k: out[k] for k in ("in_sample", "loco", "loco_relation_judge")},
                                   option=orjson.OPT_INDENT_2).decode() + "\n")
 
