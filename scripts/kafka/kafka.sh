@@ -72,6 +72,17 @@ fetch_jars() {
   fi
   command -v "$MVN" >/dev/null 2>&1 || die "'$MVN' not found; Maven is needed to fetch the Kafka jars"
   mkdir -p "$KAFKA_CACHE"
+  # One fetch at a time: on a machine without the cache, the single broker and the test cluster
+  # start together, and a second fetch finishing later would replace the directory the first
+  # broker is already loading its classes from. Released when the caller's subshell exits.
+  if command -v flock >/dev/null 2>&1; then
+    exec 8>"$KAFKA_CACHE/.fetch.lock"
+    flock -w 600 8 || die "could not lock $KAFKA_CACHE/.fetch.lock"
+  fi
+  if [[ -f "$dir/.complete" ]]; then
+    echo "$dir"
+    return 0
+  fi
   tmp="$(mktemp -d "$KAFKA_CACHE/.fetch.XXXXXX")"
   log "fetching Kafka jars from Maven Central into $dir ..."
   if ! "$MVN" -q -B -f "$POM" dependency:copy-dependencies \
