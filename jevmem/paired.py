@@ -5,7 +5,8 @@ that is more than chance is a question about the *paired* differences (the same 
 each run), not about two independent means. :func:`paired_interval` resamples the questions
 (with replacement, a fixed seed: deterministic) and gives the mean difference with a percentile
 interval; :func:`compare` does it per category and k for two runs' :class:`QuestionRecall`
-records, matched by conversation and question index. Pure.
+records, matched by conversation and question index. A run's records travel as JSON lines
+(:func:`dump_lines`, :func:`load_lines`). Pure.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
+import orjson
 
 
 @dataclass(frozen=True)
@@ -37,6 +39,16 @@ class QuestionRecall:
                    {int(k): float(v) for k, v in d["recall"].items()})
 
 
+def dump_lines(questions: Sequence[QuestionRecall]) -> bytes:
+    """The records as JSON lines (what ``scripts/train_system_one.py --questions`` writes)."""
+    return b"".join(orjson.dumps(q.to_json()) + b"\n" for q in questions)
+
+
+def load_lines(raw: bytes) -> list[QuestionRecall]:
+    """The records of :func:`dump_lines` output (blank lines skipped)."""
+    return [QuestionRecall.from_json(orjson.loads(line)) for line in raw.splitlines() if line.strip()]
+
+
 def paired_interval(a: Sequence[float], b: Sequence[float], samples: int = 2000, seed: int = 0,
                     level: float = 0.95) -> tuple[float, float, float]:
     """(mean of b - a, low, high): the mean paired difference and its bootstrap percentile
@@ -53,19 +65,20 @@ def paired_interval(a: Sequence[float], b: Sequence[float], samples: int = 2000,
 
 
 def compare(a: Sequence[QuestionRecall], b: Sequence[QuestionRecall], samples: int = 2000,
-            seed: int = 0) -> dict[str, dict[str, dict[str, float]]]:
-    """Per k and category ("overall" included): ``{"a", "b", "diff", "low", "high", "n"}`` for run
-    ``b`` against run ``a``. Questions are matched by (conversation, index); raises ValueError
-    when the two runs do not hold the same questions."""
+            seed: int = 0, only_k: int | None = None) -> dict[str, dict[str, dict[str, float]]]:
+    """Per k (every k both runs hold, or only ``only_k``) and category ("overall" included):
+    ``{"a", "b", "diff", "low", "high", "n"}`` for run ``b`` against run ``a``. Questions are
+    matched by (conversation, index); raises ValueError when the two runs do not hold the same
+    questions."""
     key_a = {(q.conversation, q.index): q for q in a}
     key_b = {(q.conversation, q.index): q for q in b}
     if set(key_a) != set(key_b):
         raise ValueError("the two runs do not hold the same questions")
     keys = sorted(key_a)
     ks = sorted(set.intersection(*(set(q.recall) for q in [*a, *b]))) if keys else []
+    cats = ["overall", *sorted({key_a[x].category for x in keys})]
     out: dict[str, dict[str, dict[str, float]]] = {}
-    for k in ks:
-        cats = ["overall", *sorted({key_a[x].category for x in keys})]
+    for k in ks if only_k is None else [k for k in ks if k == only_k]:
         out[str(k)] = {}
         for cat in cats:
             sel = [x for x in keys if cat == "overall" or key_a[x].category == cat]

@@ -18,11 +18,7 @@ from pathlib import Path
 
 import orjson
 
-from jevmem.paired import QuestionRecall, compare
-
-
-def load(path: Path) -> list[QuestionRecall]:
-    return [QuestionRecall.from_json(orjson.loads(line)) for line in path.read_bytes().splitlines() if line.strip()]
+from jevmem.paired import compare, load_lines
 
 
 def main() -> None:
@@ -33,11 +29,9 @@ def main() -> None:
     ap.add_argument("--json", action="store_true", help="print one JSON object")
     args = ap.parse_args()
     try:
-        out = compare(load(args.a), load(args.b))
+        out = compare(load_lines(args.a.read_bytes()), load_lines(args.b.read_bytes()), only_k=args.k)
     except ValueError as exc:
         sys.exit(f"compare_recall: {exc}")
-    if args.k is not None:
-        out = {k: v for k, v in out.items() if k == str(args.k)}
     if args.json:
         sys.stdout.write(orjson.dumps(out, option=orjson.OPT_INDENT_2).decode() + "\n")
         return

@@ -19,6 +19,7 @@ from pathlib import Path
 
 import orjson
 
+from jevmem.paired import dump_lines
 from jevmem.settings import Settings
 from jevmem.train import train
 from topology.systemone.learned import shipped_file
@@ -47,7 +48,7 @@ def main() -> None:
     out["model"].meta["trained_with"] = settings.embedder
     out_path.write_bytes(out["model"].to_json() + b"\n")
     if args.questions is not None:
-        args.questions.write_bytes(b"".join(orjson.dumps(q.to_json()) + b"\n" for q in out["loco_questions"]))
+        args.questions.write_bytes(dump_lines(out["loco_questions"]))
     sys.stdout.write(orjson.dumps({k: out[k] for k in ("in_sample", "loco", "loco_relation_judge")},
                                   option=orjson.OPT_INDENT_2).decode() + "\n")
 

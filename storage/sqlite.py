@@ -208,13 +208,14 @@ def _vec(blob: bytes | None, dtype: type[np.floating] = np.float32) -> list[floa
     return None if blob is None else np.frombuffer(blob, dtype=dtype).astype(np.float64).tolist()  # exact
 
 
-def _matrix(blobs: Sequence[bytes | None], dim: int) -> np.ndarray:
-    """Stored embeddings as one float32 ``(len(blobs), dim)`` matrix (zeros where a node has no
-    embedding of width ``dim``)."""
+def _matrix(blobs: Sequence[bytes | None], dim: int, dtype: type[np.floating] = np.float32) -> np.ndarray:
+    """Stored vectors (``dtype`` bytes: float32 embeddings, float16 context vectors) as one float32
+    ``(len(blobs), dim)`` matrix (zeros where a node has no vector of width ``dim``)."""
     out = np.zeros((len(blobs), dim), dtype=np.float32)
+    width = np.dtype(dtype).itemsize * dim
     for j, blob in enumerate(blobs):
-        if blob is not None and len(blob) == 4 * dim:
-            out[j] = np.frombuffer(blob, dtype=np.float32)
+        if blob is not None and len(blob) == width:
+            out[j] = np.frombuffer(blob, dtype=dtype)
     return out
 
 
@@ -242,19 +243,9 @@ def _blob(vector: Sequence[float] | None, dtype: type[np.floating] = np.float32)
     return None if vector is None else np.asarray(vector, dtype=dtype).tobytes()
 
 
-def _contexts(blobs: Sequence[bytes | None], dim: int) -> np.ndarray:
-    """Stored context vectors (float16 bytes) as one float32 ``(len(blobs), dim)`` matrix (zeros
-    where a node has none)."""
-    out = np.zeros((len(blobs), dim), dtype=np.float32)
-    for j, blob in enumerate(blobs):
-        if blob is not None and len(blob) == 2 * dim:
-            out[j] = np.frombuffer(blob, dtype=np.float16)
-    return out
-
-
 def retrieval_matrix(embeddings: Sequence[bytes | None], contexts: Sequence[bytes | None], dim: int) -> np.ndarray:
     """The nodes' retrieval rows (:mod:`topology.vectors`) from their stored vectors."""
-    return retrieval_rows(_matrix(embeddings, dim), _contexts(contexts, dim))
+    return retrieval_rows(_matrix(embeddings, dim), _matrix(contexts, dim, np.float16))
 
 
 def _full(n: MemoryNode, emb: bytes | None, ctx: bytes | None) -> MemoryNode:

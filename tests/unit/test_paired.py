@@ -9,7 +9,7 @@ from pathlib import Path
 import orjson
 import pytest
 
-from jevmem.paired import QuestionRecall, compare, paired_interval
+from jevmem.paired import QuestionRecall, compare, dump_lines, paired_interval
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -68,7 +68,7 @@ def test_the_script_reads_the_training_scripts_question_files(tmp_path: Path) ->
     a = _run([("multi_hop", 0.0), ("single_hop", 1.0), ("multi_hop", 0.5)])
     b = _run([("multi_hop", 1.0), ("single_hop", 1.0), ("multi_hop", 0.5)])
     for name, run in (("a", a), ("b", b)):
-        (tmp_path / f"{name}.jsonl").write_bytes(b"".join(orjson.dumps(q.to_json()) + b"\n" for q in run))
+        (tmp_path / f"{name}.jsonl").write_bytes(dump_lines(run))
     assert [QuestionRecall.from_json(q.to_json()) for q in a] == a
     done = subprocess.run([sys.executable, str(ROOT / "scripts/compare_recall.py"), str(tmp_path / "a.jsonl"),
                            str(tmp_path / "b.jsonl"), "--k", "10", "--json"], capture_output=True, check=True, cwd=ROOT)
