@@ -21,13 +21,29 @@ from typing import Protocol, runtime_checkable
 
 import numpy as np
 
-from topology.schemas import ConsolidationDecision, DeadLetter, EdgeEvent, MemoryNode, Scope, View
+from topology.schemas import ConsolidationDecision, DeadLetter, EdgeEvent, MemoryNode, Realm, Scope, View
 
 
 @dataclass(frozen=True)
 class Hit:
+    """A search result: a node id and its score; ``conversation_id`` names the node's
+    conversation in the answers of realm searches (None from a search of one conversation)."""
+
     id: str
     score: float
+    conversation_id: str | None = None
+
+
+class RealmSearch(Protocol):
+    """Search over a :class:`~topology.schemas.Realm` (a tenant's nodes, or one user's, or some
+    conversations'): one ranking over all of them, not one per conversation. Implemented by the
+    vector indexes (dot product with the retrieval vectors, as :meth:`VectorSearch.search`) and
+    the lexical indexes (BM25 over the tenant's statistics, as :meth:`LexicalIndex.search`)."""
+
+    async def search_realm(self, realm: Realm, query: Sequence[float] | str, limit: int) -> list[Hit]:
+        """The realm's best ``limit`` nodes for ``query`` (a vector for a vector index, a text for
+        a lexical index), best first, each hit naming its conversation. Ties: earlier seq, then id."""
+        ...
 
 
 class VectorSearch(Protocol):

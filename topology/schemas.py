@@ -67,12 +67,32 @@ class Scope(BaseModel):
         return f"{self.tenant_id.replace('%', '%25').replace('/', '%2F')}/{self.conversation_id}"
 
 
+class Realm(BaseModel):
+    """Where a recall across conversations looks: the tenant's nodes, only ``user_id``'s when
+    given (the nodes of observations that carried that ``user_id``), and only the conversations
+    ``conversation_ids`` when given (both filters apply together)."""
+
+    model_config = ConfigDict(frozen=True)
+
+    tenant_id: Ident
+    user_id: Ident | None = None
+    conversation_ids: tuple[Ident, ...] | None = None
+
+    def holds(self, node: MemoryNode) -> bool:
+        """Whether ``node`` is in this realm."""
+        return (node.tenant_id == self.tenant_id and (self.user_id is None or node.user_id == self.user_id)
+                and (self.conversation_ids is None or node.conversation_id in self.conversation_ids))
+
+
 class Observation(_Event):
-    """What an agent runtime emits: one chat turn, tool output or event."""
+    """What an agent runtime emits: one chat turn, tool output or event. ``user_id`` names the
+    user the agent is talking to (the conversation is one of the user's sessions): recall can
+    then search one user's memory across all of their sessions."""
 
     tenant_id: Ident
     conversation_id: Ident
     event_id: Ident
+    user_id: Ident | None = None
     content: Annotated[str, Field(min_length=1, max_length=limits.MAX_CONTENT), AfterValidator(_text)]
     speaker: Annotated[str, Field(max_length=limits.MAX_SPEAKER), AfterValidator(_text)] | None = None
     role: Annotated[str, Field(min_length=1, max_length=limits.MAX_ROLE), AfterValidator(_ident)] = "user"
@@ -198,6 +218,8 @@ class MemoryNode(_Event):
     tenant_id: str
     conversation_id: str
     event_id: str
+    #: the user of the observation (None: none was given); what a user-scoped recall filters on
+    user_id: str | None = None
     seq: int = Field(ge=0)
     kind: Literal["observation", "derived"] = "observation"
     content: str

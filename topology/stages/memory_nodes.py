@@ -32,6 +32,7 @@ def describe(obs: Observation, seq: int) -> MemoryNode:
         tenant_id=obs.tenant_id,
         conversation_id=obs.conversation_id,
         event_id=obs.event_id,
+        user_id=obs.user_id,
         seq=seq,
         content=obs.content,
         speaker=obs.speaker,
