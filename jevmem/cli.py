@@ -254,7 +254,7 @@ def query(question: Annotated[str, typer.Argument(metavar="QUESTION", help="The 
           conversation: Annotated[list[str] | None, typer.Option(
               "--conversation", "-c", metavar="ID", help="Conversation id (repeat it to search several).")] = None,
           all_conversations: Annotated[bool, typer.Option(
-              "--all-conversations", help="Search all the tenant's conversations (at most 50, the largest).")] = False,
+              "--all-conversations", help="Search all the tenant's conversations in one ranking.")] = False,
           data_dir: DataDir = None, tenant: Tenant = None,
           top_k: Annotated[int, typer.Option(metavar="N", help="Evidence items to return.")] = 10,
           as_json: Json = False) -> None:
@@ -380,11 +380,11 @@ def _recall(settings: Settings, question: str, conversations: list[str] | None, 
 
     out = _run(go())
     if _print_evidence(out, question, "conversation_id", as_json):
-        for tr in out["conversations"]:
-            console.print(f"{tr['conversation_id']}: depth {tr['depth']}  stop {tr['stop_reason']}  "
-                          f"calls {tr['controller_calls']}  {tr['ms']:.0f} ms  {tr['evidence']} kept")
-        console.print(f"searched {out['searched']} conversations ({out['skipped']} skipped by the cap), "
-                      f"{out['ms']:.0f} ms")
+        tr = out["trace"]
+        given = ", ".join(f"{c['conversation_id']} ({c['evidence']})" for c in out["conversations"] if c["evidence"])
+        console.print(f"evidence from: {given or 'none'}")
+        console.print(f"{out['searched']} conversations contributed candidates; depth {tr['depth']}  stop "
+                      f"{tr['stop_reason']}  calls {tr['controller_calls']}  {out['ms']:.0f} ms")
         _print_answer(out)
 
 

@@ -34,7 +34,17 @@ from streams.write_path import Stores
 from topology.errors import ModelMismatch
 from topology.pipeline import WritePath
 from topology.ports import Embedder
-from topology.schemas import ConsolidationDecision, DeadLetter, EdgeEvent, Forget, MemoryNode, Observation, Scope, decode
+from topology.schemas import (
+    ConsolidationDecision,
+    DeadLetter,
+    EdgeEvent,
+    Forget,
+    MemoryNode,
+    Observation,
+    Realm,
+    Scope,
+    decode,
+)
 from topology.systemone.port import CountingSystemOne
 from topology.topics import topics
 
@@ -239,6 +249,11 @@ class DistributedService:
         assert self._controller is not None
         self.stores.fresh_reads()
         return await self._controller.retrieve(scope, question, top_k)
+
+    async def recall(self, realm: Realm, question: str, top_k: int) -> Retrieval:
+        assert self._controller is not None
+        self.stores.fresh_reads()
+        return await self._controller.retrieve_realm(realm, question, top_k)
 
     async def answer(self, question: str, evidence: Sequence[str]) -> str | None:
         return None if self._s2 is None else await self._s2.answer(question, evidence)

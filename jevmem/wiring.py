@@ -22,7 +22,7 @@ from streams.embedded import EmbeddedPipeline
 from streams.write_path import Stores
 from topology.pipeline import WritePath
 from topology.ports import Embedder
-from topology.schemas import ConsolidationDecision, DeadLetter, EdgeEvent, MemoryNode, Observation, Scope
+from topology.schemas import ConsolidationDecision, DeadLetter, EdgeEvent, MemoryNode, Observation, Realm, Scope
 from topology.systemone.local import LocalSystemOne
 from topology.systemone.port import CountingSystemOne, SystemOne
 from topology.systemone.relation_model import RelationModel
@@ -156,6 +156,9 @@ class EmbeddedService:
 
     async def retrieve(self, scope: Scope, question: str, top_k: int) -> Retrieval:
         return await self.mem.controller.retrieve(scope, question, top_k)
+
+    async def recall(self, realm: Realm, question: str, top_k: int) -> Retrieval:
+        return await self.mem.controller.retrieve_realm(realm, question, top_k)
 
     async def answer(self, question: str, evidence: Sequence[str]) -> str | None:
         return None if self._s2 is None else await self._s2.answer(question, evidence)

@@ -31,11 +31,12 @@ from query_api import features as qf
 from query_api import formulas, scoring
 from query_api.features import DECIMALS, ScoreRow
 from query_api.nodeinfo import NodeInfo, NodeInfoCache, matrix
+from query_api.reach import ConversationReach, Reach, RealmReach
 from storage.ports import EdgeReader, Hit, LexicalIndex, NodeReader, NodeRows, VectorSearch
 from topology import text
 from topology.params import Params
 from topology.ports import Embedder
-from topology.schemas import MemoryNode, Scope, TemporalRef, View
+from topology.schemas import MemoryNode, Realm, Scope, TemporalRef, View
 from topology.systemone.catalog import ASSESS, ROUTE, SCORE
 from topology.systemone.features import AssessState, ScoreState
 from topology.systemone.port import CountingSystemOne, Item, SystemOne
@@ -45,6 +46,7 @@ _NAME = re.compile(r"\b[A-Z][a-zA-Z'-]+")
 
 class Evidence(BaseModel):
     node_id: str
+    conversation_id: str
     event_id: str
     content: str
     speaker: str | None
@@ -95,6 +97,8 @@ class Trace(BaseModel):
     visited: int
     examined_edges: int
     timings_ms: dict[str, float]
+    #: the conversations whose memories made the pool (a realm's: which sessions contributed), first seen first
+    conversations: list[str] = []
 
 
 class Retrieval(BaseModel):
@@ -149,7 +153,8 @@ class _QueryState:
     lex_rank: dict[str, float] = field(default_factory=dict)
     cos_range: tuple[float, float] = (0.0, 1.0)
     cos_in_pool: dict[str, float] = field(default_factory=dict)
-    by_seq: dict[int, _Cand] = field(default_factory=dict)
+    #: (conversation, seq) -> the pool member at that place
+    by_seq: dict[tuple[str, int], _Cand] = field(default_factory=dict)
     pool: dict[str, _Cand] = field(default_factory=dict)
     graph: qf.GraphView = field(default_factory=qf.GraphView)
     dates: tuple[set[int], set[int]] = field(default_factory=lambda: (set(), set()))
@@ -213,24 +218,34 @@ class RetrievalController:
         self.recorder: Recorder | None = None
         #: query-independent facts about the nodes queries read (see :mod:`query_api.nodeinfo`)
         self.info = NodeInfoCache(embedder.dim)
-        #: the node store's matrix-row reads, where it has them (nodes then come without embeddings)
-        self._row_reader: NodeRows | None = nodes if isinstance(nodes, NodeRows) else None
+        #: whether the node store has matrix-row reads (nodes then come without embeddings)
+        self.reads_rows = isinstance(nodes, NodeRows)
 
-    async def _fetch(self, scope: Scope, ids: Sequence[str]) -> list[tuple[MemoryNode, NodeInfo]]:
-        """The scope's nodes ``ids`` (unknown ids skipped), each with its info."""
-        if self._row_reader is None:
-            return [(n, self.info.get(n)) for n in await self.nodes.get(scope, ids)]
-        nodes, rows = await self._row_reader.get_rows(scope, ids, self.info.dim)
+    def reach(self, where: Scope | Realm) -> Reach:
+        """The reads of a retrieval of one conversation (a :class:`Scope`) or of a realm."""
+        if isinstance(where, Realm):
+            return RealmReach(where, self.vectors, self.lexical, self.nodes, self.edges)
+        return ConversationReach(where, self.vectors, self.lexical, self.nodes, self.edges)
+
+    async def _fetch(self, reach: Reach, ids: Sequence[str]) -> list[tuple[MemoryNode, NodeInfo]]:
+        """The nodes ``ids`` the reach holds (unknown ids skipped), each with its info."""
+        nodes, rows = await reach.rows(ids, self.info.dim)
+        if rows is None:
+            return [(n, self.info.get(n)) for n in nodes]
         return [(n, self.info.get(n, rows[j])) for j, n in enumerate(nodes)]
 
-    async def anchors(self, scope: Scope, question: str, qvec: Sequence[float], pool: int) -> tuple[list[Hit], list[Hit]]:
-        """(vector hits, lexical hits) of the scope for the question, best first."""
-        vec, lex = await asyncio.gather(self.vectors.search(scope, qvec, pool), self.lexical.search(scope, question, pool))
-        return vec, lex
+    async def retrieve_realm(self, realm: Realm, question: str, top_k: int | None = None) -> Retrieval:
+        """:meth:`retrieve` over a realm (a tenant's conversations, one user's, or a list of
+        them): one pool, anchors from one vector and one lexical search over the whole realm,
+        expansion inside each candidate's conversation (:class:`~query_api.reach.RealmReach`).
+        Every evidence item names its conversation; the trace lists the conversations that
+        contributed to the pool."""
+        return await self.retrieve(realm, question, top_k)
 
-    async def retrieve(self, scope: Scope, question: str, top_k: int | None = None) -> Retrieval:
-        """The best ``top_k`` (default ``Params.top_k``) memories of ``scope`` for ``question``,
-        with the trace of how they were found. The steps, each a method:
+    async def retrieve(self, where: Scope | Realm, question: str, top_k: int | None = None) -> Retrieval:
+        """The best ``top_k`` (default ``Params.top_k``) memories of ``where`` (a conversation,
+        or a realm: :meth:`retrieve_realm`) for ``question``, with the trace of how they were
+        found. The steps, each a method:
 
         1. :meth:`_route`: one route request while the question is embedded and BM25-searched;
            the route gives the active views, their expansion budgets and the depth.
@@ -241,15 +256,16 @@ class RetrievalController:
 
         The hard limits (time, controller calls, visited nodes, examined edges) hold whatever
         System One answers. Store and System One errors propagate."""
-        run = await self._route(scope, question)
-        await self._anchor(scope, run)
+        reach = self.reach(where)
+        run = await self._route(reach, question)
+        await self._anchor(reach, run)
         for rnd in range(1, run.depth + 1):
-            if not await self._round(scope, run, rnd):
+            if not await self._round(reach, run, rnd):
                 break
         run.timings["total"] = _ms(run.t0)
-        return await self._evidence(scope, run, top_k or self.params.top_k)
+        return await self._evidence(reach, run, top_k or self.params.top_k)
 
-    async def _route(self, scope: Scope, question: str) -> _Run:
+    async def _route(self, reach: Reach, question: str) -> _Run:
         """Step 1: the route and the query state; the BM25 hits are kept for the anchors."""
         p, t0 = self.params, time.perf_counter()
         so = CountingSystemOne(self.so)
@@ -258,7 +274,7 @@ class RetrievalController:
         embedding = asyncio.ensure_future(asyncio.to_thread(self.embedder.embed_query, [question]))
         try:
             route_ans = (await so.ask([Item(ROUTE, {"question": question})]))[0]
-            lex_hits = await self.lexical.search(scope, question, p.anchor_pool)
+            lex_hits = await reach.lexical(question, p.anchor_pool)
             qvec = (await embedding)[0]
         finally:
             _settle(embedding)
@@ -271,10 +287,10 @@ class RetrievalController:
         return _Run(so, st, views, budgets, formulas.depth(route["multi_hop"], p.depth_max, p.limits.depth), t0,
                     lex_hits, timings={"embed": embed_ms}, remaining=dict(budgets))
 
-    async def _anchor(self, scope: Scope, run: _Run) -> None:
+    async def _anchor(self, reach: Reach, run: _Run) -> None:
         """Step 2: the anchors (RRF of the vector and BM25 rankings) as the first pool, scored."""
         p, st, t1 = self.params, run.st, time.perf_counter()
-        vec_hits = await self.vectors.search(scope, st.qvec, p.anchor_pool)
+        vec_hits = await reach.vectors(st.qvec, p.anchor_pool)
         lex_hits = run.lex_hits
         fused = formulas.rrf([[h.id for h in vec_hits], [h.id for h in lex_hits]], p.rrf_kappa)
         top_bm25 = max((h.score for h in lex_hits), default=0.0)
@@ -283,14 +299,14 @@ class RetrievalController:
         anchor_ids = formulas.fused_order(fused)[: min(p.anchors, p.limits.visited_nodes)]
         best = 2.0 / (p.rrf_kappa + 1)  # the fused score of an id first in both rankings
         st.anchor_strength = {i: fused[i] / best for i in anchor_ids}
-        fetched = await self._fetch(scope, anchor_ids)
+        fetched = await self._fetch(reach, anchor_ids)
         cosines = matrix([info for _, info in fetched], self.info.dim) @ st.q
         if len(cosines):
             st.cos_range = (float(cosines.min()), float(cosines.max()))
         run.t_star = max((n.observed_at for n, _ in fetched if n.observed_at), default=None)
         for n, info in fetched:
             st.pool[n.id] = _Cand(n, info, "anchor", 1.0, st.anchor_strength[n.id])
-            st.by_seq[n.seq] = st.pool[n.id]
+            st.by_seq[(n.conversation_id, n.seq)] = st.pool[n.id]
         run.anchors = len(anchor_ids)
         run.timings["anchors"] = _ms(t1)
         await self._score(run, list(st.pool.values()))
@@ -306,7 +322,7 @@ class RetrievalController:
             return "controller_call_limit"
         return None
 
-    async def _round(self, scope: Scope, run: _Run, rnd: int) -> bool:
+    async def _round(self, reach: Reach, run: _Run, rnd: int) -> bool:
         """Step 3, round ``rnd``: assess the pool, then expand and rescore it; whether another
         round may follow (``run.stop`` says why not)."""
         limited = self._out_of_budget(run)
@@ -323,11 +339,11 @@ class RetrievalController:
         frontier = [c for c in ranked if not c.expanded][: self.params.beam_width]
         for c in frontier:
             c.expanded = True
-        added, seen_edges = await self._expand(scope, run, frontier)
+        added, seen_edges = await self._expand(reach, run, frontier)
         run.examined += seen_edges
         for c in added:
             run.st.pool[c.node.id] = c
-            run.st.by_seq.setdefault(c.node.seq, c)
+            run.st.by_seq.setdefault((c.node.conversation_id, c.node.seq), c)
         if seen_edges:
             # new edges change every pool member's graph features: rescore the pool (one request)
             await self._score(run, list(run.st.pool.values()))
@@ -353,7 +369,7 @@ class RetrievalController:
         a = (await run.so.ask([Item(ASSESS, state.model_dump())]))[0]
         return {q.key: a.p(q.key) for q in ASSESS.nouls()}
 
-    async def _expand(self, scope: Scope, run: _Run, frontier: Sequence[_Cand]) -> tuple[list[_Cand], int]:
+    async def _expand(self, reach: Reach, run: _Run, frontier: Sequence[_Cand]) -> tuple[list[_Cand], int]:
         """The new candidates along each active view's edges from ``frontier`` (within its
         budget, the visited-node and examined-edge limits), and the number of edges read."""
         lim, st = self.params.limits, run.st
@@ -365,7 +381,7 @@ class RetrievalController:
             if run.remaining.get(view, 0) <= 0 or run.examined + seen_edges >= lim.examined_edges:
                 continue
             limit = min(lim.examined_edges - run.examined - seen_edges, 4 * run.remaining[view] + 40)
-            edges = await self.edges.neighbours(scope, list(strength), [view], limit)
+            edges = await reach.neighbours(list(strength), [view], limit)
             seen_edges += len(edges)
             st.graph.add(edges)
             if room <= 0:
@@ -382,20 +398,21 @@ class RetrievalController:
                 if v > want.get(other, -1.0):
                     want[other], prob[other] = v, e.probability
             chosen = sorted(want, key=lambda i: (-want[i], i))[: min(run.remaining[view], room)]
-            for n, info in await self._fetch(scope, chosen):
+            for n, info in await self._fetch(reach, chosen):
                 added.append(_Cand(n, info, view, st.route[view], prob[n.id]))
             run.remaining[view] -= len(chosen)
         return added, seen_edges
 
-    async def _evidence(self, scope: Scope, run: _Run, k: int) -> Retrieval:
+    async def _evidence(self, reach: Reach, run: _Run, k: int) -> Retrieval:
         """Step 4: the pool's best ``k`` (score, then earlier seq first) and the trace."""
         st = run.st
         final = sorted(st.pool.values(), key=lambda c: (-c.score, c.node.seq))[:k]
-        newer = await self._superseding(scope, [c.node.id for c in final])
+        newer = await self._superseding(reach, [c.node.id for c in final])
         return Retrieval(
             question=st.question,
             evidence=[Evidence(
-                node_id=c.node.id, event_id=c.node.event_id, content=c.node.content, speaker=c.node.speaker,
+                node_id=c.node.id, conversation_id=c.node.conversation_id, event_id=c.node.event_id,
+                content=c.node.content, speaker=c.node.speaker,
                 score=round(c.score, 6), relevance=round(c.relevance, 6), via=c.via, seq=c.node.seq,
                 observed_at=c.node.observed_at, event_time=c.node.event_time.isoformat() if c.node.event_time else None,
                 temporal_refs=c.node.temporal_refs, provenance=c.node.provenance,
@@ -403,7 +420,8 @@ class RetrievalController:
             trace=Trace(route={k_: round(v, 6) for k_, v in st.route.items()}, active_views=list(run.views),
                         budgets={str(k_): v for k_, v in run.budgets.items()}, depth=run.depth, anchors=run.anchors,
                         rounds=run.rounds, stop_reason=run.stop, controller_calls=run.so.calls, visited=len(st.pool),
-                        examined_edges=run.examined, timings_ms={k_: round(v, 3) for k_, v in run.timings.items()}),
+                        examined_edges=run.examined, timings_ms={k_: round(v, 3) for k_, v in run.timings.items()},
+                        conversations=list(dict.fromkeys(c.node.conversation_id for c in st.pool.values()))),
         )
 
     @staticmethod
@@ -435,7 +453,7 @@ class RetrievalController:
         got = st.reply.get(n.id)
         if got is not None:
             return got
-        prev = st.by_seq.get(n.seq - 1)
+        prev = st.by_seq.get((n.conversation_id, n.seq - 1))
         if prev is None:
             return 0.0
         reply = 0.0
@@ -502,14 +520,14 @@ class RetrievalController:
             self.recorder(st.question, [c.node for c in cands],
                           [scoring.state(st.question, t, row) for t, row in zip(texts(), rows, strict=True)])
 
-    async def _superseding(self, scope: Scope, ids: Sequence[str]) -> dict[str, list[str]]:
+    async def _superseding(self, reach: Reach, ids: Sequence[str]) -> dict[str, list[str]]:
         """For each of ``ids`` made obsolete by a newer memory: the newer memories' contents."""
         wanted, limit = set(ids), 100 * len(ids) + 100
-        found = await self.edges.labelled(scope, ids, ["temporal"], limit, "supersedes")
+        found = await reach.labelled(ids, ["temporal"], limit, "supersedes")
         edges = [e for e in found if e.target in wanted]
         if not edges:
             return {}
-        by_id = {n.id: n.content for n, _ in await self._fetch(scope, sorted({e.source for e in edges}))}
+        by_id = {n.id: n.content for n, _ in await self._fetch(reach, sorted({e.source for e in edges}))}
         out: dict[str, list[str]] = {}
         for e in edges:
             if e.source in by_id:

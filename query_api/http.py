@@ -11,8 +11,8 @@ tenant always comes from the key; bodies may omit ``tenant_id``.
   JSON (400) or not an array (422) is dead-lettered whole. Accepted items are never lost.
 - ``POST /v1/query`` (``query``): evidence (and an answer when System Two is configured) with the
   trace; 404 for a conversation the tenant has no memory of.
-- ``POST /v1/recall`` (``query``): evidence from several or all of the tenant's conversations, merged
-  by score, each item with its conversation (:mod:`query_api.recall`; 422 over its cap).
+- ``POST /v1/recall`` (``query``): evidence from all of the tenant's conversations, one user's
+  (``user_id``) or a list, ranked in one search, each item with its conversation (:mod:`query_api.recall`).
 - ``/mcp``: the Model Context Protocol tools over streamable HTTP (:mod:`query_api.mcp_server`).
 - ``GET /v1/conversations`` (``query``): the tenant's conversations with node counts.
 - ``GET /v1/conversations/{conversation}/nodes|edges|decisions`` (``query``; nodes and edges also under
@@ -344,7 +344,8 @@ def routes(service: MemoryService, auth: Authenticator) -> APIRouter:
 
     @router.post("/recall", response_model=Recall | PromptEvidence, responses=documented(400, 413, 422, 502))
     async def recall_all(req: RecallRequest, who: Principal = query_key) -> Recall | PromptEvidence:
-        found = await svc.recall_across(service, who.tenant_id, req.question, req.top_k, req.conversation_ids)
+        found = await svc.recall_across(service, who.tenant_id, req.question, req.top_k, req.conversation_ids,
+                                        req.user_id)
         return PromptEvidence.of(req.question, found.evidence) if req.format == "prompt" else found
 
     @router.get("/conversations", response_model=list[Conversation])

@@ -200,14 +200,16 @@ def build_server(service: MemoryService, principal_of: PrincipalOf) -> MCPServer
                               event_ids=[o.event_id for o in done.accepted])
 
     @server.tool(name="recall", description=(
-        "Recall evidence for a question from memory, best first, each item with its conversation_id and a short "
-        f"trace per conversation. Omit conversation_ids to search all your conversations (at most {MAX_CONVERSATIONS})."),
+        "Recall evidence for a question from memory, best first, each item with its conversation_id. Give user_id "
+        "to search one user's memory across all their conversations; omit conversation_ids to search them all."),
         annotations=ToolAnnotations(read_only_hint=True))
     async def recall_tool(
         question: Annotated[str, Field(min_length=1, max_length=limits.MAX_QUESTION, description="What to recall.")],
         ctx: Context[Any, Any],
         conversation_ids: Annotated[list[str] | None, Field(
             max_length=MAX_CONVERSATIONS, description="Only these conversations (default: all).")] = None,
+        user_id: Annotated[str | None, Field(min_length=1, max_length=limits.MAX_ID, description=(
+            "Only this user's memory (default: every conversation of yours)."))] = None,
         top_k: Annotated[int, Field(ge=1, le=50, description="How many pieces of evidence.")] = 10,
         format: Annotated[EvidenceFormat, Field(description=FORMAT_HELP)] = "json",
     ) -> dict[str, Any]:
@@ -215,7 +217,7 @@ def build_server(service: MemoryService, principal_of: PrincipalOf) -> MCPServer
         # json format's fields stay at the top level as they always were
         with tool_errors():
             who = await caller(ctx, "query")
-            found = await svc.recall_across(service, who.tenant_id, question, top_k, conversation_ids)
+            found = await svc.recall_across(service, who.tenant_id, question, top_k, conversation_ids, user_id)
             out = PromptEvidence.of(question, found.evidence) if format == "prompt" else found
             return out.model_dump(mode="json")
 

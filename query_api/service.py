@@ -33,7 +33,7 @@ from topology.errors import (
     Unavailable,
     UnknownConversation,
 )
-from topology.schemas import ConsolidationDecision, DeadLetter, EdgeEvent, MemoryNode, Observation, Scope
+from topology.schemas import ConsolidationDecision, DeadLetter, EdgeEvent, MemoryNode, Observation, Realm, Scope
 
 RETRY_AFTER_S = 5
 """Seconds a caller is told to wait after an outage (503) or a model service failure (502)."""
@@ -89,6 +89,10 @@ class MemoryService(Protocol):
     async def reject(self, letters: Sequence[DeadLetter]) -> None: ...
 
     async def retrieve(self, scope: Scope, question: str, top_k: int) -> Retrieval: ...
+
+    async def recall(self, realm: Realm, question: str, top_k: int) -> Retrieval:
+        """One retrieval over a realm (a tenant's conversations, one user's, or a list of them)."""
+        ...
 
     async def answer(self, question: str, evidence: Sequence[str]) -> str | None: ...
 
@@ -170,11 +174,11 @@ async def retrieve(service: MemoryService, scope: Scope, question: str, top_k: i
 
 
 async def recall_across(service: MemoryService, tenant_id: str, question: str, top_k: int,
-                        conversation_ids: Sequence[str] | None) -> Recall:
+                        conversation_ids: Sequence[str] | None, user_id: str | None = None) -> Recall:
     """:func:`query_api.recall.recall`, with a list over its cap refused as
     :class:`~topology.errors.InvalidRequest`."""
     try:
-        return await recall(service, tenant_id, question, top_k, conversation_ids)
+        return await recall(service, tenant_id, question, top_k, conversation_ids, user_id)
     except TooManyConversations as exc:
         raise InvalidRequest(str(exc)) from exc
 

@@ -29,7 +29,7 @@ from storage.sqlite_base import Base, DirLock, open_file, rollback, sqlite_error
 from storage.sqlite_edges import ADJACENCY_AFTER, EDGE_CACHE, SqliteEdgeStore, migrate_edges
 from topology import text as textmod
 from topology.errors import ModelMismatch
-from topology.schemas import DeadLetter, MemoryNode, Scope
+from topology.schemas import DeadLetter, MemoryNode, Realm, Scope
 from topology.vectors import retrieval_rows
 
 log = logging.getLogger("jevmem.sqlite")
@@ -74,10 +74,12 @@ SLOT_BITS = 32
 _NODES = """CREATE TABLE {name} (
   n INTEGER PRIMARY KEY,
   tenant TEXT NOT NULL, conv TEXT NOT NULL, id TEXT NOT NULL, event_id TEXT NOT NULL,
-  seq INTEGER NOT NULL, kind TEXT NOT NULL, body BLOB NOT NULL, embedding BLOB,
+  seq INTEGER NOT NULL, kind TEXT NOT NULL, body BLOB NOT NULL, embedding BLOB, user TEXT,
   UNIQUE (tenant, conv, id))"""
 _NODE_INDEXES = ("CREATE UNIQUE INDEX IF NOT EXISTS nodes_event ON nodes(tenant, conv, event_id)",
                  "CREATE INDEX IF NOT EXISTS nodes_seq ON nodes(tenant, conv, seq)")
+#: A user's nodes (``MemoryNode.user_id``; NULL: none), for the vector rows of a user's realm.
+_USER_INDEX = "CREATE INDEX IF NOT EXISTS nodes_user ON nodes(tenant, user) WHERE user IS NOT NULL"
 _NODE_COLUMNS = "tenant, conv, id, event_id, seq, kind, body, embedding"
 #: A node's context vector (float16 bytes) lives in ``node_contexts`` under the node's row key:
 #: a node row (body and float32 embedding) is about 2 KB, two to a 4 KB page, and would take a
@@ -92,11 +94,12 @@ def migrate_nodes(conn: sqlite3.Connection) -> int:
     cols = {r[1] for r in conn.execute("PRAGMA table_info(nodes)")}
     if not cols:
         conn.execute(_NODES.format(name="nodes"))
-        for statement in _NODE_INDEXES:
+        for statement in (*_NODE_INDEXES, _USER_INDEX):
             conn.execute(statement)
         conn.execute("INSERT OR IGNORE INTO meta VALUES ('nodes', ?)", (NODE_LAYOUT,))
         return 0
     if "n" in cols:
+        _add_user_column(conn, cols)
         return 0
     log.warning("rewriting the node table so that each conversation's rows are contiguous (once)")
     with transaction(conn):
@@ -114,8 +117,17 @@ def migrate_nodes(conn: sqlite3.Connection) -> int:
         for statement in _NODE_INDEXES:
             conn.execute(statement)
         conn.execute("INSERT OR REPLACE INTO meta VALUES ('nodes', ?)", (NODE_LAYOUT,))
+        _add_user_column(conn, set())
     log.warning("node table rewritten: %d rows", moved)
     return moved
+
+
+def _add_user_column(conn: sqlite3.Connection, cols: set[str]) -> None:
+    """The ``user`` column and its index, on a store made before nodes carried their user (its
+    nodes have none: NULL)."""
+    if "user" not in cols:
+        conn.execute("ALTER TABLE nodes ADD COLUMN user TEXT")
+    conn.execute(_USER_INDEX)
 
 
 #: The lexical layout this build reads: one FTS5 table per tenant (``meta`` key ``lexical``).
@@ -308,10 +320,11 @@ class SqliteNodeStore(Base):
             emb = _blob(n.embedding)
             row = self._new_row(n.tenant_id, n.conversation_id)
             at = self._conn.execute(
-                f"INSERT INTO nodes (n, {_NODE_COLUMNS}) VALUES (?,?,?,?,?,?,?,?,?) ON CONFLICT(tenant, conv, id) "
+                f"INSERT INTO nodes (n, {_NODE_COLUMNS}, user) VALUES (?,?,?,?,?,?,?,?,?,?) ON CONFLICT(tenant, conv, id) "
                 "DO UPDATE SET body=excluded.body, embedding=COALESCE(excluded.embedding, nodes.embedding), "
-                "seq=excluded.seq RETURNING n",
-                (row, n.tenant_id, n.conversation_id, n.id, n.event_id, n.seq, n.kind, _packed_body(n), emb)).fetchone()[0]
+                "seq=excluded.seq, user=excluded.user RETURNING n",
+                (row, n.tenant_id, n.conversation_id, n.id, n.event_id, n.seq, n.kind, _packed_body(n), emb,
+                 n.user_id)).fetchone()[0]
             if n.embedding is not None:  # written with its embedding: its context vector is what it carries
                 if n.context is None:
                     self._conn.execute("DELETE FROM node_contexts WHERE n=?", (at,))
@@ -472,6 +485,28 @@ def scope_token(scope: Scope) -> str:
     return "s" + hashlib.sha256(orjson.dumps([scope.tenant_id, scope.conversation_id])).hexdigest()[:24]
 
 
+def user_token(tenant_id: str, user_id: str) -> str:
+    """One FTS token per (tenant, user), beside the scope token of each of the user's rows."""
+    return "u" + hashlib.sha256(orjson.dumps([tenant_id, "user", user_id])).hexdigest()[:24]
+
+
+def _scope_column(n: MemoryNode) -> str:
+    """The tokens a node's row carries in the FTS ``scope`` column: its conversation's and its user's."""
+    own = scope_token(n.scope)
+    return own if n.user_id is None else f"{own} {user_token(n.tenant_id, n.user_id)}"
+
+
+def realm_match(realm: Realm, query: str) -> str:
+    """The FTS5 MATCH expression of ``query`` (:func:`fts_query`, non-empty) over ``realm``'s rows."""
+    parts = [f"content : ({query})"]
+    if realm.user_id is not None:
+        parts.append(f"scope : {user_token(realm.tenant_id, realm.user_id)}")
+    if realm.conversation_ids is not None:
+        scopes = [scope_token(Scope(tenant_id=realm.tenant_id, conversation_id=c)) for c in realm.conversation_ids]
+        parts.append(f"scope : ({' OR '.join(scopes)})")
+    return " AND ".join(parts)
+
+
 class SqliteLexicalIndex(Base):
     """BM25 on FTS5 (porter stemming) plus a token posting table for candidate overlap.
 
@@ -509,7 +544,7 @@ class SqliteLexicalIndex(Base):
                 if old is not None:
                     self._conn.execute(f"DELETE FROM {table} WHERE rowid=?", (old[0],))
                 cur = self._conn.execute(f"INSERT INTO {table} VALUES (?,?,?,?,?)",
-                                         (n.content, scope_token(n.scope), n.conversation_id, n.id, n.seq))
+                                         (n.content, _scope_column(n), n.conversation_id, n.id, n.seq))
                 self._conn.execute("INSERT OR REPLACE INTO lexical_rows VALUES (?,?,?,?)",
                                    (n.tenant_id, n.conversation_id, n.id, cur.lastrowid))
                 self._conn.executemany("INSERT OR IGNORE INTO postings VALUES (?,?,?,?,?)",
@@ -526,6 +561,21 @@ class SqliteLexicalIndex(Base):
             f"SELECT node, bm25({table}, 1.0, 0.0) b FROM {table} WHERE {table} MATCH ? AND conv=? "
             "ORDER BY b, node LIMIT ?", (match, scope.conversation_id, limit)).fetchall()
         return [Hit(r[0], -float(r[1])) for r in rows]
+
+    @translated
+    async def search_realm(self, realm: Realm, query: Sequence[float] | str, limit: int) -> list[Hit]:
+        """BM25 over the realm's rows of the tenant's table (the tenant's statistics), best
+        first (ties: earlier seq, then id), each hit with its conversation."""
+        if not isinstance(query, str):
+            raise TypeError("a lexical realm search takes a text")
+        q = fts_query(query)
+        table = self._table(realm.tenant_id, create=False)
+        if not q or table is None or realm.conversation_ids == () or limit <= 0:
+            return []
+        rows = self._conn.execute(
+            f"SELECT node, conv, bm25({table}, 1.0, 0.0) b FROM {table} WHERE {table} MATCH ? "
+            "ORDER BY b, seq, node LIMIT ?", (realm_match(realm, q), limit)).fetchall()
+        return [Hit(r[0], -float(r[2]), str(r[1])) for r in rows]
 
     @translated
     async def overlapping(self, scope: Scope, tokens: Sequence[str], before_seq: int, limit: int) -> list[str]:

@@ -17,8 +17,12 @@ Contracts:
   a conversation not held is read from the node store on its next search, and :meth:`upsert`
   replaces or appends the rows of a held one, so a node is one row however the two interleave.
   :meth:`delete` and :meth:`delete_scope` drop the held conversation (read again on next use).
-* Memory is bounded: at most ``max_rows`` rows over all held conversations; the least recently
-  searched conversations are dropped first (the one being searched is always kept).
+* Realms (:meth:`search_realm`): a tenant's or a user's rows are held as one matrix of their own
+  (loaded on first use, kept current by :meth:`upsert`, dropped by any delete of the tenant) and
+  ranked with one float32 product; the best candidates are then ranked exactly as above, in
+  float64. A realm limited to a list of conversations ranks their held rows together.
+* Memory is bounded: at most ``max_rows`` rows over all held conversations and realms; the least
+  recently searched are dropped first (the one being searched is always kept).
 * The store has one writing process (:class:`storage.sqlite_base.DirLock`), so no write bypasses
   :meth:`upsert`.
 """
@@ -34,7 +38,7 @@ import numpy as np
 from storage.ports import Hit
 from storage.sqlite import WITH_CONTEXT, retrieval_matrix
 from storage.sqlite_base import translated
-from topology.schemas import MemoryNode, Scope
+from topology.schemas import MemoryNode, Realm, Scope
 
 #: Rows held by default (about 1.5 KB each at 384 dimensions).
 MAX_ROWS = 65_536
@@ -64,13 +68,34 @@ class _Held:
         self.matrix[at], self.seqs[at] = vec, seq
 
 
+class _HeldRealm(_Held):
+    """A realm's rows (:class:`_Held`) with each row's conversation."""
+
+    def __init__(self, dim: int, rows: np.ndarray, ids: list[str], seqs: list[int], convs: list[str]) -> None:
+        super().__init__(dim, rows, ids, seqs)
+        self.convs = convs
+        self.conv_of = dict(zip(ids, convs, strict=True))
+
+    def put_in(self, nid: str, conv: str, seq: int, vec: np.ndarray) -> None:
+        if nid not in self.row_of:
+            self.convs.append(conv)
+            self.conv_of[nid] = conv
+        self.put(nid, seq, vec)
+
+
+#: A held realm's key: (tenant, user or None for the whole tenant).
+_RealmKey = tuple[str, str | None]
+#: Extra candidates taken from a realm's float32 ranking before the exact float64 one.
+_REALM_MARGIN = 16
+
+
 class MatrixVectorIndex:
     """A :class:`~storage.ports.VectorIndex` (and batch search) over the embeddings of the node
     table of ``conn`` (see the module)."""
 
     def __init__(self, conn: sqlite3.Connection, dim: int, max_rows: int = MAX_ROWS) -> None:
         self._conn, self._dim, self._max = conn, dim, max(1, max_rows)
-        self._held: OrderedDict[Scope, _Held] = OrderedDict()
+        self._held: OrderedDict[Scope | _RealmKey, _Held] = OrderedDict()
         self._rows = 0
 
     def _load(self, scope: Scope) -> _Held:
@@ -87,6 +112,23 @@ class MatrixVectorIndex:
         self._rows += held.n
         self._evict()
         return held
+
+    def _load_realm(self, key: _RealmKey) -> _HeldRealm:
+        held = self._held.get(key)
+        if isinstance(held, _HeldRealm):
+            self._held.move_to_end(key)
+            return held
+        tenant, user = key
+        where, args = ("AND user=?", (tenant, user)) if user is not None else ("", (tenant,))
+        found = [(nid, str(conv), int(seq), blob, ctx) for nid, conv, seq, blob, ctx in self._conn.execute(
+            f"SELECT id, conv, seq, embedding, c.context FROM {WITH_CONTEXT} WHERE tenant=? {where} "
+            "AND embedding IS NOT NULL", args) if len(blob) == 4 * self._dim]
+        rows = retrieval_matrix([f[3] for f in found], [f[4] for f in found], self._dim)
+        realm = _HeldRealm(self._dim, rows, [f[0] for f in found], [f[2] for f in found], [f[1] for f in found])
+        self._held[key] = realm
+        self._rows += realm.n
+        self._evict()
+        return realm
 
     def _evict(self) -> None:
         while self._rows > self._max and len(self._held) > 1:
@@ -111,18 +153,65 @@ class MatrixVectorIndex:
         return self._rank(self._load(scope), vector, limit, before_seq)
 
     @translated
+    async def search_realm(self, realm: Realm, query: Sequence[float] | str, limit: int) -> list[Hit]:
+        """The realm's best ``limit`` nodes by dot product with ``query`` (a vector), each hit
+        naming its conversation (see the module for the ranking)."""
+        if isinstance(query, str):
+            raise TypeError("a vector realm search takes a vector")
+        if realm.conversation_ids is not None:
+            return self._rank_conversations(realm, query, limit)
+        held = self._load_realm((realm.tenant_id, realm.user_id))
+        if not held.n or limit <= 0:
+            return []
+        q32 = np.asarray(query, dtype=np.float32)
+        rough = held.matrix[:held.n] @ q32
+        take = min(held.n, limit + _REALM_MARGIN)
+        best = np.argpartition(-rough, take - 1)[:take] if take < held.n else np.arange(held.n)
+        exact = held.matrix[best].astype(np.float64) @ np.asarray(query, dtype=np.float64)
+        seqs, ids = held.seqs, held.ids
+        order = sorted(range(len(best)), key=lambda j: (-exact[j], seqs[best[j]], ids[best[j]]))[:limit]
+        return [Hit(ids[best[j]], float(exact[j]), held.convs[best[j]]) for j in order]
+
+    def _rank_conversations(self, realm: Realm, vector: Sequence[float], limit: int) -> list[Hit]:
+        """A realm limited to its ``conversation_ids``: each conversation's best, ranked together."""
+        hits: list[tuple[float, int, str, str]] = []
+        for conv in dict.fromkeys(realm.conversation_ids or ()):
+            held = self._load(Scope(tenant_id=realm.tenant_id, conversation_id=conv))
+            for h in self._rank(held, vector, limit, None):
+                if realm.user_id is None or self._user_of(realm.tenant_id, conv, h.id) == realm.user_id:
+                    hits.append((h.score, int(held.seqs[held.row_of[h.id]]), h.id, conv))
+        hits.sort(key=lambda x: (-x[0], x[1], x[2]))
+        return [Hit(nid, score, conv) for score, _, nid, conv in hits[:limit]]
+
+    def _user_of(self, tenant: str, conv: str, nid: str) -> str | None:
+        row = self._conn.execute("SELECT user FROM nodes WHERE tenant=? AND conv=? AND id=?", (tenant, conv, nid)).fetchone()
+        return None if row is None or row[0] is None else str(row[0])
+
+    @translated
     async def search_many(self, queries: Sequence[tuple[Scope, Sequence[float], int | None]],
                           limit: int) -> list[list[Hit]]:
         return [self._rank(self._load(s), v, limit, b) for s, v, b in queries]
 
     async def upsert(self, nodes: Sequence[MemoryNode]) -> None:
         for n in nodes:
-            held = self._held.get(n.scope)
-            if held is None or n.embedding is None or len(n.embedding) != self._dim:
+            if n.embedding is None or len(n.embedding) != self._dim:
                 continue
-            before = held.n
-            held.put(n.id, n.seq, np.asarray(n.retrieval_vector(), dtype=np.float32))
-            self._rows += held.n - before
+            vec: np.ndarray | None = None
+            keys: list[Scope | _RealmKey] = [n.scope, (n.tenant_id, None)]
+            if n.user_id is not None:
+                keys.append((n.tenant_id, n.user_id))
+            for key in keys:
+                held = self._held.get(key)
+                if held is None:
+                    continue
+                if vec is None:
+                    vec = np.asarray(n.retrieval_vector(), dtype=np.float32)
+                before = held.n
+                if isinstance(held, _HeldRealm):
+                    held.put_in(n.id, n.conversation_id, n.seq, vec)
+                else:
+                    held.put(n.id, n.seq, vec)
+                self._rows += held.n - before
         self._evict()
 
     async def delete(self, scope: Scope, ids: Sequence[str]) -> None:
@@ -130,9 +219,9 @@ class MatrixVectorIndex:
             await self.delete_scope(scope)
 
     async def delete_scope(self, scope: Scope) -> None:
-        gone = self._held.pop(scope, None)
-        if gone is not None:
-            self._rows -= gone.n
+        """Drops the held conversation and every held realm of its tenant (read again on next use)."""
+        for key in [k for k in self._held if k == scope or (isinstance(k, tuple) and k[0] == scope.tenant_id)]:
+            self._rows -= self._held.pop(key).n
 
     async def close(self) -> None:
         """The connection belongs to the node store, which closes it."""

@@ -162,7 +162,7 @@ async def test_nodes_read_as_matrix_rows_answer_as_nodes_with_embeddings(memory:
     rows = RetrievalController(c.embedder, c.so, c.vectors, c.lexical, c.nodes, c.edges, c.params, scorer=c.scorer)
     lists = RetrievalController(c.embedder, c.so, c.vectors, c.lexical, _GetOnly(c.nodes), c.edges, c.params,
                                 scorer=c.scorer)
-    assert rows._row_reader is not None and lists._row_reader is None
+    assert rows.reads_rows and not lists.reads_rows
     for q in QUESTIONS:
         a, b = (await rows.retrieve(SCOPE, q, 10)).model_dump(), (await lists.retrieve(SCOPE, q, 10)).model_dump()
         a["trace"].pop("timings_ms")

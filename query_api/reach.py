@@ -1,0 +1,166 @@
+"""Where one retrieval reads: one conversation (:class:`ConversationReach`) or a realm of many
+(:class:`RealmReach`: a tenant's conversations, one user's, or a list of them).
+
+The retrieval controller (:mod:`query_api.controller`) runs the same steps over either; a reach
+turns its reads (anchor searches, node fetches, edge reads) into store calls:
+
+* One conversation: every call is scoped by it, as the stores' ports are.
+* A realm: anchors come from *one* vector search and *one* lexical search over the realm
+  (:class:`~storage.ports.RealmSearch`), so candidates of every conversation compete in one
+  ranking; a node's conversation is learned from the hit that found it (or from the edge that
+  led to it: edges never cross conversations), and fetches and edge reads go to each node's own
+  conversation, concurrently. Conversations without a candidate are never read, so a realm may
+  hold any number of conversations.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Sequence
+from typing import Protocol
+
+import numpy as np
+
+from storage.ports import EdgeReader, Hit, LexicalIndex, NodeReader, NodeRows, RealmSearch, VectorSearch
+from topology.errors import IncompatibleStore
+from topology.schemas import EdgeEvent, MemoryNode, Realm, Scope, View
+
+
+class Reach(Protocol):
+    """The reads of one retrieval (see the module)."""
+
+    async def lexical(self, text: str, limit: int) -> list[Hit]: ...
+
+    async def vectors(self, vector: Sequence[float], limit: int) -> list[Hit]: ...
+
+    async def rows(self, ids: Sequence[str], dim: int) -> tuple[list[MemoryNode], np.ndarray | None]:
+        """The nodes ``ids`` (unknown ids skipped, in the order of ``ids``) and, when the node
+        store has matrix reads (:class:`~storage.ports.NodeRows`), their retrieval rows (else
+        None: the nodes carry their embeddings)."""
+        ...
+
+    async def neighbours(self, node_ids: Sequence[str], views: Sequence[View], limit: int) -> list[EdgeEvent]:
+        """Edges of ``views`` touching ``node_ids``, strongest first, at most ``limit``."""
+        ...
+
+    async def labelled(self, node_ids: Sequence[str], views: Sequence[View], limit: int, label: str) -> list[EdgeEvent]:
+        """The edges of :meth:`neighbours` labelled ``label``."""
+        ...
+
+
+class _Reads:
+    """The stores a reach reads."""
+
+    def __init__(self, vectors: VectorSearch, lexical: LexicalIndex, nodes: NodeReader, edges: EdgeReader) -> None:
+        self._vec, self._lex, self._nodes, self._edges = vectors, lexical, nodes, edges
+        self._row_reader: NodeRows | None = nodes if isinstance(nodes, NodeRows) else None
+
+    async def _rows_of(self, scope: Scope, ids: Sequence[str], dim: int) -> tuple[list[MemoryNode], np.ndarray | None]:
+        if self._row_reader is None:
+            return await self._nodes.get(scope, ids), None
+        return await self._row_reader.get_rows(scope, ids, dim)
+
+
+class ConversationReach(_Reads):
+    """Every read scoped by one conversation (``scope``)."""
+
+    def __init__(self, scope: Scope, vectors: VectorSearch, lexical: LexicalIndex, nodes: NodeReader,
+                 edges: EdgeReader) -> None:
+        super().__init__(vectors, lexical, nodes, edges)
+        self.scope = scope
+
+    async def lexical(self, text: str, limit: int) -> list[Hit]:
+        return await self._lex.search(self.scope, text, limit)
+
+    async def vectors(self, vector: Sequence[float], limit: int) -> list[Hit]:
+        return await self._vec.search(self.scope, vector, limit)
+
+    async def rows(self, ids: Sequence[str], dim: int) -> tuple[list[MemoryNode], np.ndarray | None]:
+        return await self._rows_of(self.scope, ids, dim)
+
+    async def neighbours(self, node_ids: Sequence[str], views: Sequence[View], limit: int) -> list[EdgeEvent]:
+        return await self._edges.neighbours(self.scope, node_ids, views, limit)
+
+    async def labelled(self, node_ids: Sequence[str], views: Sequence[View], limit: int, label: str) -> list[EdgeEvent]:
+        return await self._edges.labelled(self.scope, node_ids, views, limit, label)
+
+
+def _realm_search(store: object, what: str) -> RealmSearch:
+    if not callable(getattr(store, "search_realm", None)):
+        raise IncompatibleStore(f"the {what} ({type(store).__name__}) cannot search across conversations")
+    return store  # type: ignore[return-value]
+
+
+class RealmReach(_Reads):
+    """Reads over a :class:`~topology.schemas.Realm` (see the module). The vector and lexical
+    stores must implement :class:`~storage.ports.RealmSearch`
+    (:class:`~topology.errors.IncompatibleStore` otherwise)."""
+
+    def __init__(self, realm: Realm, vectors: VectorSearch, lexical: LexicalIndex, nodes: NodeReader,
+                 edges: EdgeReader) -> None:
+        super().__init__(vectors, lexical, nodes, edges)
+        self.realm = realm
+        self._vec_realm, self._lex_realm = _realm_search(vectors, "vector index"), _realm_search(lexical, "lexical index")
+        #: node id -> its conversation, for every node this reach has seen named
+        self.conversation_of: dict[str, str] = {}
+
+    def _scope(self, conversation_id: str) -> Scope:
+        return Scope(tenant_id=self.realm.tenant_id, conversation_id=conversation_id)
+
+    def _learn(self, hits: Sequence[Hit]) -> list[Hit]:
+        for h in hits:
+            if h.conversation_id is not None:
+                self.conversation_of.setdefault(h.id, h.conversation_id)
+        return list(hits)
+
+    def _by_conversation(self, ids: Sequence[str]) -> dict[str, list[str]]:
+        out: dict[str, list[str]] = {}
+        for i in dict.fromkeys(ids):
+            conv = self.conversation_of.get(i)
+            if conv is not None:
+                out.setdefault(conv, []).append(i)
+        return out
+
+    async def lexical(self, text: str, limit: int) -> list[Hit]:
+        return self._learn(await self._lex_realm.search_realm(self.realm, text, limit))
+
+    async def vectors(self, vector: Sequence[float], limit: int) -> list[Hit]:
+        return self._learn(await self._vec_realm.search_realm(self.realm, vector, limit))
+
+    async def rows(self, ids: Sequence[str], dim: int) -> tuple[list[MemoryNode], np.ndarray | None]:
+        groups = self._by_conversation(ids)
+        parts = await asyncio.gather(*(self._rows_of(self._scope(c), got, dim) for c, got in groups.items()))
+        found: dict[str, tuple[MemoryNode, np.ndarray | None]] = {}
+        for nodes, rows in parts:
+            for j, n in enumerate(nodes):
+                if self.realm.holds(n):
+                    found[n.id] = (n, None if rows is None else rows[j])
+        kept = [found[i] for i in ids if i in found]
+        nodes_out = [n for n, _ in kept]
+        if self._row_reader is None:
+            return nodes_out, None
+        matrix = np.stack([r for _, r in kept if r is not None]) if kept else np.zeros((0, dim), dtype=np.float32)
+        return nodes_out, matrix.astype(np.float32, copy=False)
+
+    async def _edges_by_conversation(self, node_ids: Sequence[str], views: Sequence[View], limit: int,
+                                     label: str | None) -> list[EdgeEvent]:
+        groups = self._by_conversation(node_ids)
+
+        async def one(conv: str, ids: list[str]) -> list[EdgeEvent]:
+            if label is None:
+                return await self._edges.neighbours(self._scope(conv), ids, views, limit)
+            return await self._edges.labelled(self._scope(conv), ids, views, limit, label)
+
+        parts = await asyncio.gather(*(one(c, got) for c, got in groups.items()))
+        edges = [e for part in parts for e in part]
+        for e in edges:  # an edge joins two nodes of one conversation
+            self.conversation_of.setdefault(e.source, e.conversation_id)
+            self.conversation_of.setdefault(e.target, e.conversation_id)
+        edges.sort(key=lambda e: -e.probability)
+        return edges[:limit]
+
+    async def neighbours(self, node_ids: Sequence[str], views: Sequence[View], limit: int) -> list[EdgeEvent]:
+        return await self._edges_by_conversation(node_ids, views, limit, None)
+
+    async def labelled(self, node_ids: Sequence[str], views: Sequence[View], limit: int, label: str) -> list[EdgeEvent]:
+        return await self._edges_by_conversation(node_ids, views, limit, label)
