@@ -117,7 +117,7 @@ def migrate_nodes(conn: sqlite3.Connection) -> int:
         for statement in _NODE_INDEXES:
             conn.execute(statement)
         conn.execute("INSERT OR REPLACE INTO meta VALUES ('nodes', ?)", (NODE_LAYOUT,))
-        _add_user_column(conn, set())
+        _add_user_column(conn, {r[1] for r in conn.execute("PRAGMA table_info(nodes)")})
     log.warning("node table rewritten: %d rows", moved)
     return moved
 

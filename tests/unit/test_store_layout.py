@@ -217,3 +217,21 @@ async def test_nodes_of_the_insertion_ordered_layout_are_rewritten_by_conversati
     assert _rows_by_conversation(conn)["c"] == [2 << 32] and _rows_by_conversation(conn)["a"][-1] == 4
     conn.close()
     assert len(_rows_by_conversation(connect(db))) == 3  # opened again: nothing to migrate
+
+
+async def test_a_store_made_before_nodes_carried_their_user_gains_the_column(tmp_path: Path) -> None:
+    db = tmp_path / "old.sqlite3"
+    old = sqlite3.connect(db)
+    old.execute("CREATE TABLE nodes (n INTEGER PRIMARY KEY, tenant TEXT NOT NULL, conv TEXT NOT NULL, id TEXT NOT NULL, "
+                "event_id TEXT NOT NULL, seq INTEGER NOT NULL, kind TEXT NOT NULL, body BLOB NOT NULL, embedding BLOB, "
+                "UNIQUE (tenant, conv, id))")
+    old.commit()
+    old.close()
+    conn = connect(db)
+    assert "user" in {r[1] for r in conn.execute("PRAGMA table_info(nodes)")}
+    node = MemoryNode(id="n1", tenant_id="t1", conversation_id="c1", event_id="e1", user_id="ana", seq=0, content="hi")
+    await SqliteNodeStore(conn).upsert([node])
+    assert conn.execute("SELECT user FROM nodes WHERE id='n1'").fetchone()[0] == "ana"
+    assert conn.execute("SELECT COUNT(*) FROM sqlite_master WHERE name='nodes_user'").fetchone()[0] == 1
+    conn.close()
+    connect(db).close()  # opening it again changes nothing
