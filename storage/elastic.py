@@ -15,7 +15,8 @@ Layout, for an index prefix ``p`` (default ``jevmem-``):
   ``embedding_f32`` (base64 of the float32 values, exact like the SQLite store; kept when a later
   upsert carries none; documents of older releases carry a JSON float list, ``embedding``, read
   the same) and ``context_f16`` (the context vector, base64 of its float16 values; written, or
-  cleared, with every embedding). Both write the scope fields, ``node_id`` and ``seq``.
+  cleared, with every embedding). Both write the scope fields, ``node_id``, ``seq`` and, when the
+  node has one, ``user_id`` (keyword; added to the indexes of older releases, see ``_add_fields``).
 * ``p edges``: ``_id`` = edge id, read back from ``body`` only (the indexed fields are not kept
   twice in ``_source``); ``p decisions``: ``_id`` = decision id (whole-document index).
 * ``p forgotten``: forgotten-event records ``(scope, event_id, seq)`` (see ``streams.forget``).
@@ -31,7 +32,9 @@ Deletes (forgetting): this Elasticsearch build has no ``_delete_by_query`` (no r
 a delete finds the ids with a scoped search and bulk-deletes them (refresh=true), page after page
 until the search comes back empty.
 
-Contracts: every query filters on tenant AND conversation; every write refreshes the index
+Contracts: every query filters on tenant AND conversation, except a realm search's (tenant AND,
+when the :class:`~topology.schemas.Realm` names them, user AND conversation list: one ranking over
+the tenant's index, ties by earlier seq then id, each hit naming its conversation); every write refreshes the index
 (``refresh=true``, not ``wait_for``, which would hold each batch up to a refresh interval) so the
 next query sees it, except the write path's writes through a shared :class:`Visibility`, which
 are sent as one bulk per batch and refreshed by the reads that need them (see there); indices are created lazily and idempotently;
@@ -58,7 +61,7 @@ from elasticsearch.serializer import NdjsonSerializer, OrjsonSerializer
 from storage.ports import Hit
 from topology import ids as idsmod
 from topology.errors import StoreUnavailable
-from topology.schemas import ConsolidationDecision, EdgeEvent, MemoryNode, Scope, View
+from topology.schemas import ConsolidationDecision, EdgeEvent, MemoryNode, Realm, Scope, View
 
 log = logging.getLogger("jevmem.elastic")
 
@@ -78,7 +81,7 @@ _SETTINGS: dict[str, Any] = {
     },
 }
 _MEMORIES: dict[str, Any] = {"dynamic": "strict", "properties": {
-    "tenant_id": _KW, "conversation_id": _KW, "node_id": _KW, "event_id": _KW, "kind": _KW,
+    "tenant_id": _KW, "conversation_id": _KW, "user_id": _KW, "node_id": _KW, "event_id": _KW, "kind": _KW,
     "seq": {"type": "integer"}, "entity_ids": _KW, "tokens": _KW,
     "content": {"type": "text", "analyzer": "jevmem_text"},
     "body": _OPAQUE, "embedding": {"type": "float", "index": False, "doc_values": False},
@@ -121,6 +124,18 @@ def memories_index(tenant_id: str) -> str:
 def _scoped(scope: Scope, *extra: dict[str, Any]) -> list[dict[str, Any]]:
     """Filter clauses: the scope's tenant and conversation, plus ``extra``."""
     return [{"term": {"tenant_id": scope.tenant_id}}, {"term": {"conversation_id": scope.conversation_id}}, *extra]
+
+
+def _in_realm(realm: Realm) -> list[dict[str, Any]]:
+    """Filter clauses: the realm's tenant, and its user and conversations when it names them."""
+    user = [{"term": {"user_id": realm.user_id}}] if realm.user_id is not None else []
+    convs = [{"terms": {"conversation_id": sorted(set(realm.conversation_ids))}}] if realm.conversation_ids is not None else []
+    return [{"term": {"tenant_id": realm.tenant_id}}, *user, *convs]
+
+
+def _user(n: MemoryNode) -> dict[str, str]:
+    """The node's ``user_id`` field, when it has one (absent otherwise: never written as null)."""
+    return {"user_id": n.user_id} if n.user_id is not None else {}
 
 
 def _count_of(field: str, values: Sequence[str], filters: list[dict[str, Any]]) -> dict[str, Any]:
@@ -300,7 +315,8 @@ class _Elastic:
         self._client = client
         self._prefix = prefix
         self._visibility = visibility
-        self._ready: set[str] = set()
+        self._ready: set[str] = set()    # created or given this release's fields by this process
+        self._found: set[str] = set()    # seen to exist (by a read: its fields may be an older release's)
         self._lock = asyncio.Lock()
 
     @classmethod
@@ -360,13 +376,13 @@ class _Elastic:
     async def _existing(self, name: str) -> str | None:
         """The full index name if the index exists (reads of an absent index answer empty)."""
         index = self._prefix + name
-        if index in self._ready:
+        if index in self._ready or index in self._found:
             return index
         with es_errors(f"exists {index}"):
             found = bool(await self._client.indices.exists(index=index))
         if found:
             await self._await_active(index)
-            self._ready.add(index)
+            self._found.add(index)  # not _ready: the first write still adds missing fields (_ensure)
             return index
         return None
 
@@ -482,7 +498,7 @@ class ElasticLexicalIndex(_Memories):
     async def upsert(self, nodes: Sequence[MemoryNode]) -> None:
         """Write each node's lexical fields (partial update; idempotent)."""
         await self._write(nodes, lambda n: {
-            "tenant_id": n.tenant_id, "conversation_id": n.conversation_id, "node_id": n.id, "seq": n.seq,
+            "tenant_id": n.tenant_id, "conversation_id": n.conversation_id, "node_id": n.id, "seq": n.seq, **_user(n),
             "content": n.content, "tokens": sorted(set(n.tokens))})
 
     async def search(self, scope: Scope, text: str, limit: int) -> list[Hit]:
@@ -493,6 +509,19 @@ class ElasticLexicalIndex(_Memories):
         query = {"bool": {"filter": _scoped(scope), "must": [{"match": {"content": text}}]}}
         hits = await self._scoped_hits(scope, query, [{"_score": "desc"}, {"node_id": "asc"}], [], limit)
         return [Hit(h["_id"], float(h["_score"])) for h in hits]
+
+    async def search_realm(self, realm: Realm, query: Sequence[float] | str, limit: int) -> list[Hit]:
+        """BM25 over the realm's nodes (the tenant's statistics) for ``query`` (a text), one ranking
+        over its conversations: best first, ties by earlier seq, then id; each hit names its
+        conversation. Refreshes the tenant's index first as any search does (:class:`Visibility`)."""
+        if not isinstance(query, str):
+            raise TypeError("a lexical realm search takes a text")
+        index = await self._existing(memories_index(realm.tenant_id))
+        if index is None or not query.strip() or limit <= 0 or realm.conversation_ids == ():
+            return []
+        q = {"bool": {"filter": _in_realm(realm), "must": [{"match": {"content": query}}]}}
+        hits = await self._hits(index, q, [{"_score": "desc"}, {"seq": "asc"}, {"node_id": "asc"}], ["conversation_id"], limit)
+        return [Hit(h["_id"], float(h["_score"]), str(h["_source"]["conversation_id"])) for h in hits]
 
     async def overlapping(self, scope: Scope, tokens: Sequence[str], before_seq: int, limit: int) -> list[str]:
         """Nodes with seq < ``before_seq`` by number of distinct shared tokens, then seq desc."""
@@ -518,7 +547,7 @@ class ElasticNodeStore(_Memories):
         its stored vectors, one with an embedding replaces both, a missing context vector too)."""
         def doc(n: MemoryNode) -> dict[str, Any]:
             d: dict[str, Any] = {
-                "tenant_id": n.tenant_id, "conversation_id": n.conversation_id, "node_id": n.id, "seq": n.seq,
+                "tenant_id": n.tenant_id, "conversation_id": n.conversation_id, "node_id": n.id, "seq": n.seq, **_user(n),
                 "event_id": n.event_id, "kind": n.kind, "entity_ids": sorted({e.id for e in n.entities}),
                 "body": orjson.dumps(n.without_embedding().model_dump(mode="json")).decode()}
             if n.embedding is not None:

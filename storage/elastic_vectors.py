@@ -1,17 +1,29 @@
 """The Elasticsearch vector index (the distributed mode's fallback when no Qdrant server is
 configured): exact search over a flat ``dense_vector`` of each node's retrieval vector, in the
-``p vectors`` index, one document per node (``_id`` = node id)."""
+``p vectors`` index, one document per node (``_id`` = node id), with the node's scope fields,
+``seq``, ``kind`` and, when the node has one, ``user_id`` (keyword; added to the index of an older
+release when this release first writes it).
+
+Searches are filtered by tenant AND conversation (:meth:`ElasticVectorIndex.search`), or by tenant
+AND, when the :class:`~topology.schemas.Realm` names them, user AND conversation list
+(:meth:`ElasticVectorIndex.search_realm`: one ranking over the realm, ties by earlier seq then id,
+each hit naming its conversation). Every search refreshes the index first when it needs it
+(:class:`storage.elastic.Visibility`)."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from elasticsearch import AsyncElasticsearch
 
-from storage.elastic import _KW, Visibility, _Elastic, _scoped, es_errors
+from storage.elastic import _KW, Visibility, _Elastic, _in_realm, _scoped, _user, es_errors
 from storage.ports import Hit
-from topology.schemas import MemoryNode, Scope
+from storage.realm import Point, rank_with_ties
+from topology.schemas import MemoryNode, Realm, Scope
+
+#: The most hits one knn search may ask for (Elasticsearch's cap on ``num_candidates``).
+KNN_MOST = 10_000
 
 
 def _inner_product(score: float) -> float:
@@ -30,7 +42,7 @@ class ElasticVectorIndex(_Elastic):
                  visibility: Visibility | None = None) -> None:
         super().__init__(client, prefix, visibility)
         self._mappings: dict[str, Any] = {"dynamic": "strict", "properties": {
-            "tenant_id": _KW, "conversation_id": _KW, "seq": {"type": "integer"}, "kind": _KW,
+            "tenant_id": _KW, "conversation_id": _KW, "user_id": _KW, "seq": {"type": "integer"}, "kind": _KW,
             "vector": {"type": "dense_vector", "dims": dim, "similarity": "max_inner_product", "index": True,
                        "index_options": {"type": "flat"}},
         }}
@@ -55,7 +67,7 @@ class ElasticVectorIndex(_Elastic):
         for n in nodes:
             if n.embedding is None:
                 continue
-            ops += [{"index": {"_id": n.id}}, {"tenant_id": n.tenant_id, "conversation_id": n.conversation_id,
+            ops += [{"index": {"_id": n.id}}, {"tenant_id": n.tenant_id, "conversation_id": n.conversation_id, **_user(n),
                                                 "seq": n.seq, "kind": n.kind, "vector": n.retrieval_vector()}]
         await self._bulk(index, ops, deferred=True)
 
@@ -67,9 +79,37 @@ class ElasticVectorIndex(_Elastic):
             res = await self._client.search(index=index, size=limit, source=False, knn={
                 "field": "vector", "query_vector": list(vector), "k": limit, "num_candidates": max(limit, 1000),
                 "filter": _scoped(scope, *extra)})
+        score = await self._scorer(index)
+        return [Hit(h["_id"], score(float(h["_score"]))) for h in res["hits"]["hits"]]
+
+    async def _scorer(self, index: str) -> Callable[[float], float]:
+        """The score a hit reports -> the score this index answers with (see the class)."""
         if await self._index_similarity(index) == "cosine":  # reported as (1 + cos) / 2
-            return [Hit(h["_id"], 2.0 * float(h["_score"]) - 1.0) for h in res["hits"]["hits"]]
-        return [Hit(h["_id"], _inner_product(float(h["_score"]))) for h in res["hits"]["hits"]]
+            return lambda s: 2.0 * s - 1.0
+        return _inner_product
+
+    async def search_realm(self, realm: Realm, query: Sequence[float] | str, limit: int) -> list[Hit]:
+        """The realm's best ``limit`` nodes by dot product with ``query`` (a vector), exact (as
+        :meth:`search`), in one ranking over its conversations: best first, ties by earlier seq,
+        then id; each hit names its conversation. An empty ``conversation_ids`` holds nothing."""
+        if isinstance(query, str):
+            raise TypeError("a vector realm search takes a vector")
+        if limit <= 0 or realm.conversation_ids == ():
+            return []
+        index = await self._ensure("vectors", self._mappings)
+        vector, where = list(query), _in_realm(realm)
+        await self._own_writes(index)
+        score = await self._scorer(index)
+
+        async def fetch(n: int) -> list[Point]:
+            with es_errors(f"knn {index}"):
+                res = await self._client.search(index=index, size=n, source_includes=["seq", "conversation_id"], knn={
+                    "field": "vector", "query_vector": vector, "k": n, "num_candidates": max(n, 1000),
+                    "filter": where})
+            return [Point(h["_id"], score(float(h["_score"])), int(h["_source"]["seq"]), str(h["_source"]["conversation_id"]))
+                    for h in res["hits"]["hits"]]
+
+        return await rank_with_ties(fetch, limit, KNN_MOST)
 
     async def delete(self, scope: Scope, ids: Sequence[str]) -> None:
         """Remove the vectors of the scope's nodes ``ids``."""

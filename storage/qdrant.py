@@ -5,18 +5,23 @@ each node's retrieval vector (:meth:`~topology.schemas.MemoryNode.retrieval_vect
 made by a release before context vectors has cosine distance, which ranks nodes without a
 context vector the same, and is made exact by rebuilding into a fresh prefix), points keyed
 by the deterministic node id (a UUID), so re-indexing is an upsert. Payload: ``tenant_id``,
-``conversation_id``, ``seq``, ``kind``, with payload indexes on ``tenant_id`` (keyword,
-``is_tenant=True``: Qdrant groups a tenant's points together on disk), ``conversation_id``
-(keyword) and ``seq`` (integer).
+``conversation_id``, ``seq``, ``kind``, and ``user_id`` when the node has one, with payload
+indexes on ``tenant_id`` (keyword, ``is_tenant=True``: Qdrant groups a tenant's points together on
+disk), ``conversation_id`` and ``user_id`` (keyword) and ``seq`` (integer).
 
 Contracts:
 
 * Every search and every delete is filtered by tenant AND conversation (and ``seq < before_seq``
   when given): one tenant's points never answer another's query, whatever ids they share.
+  A realm search (:meth:`QdrantVectorIndex.search_realm`) is filtered by tenant AND, when the
+  realm names them, user AND conversation list: one ranking over all of the realm's points
+  (ties: earlier seq, then id, :func:`storage.realm.rank_with_ties`), each hit naming its
+  conversation. A point written without ``user_id`` answers tenant-wide realms only.
 * Searches are exact (``SearchParams(exact=True)``, no HNSW): the result is the brute-force
-  dot-product ranking of the scope's points, as the embedded store (:mod:`storage.vector_matrix`)
-  and the Elasticsearch fallback (:class:`storage.elastic_vectors.ElasticVectorIndex`) compute it, so a
-  distributed query starts from the same candidates as the embedded one.
+  dot-product ranking of the scope's (or realm's) points, as the embedded store
+  (:mod:`storage.vector_matrix`) and the Elasticsearch fallback
+  (:class:`storage.elastic_vectors.ElasticVectorIndex`) compute it, so a distributed query starts
+  from the same candidates as the embedded one.
 * Writes and deletes use ``wait=True``: a call returns once the server applied the operation (it
   is in the server's write-ahead log, which survives a SIGKILL), so a caller may commit its input
   offset afterwards.
@@ -57,8 +62,9 @@ from qdrant_client import AsyncQdrantClient, models
 from qdrant_client.http.exceptions import ApiException, UnexpectedResponse
 
 from storage.ports import Hit
+from storage.realm import Point, rank_with_ties
 from topology.errors import IncompatibleStore, StoreUnavailable
-from topology.schemas import MemoryNode, Scope
+from topology.schemas import MemoryNode, Realm, Scope
 
 T = TypeVar("T")
 
@@ -69,6 +75,8 @@ SUPPORTED_SERVERS = ((1, 18), (1, 21))
 TIMEOUT_S = 30
 #: Seconds a new collection's replicas may take to leave ``Initializing``.
 SETTLE_S = 30.0
+#: The most points one realm search asks for (a tie wider than this is cut in the server's order).
+REALM_MOST = 10_000
 
 
 def parse_version(text: str) -> tuple[int, int, int]:
@@ -206,6 +214,7 @@ class QdrantVectorIndex:
         indexes: list[tuple[str, models.PayloadSchemaType | models.KeywordIndexParams]] = [
             ("tenant_id", models.KeywordIndexParams(type=models.KeywordIndexType.KEYWORD, is_tenant=True)),
             ("conversation_id", models.PayloadSchemaType.KEYWORD),
+            ("user_id", models.PayloadSchemaType.KEYWORD),
             ("seq", models.PayloadSchemaType.INTEGER),
         ]
         for field, schema in indexes:
@@ -257,12 +266,24 @@ class QdrantVectorIndex:
             must.append(models.HasIdCondition(has_id=list(ids)))
         return models.Filter(must=must)
 
+    @staticmethod
+    def _realm_filter(realm: Realm) -> models.Filter:
+        must: list[models.Condition] = [
+            models.FieldCondition(key="tenant_id", match=models.MatchValue(value=realm.tenant_id))]
+        if realm.user_id is not None:
+            must.append(models.FieldCondition(key="user_id", match=models.MatchValue(value=realm.user_id)))
+        if realm.conversation_ids is not None:
+            must.append(models.FieldCondition(key="conversation_id",
+                                              match=models.MatchAny(any=sorted(set(realm.conversation_ids)))))
+        return models.Filter(must=must)
+
     async def upsert(self, nodes: Sequence[MemoryNode]) -> None:
         """Index each node's retrieval vector (nodes without an embedding are skipped); returns
         once applied."""
         points = [
             models.PointStruct(id=n.id, vector=n.retrieval_vector(), payload={
-                "tenant_id": n.tenant_id, "conversation_id": n.conversation_id, "seq": n.seq, "kind": n.kind})
+                "tenant_id": n.tenant_id, "conversation_id": n.conversation_id, "seq": n.seq, "kind": n.kind,
+                **({"user_id": n.user_id} if n.user_id is not None else {})})
             for n in nodes if n.embedding is not None
         ]
         if not points:
@@ -288,6 +309,25 @@ class QdrantVectorIndex:
         requests = [self._request(s, v, limit, b) for s, v, b in queries]
         res = await self._call(lambda: self._client.query_batch_points(self._collection, requests=requests), "search")
         return [[Hit(str(p.id), float(p.score)) for p in r.points] for r in res]
+
+    async def search_realm(self, realm: Realm, query: Sequence[float] | str, limit: int) -> list[Hit]:
+        """The realm's best ``limit`` points by dot product with ``query`` (a vector), exact, in one
+        ranking over its conversations: best first, ties by earlier seq, then id; each hit names
+        its conversation. An empty ``conversation_ids`` holds nothing."""
+        if isinstance(query, str):
+            raise TypeError("a vector realm search takes a vector")
+        if limit <= 0 or realm.conversation_ids == ():
+            return []
+        vector, where = list(query), self._realm_filter(realm)
+
+        async def fetch(n: int) -> list[Point]:
+            res = await self._call(lambda: self._client.query_points(
+                self._collection, query=vector, query_filter=where, limit=n, search_params=models.SearchParams(exact=True),
+                with_payload=["seq", "conversation_id"], with_vectors=False), "realm search")
+            return [Point(str(p.id), float(p.score), int((p.payload or {})["seq"]), str((p.payload or {})["conversation_id"]))
+                    for p in res.points]
+
+        return await rank_with_ties(fetch, limit, REALM_MOST)
 
     async def ids(self, scope: Scope) -> set[str]:
         """Every point id of the scope (for checks and tests; pages through the whole scope)."""

@@ -1,5 +1,6 @@
 """Elasticsearch adapters against a real node: each method, parity with the SQLite adapters,
-idempotency, tenant isolation and error translation.
+idempotency, tenant isolation, realm searches (one ranking over a tenant's or a user's
+conversations) and error translation.
 
 Needs ``JEVMEM_TEST_ES_URL`` (e.g. ``http://127.0.0.1:9200`` after ``scripts/elasticsearch/es.sh start``).
 """
@@ -9,7 +10,7 @@ from __future__ import annotations
 import os
 import random
 import uuid
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from itertools import pairwise
@@ -26,10 +27,11 @@ from elasticsearch import AsyncElasticsearch  # noqa: E402
 
 from storage import elastic  # noqa: E402
 from storage.elastic import ElasticEdgeStore, ElasticLexicalIndex, ElasticNodeStore  # noqa: E402
+from storage.ports import Hit  # noqa: E402
 from storage.sqlite import SqliteEdgeStore, SqliteLexicalIndex, SqliteNodeStore, connect  # noqa: E402
 from topology import ids  # noqa: E402
 from topology.errors import StoreUnavailable  # noqa: E402
-from topology.schemas import VIEWS, ConsolidationDecision, EdgeEvent, MemoryNode, Observation, Scope  # noqa: E402
+from topology.schemas import VIEWS, ConsolidationDecision, EdgeEvent, MemoryNode, Observation, Realm, Scope  # noqa: E402
 from topology.stages.memory_nodes import describe  # noqa: E402
 
 A = Scope(tenant_id="tenant-a", conversation_id="conv-1")
@@ -521,3 +523,154 @@ async def test_retrieval_of_a_tenant_ignores_other_tenants_writes(es: tuple[Asyn
     assert all(before)
     await pipeline.ingest(chat_obs(B, other_text(80)))
     assert await snapshot() == before
+
+
+REALM_WORDS = ["puppy", "Biscuit", "marathon", "Berlin", "knee", "running", "ramen", "Lisbon", "Clara", "training",
+               "garden", "violin", "tuna", "sister"]
+#: Where the same sentence is said (conversation, seq): tied BM25 and vector scores across conversations.
+REALM_TIED = (("c03", 3), ("c05", 1), ("c09", 1), ("c11", 0), ("c13", 2), ("c21", 1), ("c25", 0))
+REALM_TIED_TEXT = "My violin teacher Clara plays in Lisbon"
+#: The one turn that answers "Pepper tuna" best (c17: user u2's).
+REALM_BEST = ("c17", 2, "My cat Pepper only eats tuna, Pepper loves tuna")
+
+
+def realm_nodes(tenant: str) -> list[MemoryNode]:
+    """30 conversations of 4 turns: even ones user u1's, odd ones u2's, c28 and c29 without a
+    user; every tenant says the same (same words, same vectors, other node ids)."""
+    rng = random.Random(11)
+    out = []
+    for c in range(30):
+        conv, user = f"c{c:02d}", None if c >= 28 else ("u1", "u2")[c % 2]
+        for seq in range(4):
+            text = " ".join(rng.choice(REALM_WORDS) for _ in range(rng.randint(4, 12))) + f" note {c} {seq}"
+            if (conv, seq) in REALM_TIED:
+                text = REALM_TIED_TEXT
+            if (conv, seq) == REALM_BEST[:2]:
+                text = REALM_BEST[2]
+            obs = Observation(tenant_id=tenant, conversation_id=conv, event_id=f"ev-{seq}", content=text, user_id=user)
+            vec = [rng.uniform(-1, 1) for _ in range(8)]
+            norm = sum(x * x for x in vec) ** 0.5
+            out.append(describe(obs, seq).model_copy(update={"embedding": [round(x / norm, 6) for x in vec]}))
+    tied_vector = out[0].embedding
+    return [n.model_copy(update={"embedding": tied_vector}) if (n.conversation_id, n.seq) in REALM_TIED else n
+            for n in out]
+
+
+REALMS = [Realm(tenant_id="tenant-a"), Realm(tenant_id="tenant-a", user_id="u1"), Realm(tenant_id="tenant-a", user_id="u2"),
+          Realm(tenant_id="tenant-a", conversation_ids=("c03", "c17", "c28", "c29", "nowhere")),
+          Realm(tenant_id="tenant-a", user_id="u1", conversation_ids=("c02", "c03", "c28")),
+          Realm(tenant_id="tenant-b", user_id="u1")]
+
+
+async def merged(search: Callable[[Scope, str, int], Awaitable[list[Hit]]], nodes: list[MemoryNode], realm: Realm,
+                 query: str, limit: int) -> list[tuple[str, float]]:
+    """The realm's ranking built from per-conversation searches (the same index, so the same
+    scores): every conversation's hits of the realm's nodes, by score, then seq, then id."""
+    by_id = {n.id: n for n in nodes}
+    hits = []
+    for conv in sorted({n.conversation_id for n in nodes if realm.holds(n)}):
+        found = await search(Scope(tenant_id=realm.tenant_id, conversation_id=conv), query, 1000)
+        hits += [h for h in found if realm.holds(by_id[h.id])]
+    ranked = sorted(hits, key=lambda h: (-h.score, by_id[h.id].seq, h.id))[:limit]
+    return [(h.id, h.score) for h in ranked]
+
+
+async def test_lexical_realm_search_is_one_ranking_over_the_realm(stores: Stores) -> None:
+    """BM25 over a user spread over 30 conversations (two users, turns without a user, a second
+    tenant saying the same): the realm's nodes only, in one ranking equal to the merge of the
+    per-conversation searches (the tenant's statistics), ties by earlier seq then id."""
+    a, b = realm_nodes("tenant-a"), realm_nodes("tenant-b")
+    await write_all(stores, a + b, [], [])
+    by_id = {n.id: n for n in a + b}
+    for realm in REALMS:
+        for text in ("Pepper tuna", "violin Clara Lisbon", "Berlin marathon training", "note 7"):
+            for limit in (1, 3, 8, 500):
+                got = await stores.lex.search_realm(realm, text, limit)
+                assert [(h.id, h.score) for h in got] == await merged(stores.lex.search, a + b, realm, text, limit)
+                assert all(realm.holds(by_id[h.id]) and h.conversation_id == by_id[h.id].conversation_id for h in got)
+    best = await stores.lex.search_realm(Realm(tenant_id="tenant-a"), "Pepper tuna", 5)
+    assert (by_id[best[0].id].conversation_id, by_id[best[0].id].seq, best[0].conversation_id) == ("c17", 2, "c17")
+    assert (await stores.lex.search_realm(Realm(tenant_id="tenant-a", user_id="u2"), "Pepper tuna", 5))[0] == best[0]
+    assert all(h.conversation_id != "c17" for h in await stores.lex.search_realm(
+        Realm(tenant_id="tenant-a", user_id="u1"), "Pepper tuna", 500))
+    tied = sorted((n for n in a if (n.conversation_id, n.seq) in REALM_TIED), key=lambda n: (n.seq, n.id))
+    got = await stores.lex.search_realm(Realm(tenant_id="tenant-a", user_id="u2"), REALM_TIED_TEXT, 3)
+    assert [h.id for h in got] == [n.id for n in tied[:3]]
+    # turns without a user: found tenant-wide, never for a user
+    whole = {h.id for h in await stores.lex.search_realm(Realm(tenant_id="tenant-a"), "note", 500)}
+    noted = [n for n in a if "note" in n.content]
+    no_user = {n.id for n in noted if n.user_id is None}
+    assert whole == {n.id for n in noted} and len(no_user) == 8
+    for user in ("u1", "u2"):
+        mine = {h.id for h in await stores.lex.search_realm(Realm(tenant_id="tenant-a", user_id=user), "note", 500)}
+        assert mine == {n.id for n in noted if n.user_id == user}
+    assert await stores.lex.search_realm(Realm(tenant_id="tenant-a", conversation_ids=()), "note", 5) == []
+    assert await stores.lex.search_realm(Realm(tenant_id="nobody"), "note", 5) == []
+    assert await stores.lex.search_realm(Realm(tenant_id="tenant-a"), "the and of", 5) == []
+    with pytest.raises(TypeError):
+        await stores.lex.search_realm(Realm(tenant_id="tenant-a"), [1.0] * 8, 5)
+    # the node store keeps the user in the body: what a realm's fetch reads back
+    assert {n.user_id for n in await stores.nodes.scan(Scope(tenant_id="tenant-a", conversation_id="c17"))} == {"u2"}
+
+
+@pytest.mark.parametrize("deferred", [False, True])
+async def test_vector_realm_search_is_exact_over_the_realm(es: tuple[AsyncElasticsearch, str], deferred: bool) -> None:
+    """The flat dense_vector index: each realm's exact ranking (brute force over the realm's
+    nodes, ties by earlier seq then id), hits naming their conversations; a shared Visibility's
+    buffered writes are sent and refreshed by the realm search."""
+    import numpy as np
+
+    from storage.elastic_vectors import ElasticVectorIndex
+
+    client, prefix = es
+    ev = ElasticVectorIndex(client, prefix, dim=8, visibility=elastic.Visibility(client) if deferred else None)
+    a, b = realm_nodes("tenant-a"), realm_nodes("tenant-b")
+    await ev.upsert(a + b)
+    by_id = {n.id: n for n in a + b}
+    probes = [a[0].embedding or [], a[17 * 4 + 2].embedding or [], a[5].embedding or [], [0.3] * 8]
+    for realm in REALMS:
+        for probe in probes:
+            for limit in (1, 3, 8, 500):
+                got = await ev.search_realm(realm, probe, limit)
+                mine = [n for n in a + b if realm.holds(n)]
+                want = sorted(mine, key=lambda n: (-float(np.dot(n.embedding or [], probe)), n.seq, n.id))[:limit]
+                assert [h.id for h in got] == [n.id for n in want], (realm, limit)
+                assert all(abs(h.score - float(np.dot(by_id[h.id].embedding or [], probe))) < 1e-4 for h in got)
+                assert all(h.conversation_id == by_id[h.id].conversation_id for h in got)
+    best = await ev.search_realm(Realm(tenant_id="tenant-a"), a[17 * 4 + 2].embedding or [], 3)
+    assert (best[0].id, best[0].conversation_id) == (a[17 * 4 + 2].id, "c17")
+    no_user = {n.id for n in a if n.user_id is None}
+    assert no_user <= {h.id for h in await ev.search_realm(Realm(tenant_id="tenant-a"), probes[3], 500)}
+    assert not no_user & {h.id for h in await ev.search_realm(Realm(tenant_id="tenant-a", user_id="u1"), probes[3], 500)}
+    assert await ev.search_realm(Realm(tenant_id="tenant-a", conversation_ids=()), probes[0], 5) == []
+    assert await ev.search_realm(Realm(tenant_id="nobody"), probes[0], 5) == []
+    with pytest.raises(TypeError):
+        await ev.search_realm(Realm(tenant_id="tenant-a"), "a text", 5)
+
+
+async def test_indexes_of_an_older_release_take_the_user_field(es: tuple[AsyncElasticsearch, str]) -> None:
+    """A memories index and a vectors index made without ``user_id`` get the field on this
+    release's first write, even after a read of them by the same adapter; a user's realm then
+    finds the nodes written with it."""
+    from storage.elastic_vectors import ElasticVectorIndex
+
+    client, prefix = es
+    old_memories = {**elastic._MEMORIES, "properties": {k: v for k, v in elastic._MEMORIES["properties"].items()
+                                                        if k != "user_id"}}
+    await client.indices.create(index=prefix + elastic.memories_index("tenant-a"), settings=elastic._SETTINGS,
+                                mappings=old_memories)
+    ev = ElasticVectorIndex(client, prefix, dim=8)
+    old_vectors = {**ev._mappings, "properties": {k: v for k, v in ev._mappings["properties"].items() if k != "user_id"}}
+    await client.indices.create(index=prefix + "vectors", settings=elastic._SETTINGS, mappings=old_vectors)
+    lex, ns = ElasticLexicalIndex(client, prefix), ElasticNodeStore(client, prefix)
+    assert await lex.search_realm(Realm(tenant_id="tenant-a", user_id="u1"), "note", 5) == []  # a read first
+    assert await ns.scan(Scope(tenant_id="tenant-a", conversation_id="c00")) == []
+    await ev.delete_scope(Scope(tenant_id="tenant-a", conversation_id="c00"))
+    a = realm_nodes("tenant-a")
+    await lex.upsert(a)
+    await ns.upsert(a)
+    await ev.upsert(a)
+    u1 = {n.id for n in a if n.user_id == "u1"}
+    assert {h.id for h in await ev.search_realm(Realm(tenant_id="tenant-a", user_id="u1"), [0.3] * 8, 500)} == u1
+    u1_noted = {n.id for n in a if n.user_id == "u1" and "note" in n.content}
+    assert {h.id for h in await lex.search_realm(Realm(tenant_id="tenant-a", user_id="u1"), "note", 500)} == u1_noted

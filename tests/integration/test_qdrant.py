@@ -1,6 +1,7 @@
 """The Qdrant server vector index against a real Qdrant server: exact search equal to the embedded
-engine's, batched search equal to single searches, tenant isolation, deletes, the version check,
-error translation, and durability across a SIGKILL of the server.
+engine's, batched search equal to single searches, realm searches (one ranking over a tenant's or a
+user's conversations), tenant isolation, deletes, the version check, error translation, and
+durability across a SIGKILL of the server.
 
 Needs ``JEVMEM_TEST_QDRANT_URL`` (``scripts/test`` starts the server with
 ``scripts/qdrant/qdrant.sh``). The SIGKILL test starts its own server (on a free port, data in the
@@ -29,16 +30,16 @@ from storage.qdrant import QdrantVectorIndex, check_server  # noqa: E402
 from tests.conftest import free_port, reference_vectors  # noqa: E402
 from topology import ids  # noqa: E402
 from topology.errors import StoreUnavailable  # noqa: E402
-from topology.schemas import MemoryNode, Scope  # noqa: E402
+from topology.schemas import MemoryNode, Realm, Scope  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[2]
 SCRIPT = REPO / "scripts" / "qdrant" / "qdrant.sh"
 DIM = 8
 
 
-def node(tenant: str, conv: str, seq: int, vec: list[float]) -> MemoryNode:
+def node(tenant: str, conv: str, seq: int, vec: list[float], user: str | None = None) -> MemoryNode:
     return MemoryNode(id=ids.node_id(tenant, conv, f"e{seq}"), tenant_id=tenant, conversation_id=conv,
-                      event_id=f"e{seq}", seq=seq, content="x", embedding=vec)
+                      event_id=f"e{seq}", seq=seq, content="x", embedding=vec, user_id=user)
 
 
 def unit_vectors(n: int, seed: int) -> list[list[float]]:
@@ -165,3 +166,92 @@ async def test_acknowledged_writes_survive_a_sigkill_of_the_server(private_serve
         assert await index.search(scope, vecs[0], 10) == before
     finally:
         await index.close()
+
+
+#: A vector several nodes of user u2 share (conversation, seq): a tie the realm ranking orders by
+#: earlier seq, then id, across conversations.
+TIED = (("c03", 3), ("c05", 1), ("c09", 1), ("c11", 0), ("c13", 2), ("c21", 1), ("c25", 0))
+
+
+def realm_nodes(tenant: str) -> list[MemoryNode]:
+    """30 conversations of 4 nodes: even ones user u1's, odd ones u2's, c28 and c29 without a
+    user; the same vectors for every tenant, and :data:`TIED`'s nodes share ``vecs[-1]``."""
+    vecs = unit_vectors(30 * 4 + 1, 21)
+    out = []
+    for c in range(30):
+        user = None if c >= 28 else ("u1", "u2")[c % 2]
+        for seq in range(4):
+            tied = (f"c{c:02d}", seq) in TIED
+            out.append(node(tenant, f"c{c:02d}", seq, vecs[-1] if tied else vecs[c * 4 + seq], user))
+    return out
+
+
+def brute_realm(nodes: list[MemoryNode], realm: Realm, probe: list[float], limit: int) -> list[MemoryNode]:
+    """The realm's exact ranking: dot product, ties by earlier seq, then id."""
+    mine = [n for n in nodes if realm.holds(n)]
+    return sorted(mine, key=lambda n: (-float(np.dot(n.embedding or [], probe)), n.seq, n.id))[:limit]
+
+
+async def test_a_realm_search_is_one_exact_ranking_over_the_realms_conversations(index: QdrantVectorIndex) -> None:
+    """A user spread over 30 conversations (two users, nodes without a user, a second tenant with
+    the same conversations, users and vectors): each realm search equals the brute-force ranking
+    of the realm's nodes, ties by earlier seq then id, hits naming their conversations."""
+    t1, t2 = realm_nodes("t1"), realm_nodes("t2")
+    await index.upsert(t1 + t2)
+    everyone = t1 + t2
+    by_id = {n.id: n for n in everyone}
+    vecs = unit_vectors(30 * 4 + 1, 21)
+    realms = [Realm(tenant_id="t1"), Realm(tenant_id="t1", user_id="u1"), Realm(tenant_id="t1", user_id="u2"),
+              Realm(tenant_id="t1", conversation_ids=("c03", "c17", "c28", "c29", "nowhere")),
+              Realm(tenant_id="t1", user_id="u1", conversation_ids=("c02", "c03", "c28")),
+              Realm(tenant_id="t2", user_id="u1")]
+    for realm in realms:
+        for probe in [vecs[-1], vecs[17 * 4 + 2], *vecs[:4]]:
+            for limit in (1, 3, 7, 200):
+                got = await index.search_realm(realm, probe, limit)
+                want = brute_realm(everyone, realm, probe, limit)
+                assert [h.id for h in got] == [n.id for n in want], (realm, limit)
+                assert all(h.conversation_id == by_id[h.id].conversation_id for h in got)
+                assert all(abs(h.score - float(np.dot(by_id[h.id].embedding or [], probe))) < 1e-5 for h in got)
+    # the best node of any conversation comes first: c17 is u2's, and the probe is its node's vector
+    best = await index.search_realm(Realm(tenant_id="t1"), vecs[17 * 4 + 2], 5)
+    assert (best[0].id, best[0].conversation_id) == (t1[17 * 4 + 2].id, "c17")
+    assert (await index.search_realm(Realm(tenant_id="t1", user_id="u2"), vecs[17 * 4 + 2], 5))[0] == best[0]
+    assert t1[17 * 4 + 2].id not in {h.id for h in await index.search_realm(Realm(tenant_id="t1", user_id="u1"),
+                                                                           vecs[17 * 4 + 2], 200)}
+    # ties across conversations: earlier seq, then id, even where the limit cuts the tie
+    tied = sorted((n for n in t1 if (n.conversation_id, n.seq) in TIED), key=lambda n: (n.seq, n.id))
+    assert [h.id for h in await index.search_realm(Realm(tenant_id="t1", user_id="u2"), vecs[-1], 3)] == [
+        n.id for n in tied[:3]]
+    # one conversation's realm ranks as the per-conversation search does
+    one = await index.search_realm(Realm(tenant_id="t1", conversation_ids=("c04",)), vecs[0], 4)
+    assert [h.id for h in one] == [h.id for h in await index.search(Scope(tenant_id="t1", conversation_id="c04"), vecs[0], 4)]
+
+
+async def test_realms_keep_tenants_and_users_apart(index: QdrantVectorIndex) -> None:
+    """Another tenant's points never answer; nodes without a user answer the tenant's realm only;
+    an empty conversation list, an unknown tenant or user hold nothing; a text is refused."""
+    t1, t2 = realm_nodes("t1"), realm_nodes("t2")
+    await index.upsert(t1 + t2)
+    probe = unit_vectors(1, 5)[0]
+    whole = {h.id for h in await index.search_realm(Realm(tenant_id="t1"), probe, 1000)}
+    assert whole == {n.id for n in t1}
+    no_user = {n.id for n in t1 if n.user_id is None}
+    assert no_user and no_user <= whole
+    for user in ("u1", "u2"):
+        hits = await index.search_realm(Realm(tenant_id="t1", user_id=user), probe, 1000)
+        assert {h.id for h in hits} == {n.id for n in t1 if n.user_id == user}
+        assert not {h.id for h in hits} & no_user
+        assert len({h.conversation_id for h in hits}) == 14
+    assert await index.search_realm(Realm(tenant_id="t1", conversation_ids=()), probe, 10) == []
+    assert await index.search_realm(Realm(tenant_id="t3"), probe, 10) == []
+    assert await index.search_realm(Realm(tenant_id="t1", user_id="u9"), probe, 10) == []
+    assert await index.search_realm(Realm(tenant_id="t1"), probe, 0) == []
+    with pytest.raises(TypeError):
+        await index.search_realm(Realm(tenant_id="t1"), "a text", 3)
+    # deletes stay in their scope; a realm search no longer finds what was deleted
+    await index.delete_scope(Scope(tenant_id="t1", conversation_id="c02"))
+    left = {h.id for h in await index.search_realm(Realm(tenant_id="t1", user_id="u1"), probe, 1000)}
+    assert left == {n.id for n in t1 if n.user_id == "u1" and n.conversation_id != "c02"}
+    assert {h.id for h in await index.search_realm(Realm(tenant_id="t2", user_id="u1"), probe, 1000)} == {
+        n.id for n in t2 if n.user_id == "u1"}

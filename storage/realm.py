@@ -1,0 +1,45 @@
+"""What the server-side vector indexes share for realm searches (:class:`~storage.ports.RealmSearch`):
+the tie order of one ranking over many conversations.
+
+A vector server (Qdrant, an Elasticsearch ``knn`` search) returns the best points by score only,
+ties in an order of its own. A realm search promises ties by earlier seq, then id (as the embedded
+store ranks), so :func:`rank_with_ties` asks the server for more than ``limit`` points while the
+last point it returned ties with the ``limit``-th: every point scoring as high as the ``limit``-th
+is then in hand, and the sort by ``(-score, seq, id)`` is the whole ranking's first ``limit``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+
+from storage.ports import Hit
+
+
+@dataclass(frozen=True)
+class Point:
+    """One answer of a vector server: a node id, its score, and the node's seq and conversation."""
+
+    id: str
+    score: float
+    seq: int
+    conversation_id: str
+
+
+async def rank_with_ties(fetch: Callable[[int], Awaitable[list[Point]]], limit: int, most: int) -> list[Hit]:
+    """The best ``limit`` points, ties by earlier seq, then id, as hits naming their conversation.
+
+    ``fetch(n)`` returns the server's best ``n`` points, best score first (ties in any order).
+    It is called with ``limit + 1`` first, then with twice as many while the last point returned
+    ties with the ``limit``-th (at most ``most``: the server's own cap, where a tie that wide is cut
+    in the server's order)."""
+    if limit <= 0:
+        return []
+    n = min(limit + 1, most)
+    while True:
+        points = await fetch(n)
+        if len(points) < n or n >= most or points[-1].score != points[min(limit, len(points)) - 1].score:
+            break
+        n = min(2 * n, most)
+    best = sorted(points, key=lambda p: (-p.score, p.seq, p.id))[:limit]
+    return [Hit(p.id, p.score, p.conversation_id) for p in best]
