@@ -31,13 +31,16 @@ Json = Annotated[bool, typer.Option("--json", help="Print JSON.")]
 def create(tenant: Annotated[str, typer.Option(metavar="TENANT", help="The tenant this key acts for.")],
            scopes: Annotated[str, typer.Option(metavar="SCOPES", help="Comma-separated: ingest, query, admin.")] = "ingest,query",
            label: Annotated[str, typer.Option(metavar="LABEL", help="A note to recognise the key by.")] = "",
+           users: Annotated[str | None, typer.Option(metavar="USERS", help=(
+               "Comma-separated user ids: the key then remembers and recalls only these users' memory."))] = None,
            data_dir: DataDir = None, as_json: Json = False) -> None:
     """Make a key and print it once (only its hash is stored)."""
     from jevmem.wiring import key_store
     from query_api.auth import mint
 
     try:
-        key, record = mint(tenant, [s.strip() for s in scopes.split(",") if s.strip()], label)
+        key, record = mint(tenant, [s.strip() for s in scopes.split(",") if s.strip()], label,
+                           None if users is None else [u.strip() for u in users.split(",") if u.strip()])
     except ValueError as exc:
         raise typer.BadParameter(str(exc)) from exc
 
@@ -51,7 +54,7 @@ def create(tenant: Annotated[str, typer.Option(metavar="TENANT", help="The tenan
     asyncio.run(go())
     if as_json:
         sys.stdout.write(orjson.dumps({"key_id": record.key_id, "key": key, "tenant": record.tenant_id,
-                                       "scopes": record.scopes}).decode() + "\n")
+                                       "scopes": record.scopes, "users": record.users}).decode() + "\n")
     else:
         sys.stdout.write(key + "\n")
         _err.print(f"key {record.key_id} for tenant {record.tenant_id!r}, scopes {','.join(record.scopes)} "

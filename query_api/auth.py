@@ -5,7 +5,11 @@ A key reads ``jm_<key_id>_<secret>``: ``key_id`` (16 hex characters) names the s
 itself is shown once, when it is made, and kept nowhere.
 
 Scopes: ``ingest`` (write observations), ``query`` (retrieve, read nodes and edges), ``admin``
-(dead letters, deletion). :class:`Authenticator` turns an ``Authorization: Bearer`` header into a
+(dead letters, deletion). A key may also be limited to some users of its tenant (``users``): it
+then writes only observations that carry one of those user ids and recalls only their
+memory (:func:`user_of`); everything addressed by conversation or by the whole tenant (query a
+conversation, read its graph, list conversations, forget, dead letters) needs a key of the
+whole tenant (:func:`whole_tenant`). :class:`Authenticator` turns an ``Authorization: Bearer`` header into a
 :class:`Principal`, caching a verified key for ``cache_seconds`` so the slow hash runs once per
 key and a revocation takes effect within that time. Failures are :class:`Unauthenticated` (401)
 and :class:`Forbidden` (403), both in :mod:`topology.errors` (re-exported here).
@@ -27,7 +31,8 @@ from storage.keys import SCOPES, ApiKeyRecord, ApiScope, KeyStore
 from topology.errors import Forbidden, Unauthenticated
 
 __all__ = ["SCOPES", "ApiKeyRecord", "ApiScope", "Authenticator", "Forbidden", "KeyStore", "Principal",
-           "Unauthenticated", "looks_like_jwt", "matches", "mint", "parse", "require", "same_tenant"]
+           "Unauthenticated", "looks_like_jwt", "matches", "mint", "parse", "require", "same_tenant", "user_of",
+           "whole_tenant"]
 _PREFIX = "jm_"
 _SCRYPT = {"n": 2**14, "r": 8, "p": 1, "dklen": 32}
 
@@ -36,8 +41,12 @@ def _hash(secret: str, salt: bytes) -> str:
     return hashlib.scrypt(secret.encode(), salt=salt, **_SCRYPT).hex()
 
 
-def mint(tenant_id: str, scopes: Sequence[str], label: str = "") -> tuple[str, ApiKeyRecord]:
-    """A new key and its record. Raises ValueError for an unknown scope or an invalid tenant."""
+def mint(tenant_id: str, scopes: Sequence[str], label: str = "",
+         users: Sequence[str] | None = None) -> tuple[str, ApiKeyRecord]:
+    """A new key and its record (limited to ``users`` when given). Raises ValueError for an
+    unknown scope, an invalid tenant or user id, or an empty user list."""
+    if users is not None and not users:
+        raise ValueError("a key limited to users needs at least one user")
     unknown = sorted(set(scopes) - set(SCOPES))
     if unknown or not scopes:
         raise ValueError(f"scopes must be a non-empty subset of {', '.join(SCOPES)} (got {', '.join(scopes) or 'none'})")
@@ -46,7 +55,8 @@ def mint(tenant_id: str, scopes: Sequence[str], label: str = "") -> tuple[str, A
     salt = secrets.token_bytes(16)
     record = ApiKeyRecord.model_validate({
         "key_id": key_id, "tenant_id": tenant_id, "scopes": sorted(set(scopes), key=SCOPES.index),
-        "salt": salt.hex(), "hash": _hash(secret, salt), "created_at": datetime.now(UTC), "label": label})
+        "salt": salt.hex(), "hash": _hash(secret, salt), "created_at": datetime.now(UTC), "label": label,
+        "users": None if users is None else sorted(set(users))})
     return f"{_PREFIX}{key_id}_{secret}", record
 
 
@@ -76,6 +86,8 @@ class Principal:
     key_id: str
     tenant_id: str
     scopes: frozenset[str]
+    #: the users this caller may act for; None: every user of the tenant
+    users: frozenset[str] | None = None
 
 
 def require(principal: Principal, scope: ApiScope) -> None:
@@ -89,6 +101,30 @@ def same_tenant(principal: Principal, tenant_id: str | None) -> str:
     if tenant_id is not None and tenant_id != principal.tenant_id:
         raise Forbidden("this key belongs to another tenant")
     return principal.tenant_id
+
+
+def whole_tenant(principal: Principal) -> None:
+    """:class:`Forbidden` when the principal's key is limited to some users (what is addressed
+    by conversation or by tenant is not any one user's)."""
+    if principal.users is not None:
+        raise Forbidden(f"this key is limited to users {', '.join(sorted(principal.users))}: it may remember "
+                        "their observations and recall their memory (with user_id), nothing by conversation")
+
+
+def user_of(principal: Principal, user_id: str | None) -> str | None:
+    """The user a recall or a write acts for: ``user_id`` (None: the whole tenant) for a key of
+    the whole tenant; for a key limited to users, ``user_id`` when it is one of them, its only user
+    when ``user_id`` is None and it has one, else :class:`Forbidden`."""
+    users = principal.users
+    if users is None:
+        return user_id
+    if user_id is None:
+        if len(users) == 1:
+            return next(iter(users))
+        raise Forbidden(f"this key is limited to users {', '.join(sorted(users))}: name one with user_id")
+    if user_id not in users:
+        raise Forbidden(f"this key is not allowed to act for user {user_id!r}")
+    return user_id
 
 
 def looks_like_jwt(token: str) -> bool:
@@ -144,7 +180,8 @@ class Authenticator:
             raise Unauthenticated("unknown or revoked API key")
         if not await asyncio.to_thread(matches, record, parts[1]):
             raise Unauthenticated("unknown or revoked API key")
-        who = Principal(record.key_id, record.tenant_id, frozenset(record.scopes))
+        who = Principal(record.key_id, record.tenant_id, frozenset(record.scopes),
+                        None if record.users is None else frozenset(record.users))
         if self.cache_seconds > 0:
             if len(self._cache) > 10_000:
                 self._cache.clear()

@@ -54,7 +54,7 @@ from starlette.types import Scope as AsgiScope
 
 from query_api import mcp_server
 from query_api import service as svc
-from query_api.auth import Authenticator, Principal, require, same_tenant
+from query_api.auth import Authenticator, Principal, require, same_tenant, user_of, whole_tenant
 from query_api.controller import Retrieval
 from query_api.items import ItemError, safe
 from query_api.recall import FORMAT_HELP, EvidenceFormat, PromptEvidence, Recall, RecallRequest
@@ -301,6 +301,7 @@ def routes(service: MemoryService, auth: Authenticator) -> APIRouter:
     admin_key = Depends(caller("admin"))
 
     def scope_of(who: Principal, conversation_id: str, tenant_id: str | None = None) -> Scope:
+        whole_tenant(who)
         return Scope(tenant_id=same_tenant(who, tenant_id), conversation_id=conversation_id)
 
     async def refuse_body(body: bytes, who: Principal, status: int, reason: str) -> JSONResponse:
@@ -345,11 +346,12 @@ def routes(service: MemoryService, auth: Authenticator) -> APIRouter:
     @router.post("/recall", response_model=Recall | PromptEvidence, responses=documented(400, 413, 422, 502))
     async def recall_all(req: RecallRequest, who: Principal = query_key) -> Recall | PromptEvidence:
         found = await svc.recall_across(service, who.tenant_id, req.question, req.top_k, req.conversation_ids,
-                                        req.user_id)
+                                        user_of(who, req.user_id))
         return PromptEvidence.of(req.question, found.evidence) if req.format == "prompt" else found
 
     @router.get("/conversations", response_model=list[Conversation])
     async def conversations(who: Principal = query_key) -> list[Conversation]:
+        whole_tenant(who)
         return [Conversation(conversation_id=c, nodes=n) for c, n in await service.conversations(who.tenant_id)]
 
     reads = documented(404, 422)
@@ -402,6 +404,7 @@ def routes(service: MemoryService, auth: Authenticator) -> APIRouter:
     @router.get("/dead-letters", response_model=list[DeadLetter], responses=documented(422))
     async def dead_letters(limit: Annotated[int, Query(ge=1, le=1000)] = 100,
                            who: Principal = admin_key) -> list[DeadLetter]:
+        whole_tenant(who)
         return await service.dead_letters(who.tenant_id, limit)
 
     return router

@@ -54,7 +54,7 @@ from starlette.types import Receive, Send
 from starlette.types import Scope as AsgiScope
 
 from query_api import service as svc
-from query_api.auth import ApiScope, Authenticator, Principal, Unauthenticated, require
+from query_api.auth import ApiScope, Authenticator, Principal, Unauthenticated, require, user_of, whole_tenant
 from query_api.items import ItemError
 from query_api.recall import FORMAT_HELP, MAX_CONVERSATIONS, EvidenceFormat, PromptEvidence
 from query_api.service import MemoryService
@@ -217,7 +217,8 @@ def build_server(service: MemoryService, principal_of: PrincipalOf) -> MCPServer
         # json format's fields stay at the top level as they always were
         with tool_errors():
             who = await caller(ctx, "query")
-            found = await svc.recall_across(service, who.tenant_id, question, top_k, conversation_ids, user_id)
+            found = await svc.recall_across(service, who.tenant_id, question, top_k, conversation_ids,
+                                            user_of(who, user_id))
             out = PromptEvidence.of(question, found.evidence) if format == "prompt" else found
             return out.model_dump(mode="json")
 
@@ -231,6 +232,7 @@ def build_server(service: MemoryService, principal_of: PrincipalOf) -> MCPServer
             who = await caller(ctx, "admin")
             if event_id is not None and (problem := limits.text_problem(event_id, control=True)) is not None:
                 raise ToolError(f"event_id {problem}")
+            whole_tenant(who)
             result = await service.forget(Scope(tenant_id=who.tenant_id, conversation_id=conversation_id), event_id)
             return result.model_dump()
 
@@ -242,6 +244,7 @@ def build_server(service: MemoryService, principal_of: PrincipalOf) -> MCPServer
                     ) -> Graph:
         with tool_errors():
             who = await caller(ctx, "query")
+            whole_tenant(who)
             scope = Scope(tenant_id=who.tenant_id, conversation_id=conversation_id)
             return compact_graph(conversation_id, await svc.nodes(service, scope), await service.edges(scope), limit)
 
@@ -250,6 +253,7 @@ def build_server(service: MemoryService, principal_of: PrincipalOf) -> MCPServer
     async def conversations(ctx: Context[Any, Any]) -> Conversations:
         with tool_errors():
             who = await caller(ctx, "query")
+            whole_tenant(who)
             return Conversations(conversations=[ConversationInfo(conversation_id=c, nodes=n)
                                                 for c, n in await service.conversations(who.tenant_id)])
 

@@ -15,7 +15,7 @@ from typing import Any, Literal, Protocol
 
 from pydantic import BaseModel, Field
 
-from query_api.auth import Principal, same_tenant
+from query_api.auth import Principal, same_tenant, user_of
 from query_api.controller import Retrieval
 from query_api.items import ItemError, dump, safe, validate_items
 from query_api.recall import Recall, TooManyConversations, recall
@@ -134,7 +134,9 @@ async def ingest(service: MemoryService, who: Principal, items: Sequence[Any], *
 
     Raises, before anything is written: :class:`TooManyItems` over the cap (the whole call is then
     dead-lettered, sourced ``whole``, holding ``raw`` or a JSON copy of ``items``);
-    :class:`~topology.errors.Forbidden` when an item names another tenant."""
+    :class:`~topology.errors.Forbidden` when an item names another tenant, or, for a key limited to
+    users, a user not among them (or none, when the key has several: a key of one user gives its
+    user to the items that name none)."""
     if len(items) > limits.MAX_BATCH_ITEMS:
         reason = f"{len(items)} items in one request; the limit is {limits.MAX_BATCH_ITEMS}"
         await dead_letter(service, [DeadLetter.of(raw if raw is not None else dump(list(items)), reason, whole,
@@ -143,6 +145,12 @@ async def ingest(service: MemoryService, who: Principal, items: Sequence[Any], *
     for item in items:
         if isinstance(item, dict):
             same_tenant(who, item.get("tenant_id") if isinstance(item.get("tenant_id"), str) else None)
+            if who.users is not None:
+                user = item.get("user_id")
+                user_of(who, user if isinstance(user, str) else None)
+    if who.users is not None and len(who.users) == 1:  # a key of one user: its observations are that user's
+        only = next(iter(who.users))
+        defaults = {**(defaults or {}), "user_id": lambda: only}
     good, errors, letters = validate_items(items, who.tenant_id, source, defaults)
     await dead_letter(service, letters, source)
     if good:

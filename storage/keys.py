@@ -35,6 +35,8 @@ class ApiKeyRecord(BaseModel):
     created_at: datetime
     revoked_at: datetime | None = None
     label: str = ""
+    #: the users this key may act for (None: every user of the tenant; see ``query_api.auth``)
+    users: list[Ident] | None = None
 
 
 class KeyStore(Protocol):

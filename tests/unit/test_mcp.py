@@ -49,6 +49,9 @@ async def api(embedder: Embedder) -> AsyncIterator[Api]:
                                  ("a_query", "acme", ["query"]), ("a_ingest", "acme", ["ingest"])]:
         keys[name], record = mint(tenant, scopes)
         await store.create(record)
+    for name, users in [("ana", ["ana"]), ("ana_ben", ["ana", "ben"])]:  # keys limited to users of acme
+        keys[name], record = mint("acme", ["ingest", "query", "admin"], users=users)
+        await store.create(record)
     service = EmbeddedService(Settings(), embedder=embedder, data_dir=":memory:")
     with serve_http(create_app(service, Authenticator(store, cache_seconds=0))) as url:
         yield Api(url, keys)
@@ -268,3 +271,34 @@ async def test_prompt_format_answers_the_compact_lines_over_http_and_mcp(api: Ap
     async with mcp_http(api, "a") as c:
         got = await call(c, "recall", question="the puppy", conversation_ids=["fmt"], top_k=3, format="prompt")
         assert got["lines"] == short["lines"]
+
+
+async def test_a_key_limited_to_users_remembers_and_recalls_only_theirs(api: Api) -> None:
+    def client(who: str) -> httpx.Client:
+        return httpx.Client(base_url=api.url, headers={"Authorization": f"Bearer {api.keys[who]}"})
+
+    with client("a") as whole:
+        assert whole.post("/v1/observations", json=[
+            {"conversation_id": "s1", "event_id": "b1", "user_id": "ben", "content": "Ben's locker code is 9921."},
+            {"conversation_id": "s2", "event_id": "c1", "user_id": "cleo", "content": "Cleo's locker code is 1234."},
+        ]).status_code == 200
+    with client("ana") as ana:
+        # a key of one user: its items are that user's (named or not); another user's are refused whole
+        assert ana.post("/v1/observations", json=[
+            {"conversation_id": "s3", "event_id": "a1", "content": "My locker code is 4417."}]).status_code == 200
+        refused = ana.post("/v1/observations", json=[
+            {"conversation_id": "s3", "event_id": "a2", "user_id": "ben", "content": "x"}])
+        assert refused.status_code == 403 and "ben" in refused.json()["detail"]
+        mine = ana.post("/v1/recall", json={"question": "What is my locker code?"}).json()
+        assert {e["conversation_id"] for e in mine["evidence"]} == {"s3"} and mine["user_id"] == "ana"
+        assert ana.post("/v1/recall", json={"question": "locker code", "user_id": "ben"}).status_code == 403
+        for path in ("/v1/conversations", "/v1/conversations/s3/nodes", "/v1/dead-letters"):
+            res = ana.get(path)
+            assert res.status_code == 403 and "limited to users ana" in res.json()["detail"], path
+        assert ana.post("/v1/query", json={"conversation_id": "s3", "question": "code"}).status_code == 403
+    with client("ana_ben") as both:
+        assert both.post("/v1/recall", json={"question": "locker code"}).status_code == 403  # which user?
+        ben = both.post("/v1/recall", json={"question": "locker code", "user_id": "ben"}).json()
+        assert {e["conversation_id"] for e in ben["evidence"]} == {"s1"}
+        unnamed = both.post("/v1/observations", json=[{"conversation_id": "s4", "event_id": "x", "content": "hi"}])
+        assert unnamed.status_code == 403
