@@ -632,6 +632,54 @@ def bench_scale(observations: Annotated[int, typer.Option(metavar="N", help="Syn
         Console().print(out)
 
 
+@bench_app.command("users")
+def bench_users(users: Annotated[int, typer.Option(metavar="N", help="Users.")] = 6,
+                sessions: Annotated[int, typer.Option(metavar="N", help="Sessions (conversations) per user.")] = 16,
+                facts: Annotated[int, typer.Option(metavar="N", help="Facts each user states once (at most 8).")] = 5,
+                wordings: Annotated[str, typer.Option(
+                    metavar="SPLIT", help="Wording templates: train, heldout or all.")] = "all",
+                seed: Annotated[int, typer.Option(metavar="N", help="Generator seed.")] = 7,
+                many_sessions: Annotated[int, typer.Option(
+                    metavar="N", help="One user with N three-turn sessions, one stating a code (0: skip).")] = 400,
+                repeats: Annotated[int, typer.Option(metavar="N", help="Times the many-sessions question is asked.")] = 20,
+                scale_sessions: Annotated[int, typer.Option(
+                    metavar="N", help="One user with N sessions (10000: about 100,000 turns; minutes of ingest; "
+                                      "0: skip).")] = 0,
+                as_json: Json = False) -> None:
+    """User memory across sessions through recall (POST /v1/recall's code): is a fact the user
+    stated once ranked first, above their own later questions about it, tool calls and results,
+    advice and one-turn sessions? Also recall latency, ingest rate, and many or very many sessions."""
+    from jevmem.bench_users import run_users
+    from jevmem.users_data import WORDINGS
+
+    split = next((w for w in WORDINGS if w == wordings), None)
+    if split is None:
+        raise typer.BadParameter(f"--wordings must be one of {', '.join(WORDINGS)}")
+    settings = _settings()
+    with _progress() as bar:
+        tasks: dict[str, Any] = {}
+
+        def progress(label: str, done: int, total: int) -> None:
+            if label not in tasks:
+                tasks[label] = bar.add_task(label, total=total)
+            bar.update(tasks[label], completed=done)
+
+        out = _run(run_users(settings, settings.load_embedder(), users, sessions, facts, split, seed, many_sessions,
+                             repeats, scale_sessions, progress))
+    if as_json:
+        sys.stdout.write(orjson.dumps(out).decode() + "\n")
+        return
+    table = Table(title=f"bench users ({out['mode']})")
+    table.add_column("scenario")
+    table.add_column("figure")
+    table.add_column("value")
+    for scenario in ("users", "many_sessions", "scale"):
+        for key, value in (out[scenario] or {}).items():
+            for name, v in (value.items() if isinstance(value, dict) else [("", value)]):
+                table.add_row(scenario, f"{key}.{name}" if name else key, str(v))
+    Console().print(table)
+
+
 @bench_app.command("kafka")
 def bench_kafka(directory: Annotated[Path | None, typer.Argument(
                     metavar="DIR", help="LoCoMo conversations (*.json); without it, the synthetic fan-in workload.")

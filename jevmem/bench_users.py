@@ -1,0 +1,229 @@
+"""``jevmem bench users``: does the product remember a *user* across sessions?
+
+The product is measured through its service layer as an API user would: an embedded service
+(:class:`jevmem.wiring.EmbeddedService`) in a fresh temporary directory, observations sent with
+``service.submit``, questions asked with
+:func:`query_api.service.recall_across` (the code behind ``POST /v1/recall``) and nothing else.
+The data are :mod:`jevmem.users_data`'s synthetic users; only each question's text goes to the
+product, its gold (the stating turn's event id) stays here.
+
+Two product generations are supported, detected at run time:
+
+- recall takes ``user_id`` (and observations carry it): every user is in one tenant and each
+  question is asked with its user's id (``mode: "user_id"``);
+- it does not: each user gets a tenant of their own, so tenant-wide recall is that user's memory
+  (``mode: "tenant_per_user"``). Observations then carry no ``user_id``.
+
+Scenarios (each in its own fresh store):
+
+- ``users``: fact@1, fact in top 5 / top 10, and for each distractor class (:data:`CLASSES`)
+  the fraction of questions where some turn of that class ranks above the stating turn:
+  ``above_fact`` counts a fact missing from the top 10 as "above" for every class,
+  ``above_fact_recalled`` only classes with a turn actually recalled above it (:func:`above`);
+  ``other_user_recalled``: questions whose top 10 held another user's turn; recall latency
+  p50/p95; ingest rate.
+- ``many_sessions``: one user, N sessions of three turns, one of which states a locker code; the
+  question asked repeatedly: whether the fact is first, how many sessions the recall skipped
+  (the result's ``skipped`` where the product reports one, else 0), latency p50/p95.
+- ``scale`` (off unless asked; minutes of ingest): one user with many sessions (10,000 sessions
+  are about 100,000 turns); recall p50/p95 and the process's peak RSS.
+"""
+
+from __future__ import annotations
+
+import inspect
+import resource
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from jevmem.bench import percentile
+from jevmem.settings import Settings
+from jevmem.users_data import Dataset, Question, Turn, Wordings, generate, many_sessions
+from jevmem.wiring import EmbeddedService
+from query_api import service as service_api
+from topology.ports import Embedder
+from topology.schemas import Observation
+
+TOP_K = 10
+"""Evidence items asked for per question (the fact must be among them to count as found)."""
+BATCH = 500
+"""Observations per ``service.submit`` call (the API takes at most 1,000 per request)."""
+TENANT = "bench-users"
+"""The one tenant of every user when recall takes ``user_id``."""
+CLASSES = ("own_question", "tool", "advice", "one_turn_session", "small_talk", "other_statement")
+"""Distractor classes of the user's own turns, as :func:`distractor_class` names them. The first
+four are the ones the benchmark is about; small talk and another fact's statement are reported
+too. Another user's turn is not a class: it should never be recalled at all (``other_user_recalled``)."""
+
+Progress = Callable[[str, int, int], None]
+
+
+def user_scoped() -> bool:
+    """Whether this product's recall takes ``user_id`` and its observations can carry one."""
+    return ("user_id" in inspect.signature(service_api.recall_across).parameters
+            and "user_id" in Observation.model_fields)
+
+
+def distractor_class(turn: Turn, question: Question) -> str | None:
+    """The class of a turn recalled for ``question`` (None: the gold, or no class)."""
+    if turn.user_id != question.user_id:
+        return "other_user"
+    if turn.event_id == question.gold:
+        return None
+    if turn.session == "one_turn":
+        return "one_turn_session"
+    return {"question": "own_question", "tool_call": "tool", "tool_result": "tool", "advice": "advice",
+            "small_talk": "small_talk", "statement": "other_statement"}[turn.kind]
+
+
+def above(ranked: Sequence[str], question: Question, turns: dict[str, Turn], missing_counts: bool = True) -> set[str]:
+    """The classes with some turn ranked above the gold in ``ranked`` (event ids, best first). A
+    gold missing from ``ranked`` ranks below all of it; with ``missing_counts`` every class is
+    then "above" whether or not one of its turns was recalled. Ids the dataset does not know,
+    and other users' turns, are ignored."""
+    if question.gold not in ranked and missing_counts:
+        return set(CLASSES)
+    cut = ranked.index(question.gold) if question.gold in ranked else len(ranked)
+    out = set()
+    for eid in ranked[:cut]:
+        turn = turns.get(eid)
+        cls = None if turn is None else distractor_class(turn, question)
+        if cls is not None and cls != "other_user":
+            out.add(cls)
+    return out
+
+
+def peak_rss_mb() -> float:
+    """The process's peak resident memory so far (MB)."""
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    return round(peak / (2**20 if sys.platform == "darwin" else 1024), 1)
+
+
+class _Run:
+    """One fresh embedded service in a temporary directory, fed and asked one dataset."""
+
+    def __init__(self, settings: Settings, embedder: Embedder, data: Dataset, progress: Progress | None,
+                 label: str) -> None:
+        self.settings, self.embedder, self.data, self.progress, self.label = settings, embedder, data, progress, label
+        self.scoped = user_scoped()
+        self.turns = {t.event_id: t for t in data.turns()}
+
+    def tenant(self, user_id: str) -> str:
+        return TENANT if self.scoped else f"bench-{user_id}"
+
+    def observation(self, t: Turn) -> Observation:
+        fields: dict[str, Any] = {"tenant_id": self.tenant(t.user_id), "conversation_id": t.conversation_id,
+                                  "event_id": t.event_id, "content": t.content, "speaker": t.speaker, "role": t.role,
+                                  "observed_at": t.observed_at}
+        if self.scoped:
+            fields["user_id"] = t.user_id
+        return Observation(**fields)
+
+    async def ingest(self, service: EmbeddedService) -> float:
+        """Submit every turn in arrival order; seconds taken."""
+        stream = self.data.stream()
+        spent = 0.0
+        for i in range(0, len(stream), BATCH):
+            batch = [self.observation(t) for t in stream[i:i + BATCH]]  # built outside the timed part
+            t0 = time.perf_counter()
+            await service.submit(batch)
+            spent += time.perf_counter() - t0
+            if self.progress:
+                self.progress(f"{self.label}: ingest", min(i + BATCH, len(stream)), len(stream))
+        return spent
+
+    async def ask(self, service: EmbeddedService, q: Question) -> tuple[list[str], float, int, int]:
+        """(event ids recalled best first, ms, sessions skipped, sessions searched) for ``q``."""
+        extra: dict[str, Any] = {"user_id": q.user_id} if self.scoped else {}
+        t0 = time.perf_counter()
+        res = await service_api.recall_across(service, self.tenant(q.user_id), q.text, TOP_K, None, **extra)
+        ms = (time.perf_counter() - t0) * 1000
+        return [e.event_id for e in res.evidence], ms, int(getattr(res, "skipped", 0)), int(res.searched)
+
+    async def run(self) -> dict[str, Any]:
+        """Ingest, then ask every question: the scenario's figures (see the module docstring)."""
+        n = len(self.turns)
+        found = {1: 0, 5: 0, 10: 0}
+        hits = dict.fromkeys(CLASSES, 0)
+        seen_above = dict.fromkeys(CLASSES, 0)
+        foreign = 0
+        latencies: list[float] = []
+        skipped: list[int] = []
+        searched: list[int] = []
+        with tempfile.TemporaryDirectory(prefix="jevmem-users-") as tmp:
+            service = EmbeddedService(self.settings, embedder=self.embedder, data_dir=tmp)
+            await service.start()
+            try:
+                ingest_s = await self.ingest(service)
+                rss_after_ingest = peak_rss_mb()
+                for j, q in enumerate(self.data.questions):
+                    ranked, ms, skip, seen = await self.ask(service, q)
+                    latencies.append(ms)
+                    skipped.append(skip)
+                    searched.append(seen)
+                    for k in found:
+                        found[k] += q.gold in ranked[:k]
+                    for cls in above(ranked, q, self.turns):
+                        hits[cls] += 1
+                    for cls in above(ranked, q, self.turns, missing_counts=False):
+                        seen_above[cls] += 1
+                    foreign += any(eid in self.turns and self.turns[eid].user_id != q.user_id for eid in ranked)
+                    if self.progress:
+                        self.progress(f"{self.label}: recall", j + 1, len(self.data.questions))
+            finally:
+                await service.stop()
+        nq = len(self.data.questions)
+        return {
+            "users": len(self.data.users()), "sessions": len(self.data.sessions), "observations": n, "questions": nq,
+            "ingest_seconds": round(ingest_s, 2),
+            "observations_per_second": round(n / ingest_s, 1) if ingest_s else None,
+            "fact_at_1": _frac(found[1], nq), "fact_in_top5": _frac(found[5], nq), "fact_in_top10": _frac(found[10], nq),
+            "above_fact": {c: _frac(hits[c], nq) for c in CLASSES},
+            "above_fact_recalled": {c: _frac(seen_above[c], nq) for c in CLASSES},
+            "other_user_recalled": _frac(foreign, nq),
+            "recall_ms": {"p50": round(percentile(latencies, 50), 1), "p95": round(percentile(latencies, 95), 1)},
+            "skipped": {"mean": round(sum(skipped) / nq, 1) if nq else 0.0, "max": max(skipped, default=0)},
+            "searched_mean": round(sum(searched) / nq, 1) if nq else 0.0,
+            "peak_rss_mb_after_ingest": rss_after_ingest,
+        }
+
+
+def _frac(k: int, n: int) -> float:
+    return round(k / n, 4) if n else 0.0
+
+
+async def run_users(settings: Settings, embedder: Embedder, users: int = 6, sessions: int = 16, facts: int = 5,
+                    wordings: Wordings = "all", seed: int = 7, many: int = 400, repeats: int = 20,
+                    scale_sessions: int = 0, progress: Progress | None = None) -> dict[str, Any]:
+    """Run the scenarios (``many`` 0 or ``scale_sessions`` 0 leaves that one out) and return::
+
+        {"mode": "user_id" | "tenant_per_user", "config": {...}, "users": {...},
+         "many_sessions": {...} | None, "scale": {...} | None}
+
+    Every fraction is in [0, 1]; latencies are ms around ``recall_across`` (p50/p95, nearest rank)."""
+    out: dict[str, Any] = {
+        "mode": "user_id" if user_scoped() else "tenant_per_user",
+        "config": {"users": users, "sessions": sessions, "facts": facts, "wordings": wordings, "seed": seed,
+                   "many_sessions": many, "repeats": repeats, "scale_sessions": scale_sessions, "top_k": TOP_K,
+                   "embedder": embedder.name},
+    }
+    data = generate(users, sessions, facts, wordings, seed)
+    out["users"] = await _Run(settings, embedder, data, progress, "users").run()
+    out["many_sessions"] = None
+    if many:
+        m = await _Run(settings, embedder, many_sessions(many, repeats, wordings, seed), progress, "many sessions").run()
+        out["many_sessions"] = {k: m[k] for k in ("sessions", "observations", "questions", "fact_at_1", "fact_in_top10",
+                                                  "skipped", "searched_mean", "recall_ms")}
+    out["scale"] = None
+    if scale_sessions:
+        # every fact asked in every question wording the split allows: more recalls for the percentiles
+        big = generate(1, scale_sessions, facts, wordings, seed, gap_hours=(1.0, 6.0), every_wording=True)
+        s = await _Run(settings, embedder, big, progress, "scale").run()
+        out["scale"] = {k: s[k] for k in ("sessions", "observations", "questions", "ingest_seconds",
+                                          "observations_per_second", "fact_at_1", "fact_in_top10", "recall_ms",
+                                          "skipped", "searched_mean")}
+        out["scale"]["peak_rss_mb"] = peak_rss_mb()
+    return out
