@@ -2,9 +2,14 @@
 
 ``MemoryClient`` (blocking) and ``AsyncMemoryClient`` (asyncio) wrap the endpoints an agent needs:
 ``remember`` (``POST /v1/observations``), ``recall`` (``POST /v1/recall``, one question over
-several or all of the key's conversations), ``query`` (``POST /v1/query``, one conversation, with
-the full trace), ``forget`` (``DELETE``), ``conversations``, ``nodes`` (a conversation's memories in
-order). The tenant comes from the API key.
+several or all of the key's conversations, or one user's), ``query`` (``POST /v1/query``, one
+conversation, with the full trace), ``forget`` (``DELETE``), ``conversations``, ``nodes`` (a
+conversation's memories in order). The tenant comes from the API key.
+
+``recall`` and ``query`` take ``format``: ``"json"`` (default: every field of every item) or
+``"prompt"`` (the server's compact lines, ``{question, lines, text, ...}``, ready for a prompt).
+``user_id`` (``remember``: stamped on items without one; ``recall``: search only that user's
+memory) is sent only when given, so a server without user scopes sees the requests it knows.
 
 Contract: results are the API's JSON as plain dicts. ``remember`` returns the per-item report
 (``accepted``, ``rejected``, ``errors``) whether or not some items were refused (HTTP 422 with a
@@ -18,7 +23,7 @@ tenant does not have is an empty list. Observations may be dicts or
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, Literal
 from urllib.parse import quote
 
 import httpx
@@ -34,13 +39,22 @@ class MemoryApiError(Exception):
         self.status, self.detail, self.retry_after = status, detail, retry_after
 
 
-def _items(observations: Sequence[Observation | dict[str, Any]], conversation_id: str | None) -> list[dict[str, Any]]:
+Format = Literal["json", "prompt"]
+"""How ``recall`` and ``query`` answer: every field (``json``) or the prompt lines (``prompt``)."""
+
+
+def _items(observations: Sequence[Observation | dict[str, Any]], conversation_id: str | None,
+           user_id: str | None = None) -> list[dict[str, Any]]:
     out = []
     for o in observations:
         item = o.model_dump(mode="json", exclude={"tenant_id"}) if isinstance(o, Observation) else dict(o)
         item.pop("tenant_id", None)
+        if item.get("user_id") is None:
+            item.pop("user_id", None)  # sent only when there is one
         if conversation_id is not None:
             item.setdefault("conversation_id", conversation_id)
+        if user_id is not None:
+            item.setdefault("user_id", user_id)
         out.append(item)
     return out
 
@@ -67,11 +81,19 @@ def _conv(conversation_id: str) -> str:
     return quote(conversation_id, safe="")
 
 
-def _recall_body(question: str, conversation_ids: Sequence[str] | None, top_k: int) -> dict[str, Any]:
-    body: dict[str, Any] = {"question": question, "top_k": top_k}
+def _recall_body(question: str, conversation_ids: Sequence[str] | None, top_k: int, user_id: str | None,
+                 format: Format) -> dict[str, Any]:
+    body: dict[str, Any] = {"question": question, "top_k": top_k, "format": format}
     if conversation_ids is not None:
         body["conversation_ids"] = list(conversation_ids)
+    if user_id is not None:
+        body["user_id"] = user_id
     return body
+
+
+def _query_body(conversation_id: str, question: str, top_k: int, answer: bool, format: Format) -> dict[str, Any]:
+    return {"conversation_id": conversation_id, "question": question, "top_k": top_k, "answer": answer,
+            "format": format}
 
 
 def _forget_path(conversation_id: str, event_id: str | None) -> str:
@@ -96,19 +118,25 @@ class MemoryClient:
     def close(self) -> None:
         self._http.close()
 
-    def remember(self, observations: Sequence[Observation | dict[str, Any]], conversation_id: str | None = None) -> Any:
-        """Write observations (each needs ``event_id`` and ``content``; ``conversation_id`` fills
-        items without one). Returns ``{"accepted", "rejected", "errors"}``."""
-        return _result(self._http.post("/v1/observations", json=_items(observations, conversation_id)), ok=(422,))
+    def remember(self, observations: Sequence[Observation | dict[str, Any]], conversation_id: str | None = None,
+                 user_id: str | None = None) -> Any:
+        """Write observations (each needs ``event_id`` and ``content``; ``conversation_id`` and
+        ``user_id`` fill items without one). Returns ``{"accepted", "rejected", "errors"}``."""
+        return _result(self._http.post("/v1/observations", json=_items(observations, conversation_id, user_id)),
+                       ok=(422,))
 
-    def recall(self, question: str, conversation_ids: Sequence[str] | None = None, top_k: int = 10) -> Any:
-        """Evidence from the given conversations, or all of the key's; merged, best first."""
-        return _result(self._http.post("/v1/recall", json=_recall_body(question, conversation_ids, top_k)))
+    def recall(self, question: str, conversation_ids: Sequence[str] | None = None, top_k: int = 10,
+               user_id: str | None = None, format: Format = "json") -> Any:
+        """Evidence from the given conversations, or all of the key's (only ``user_id``'s memory
+        when given); merged, best first. ``format="prompt"``: ``{question, lines, text}``."""
+        return _result(self._http.post("/v1/recall", json=_recall_body(question, conversation_ids, top_k, user_id,
+                                                                        format)))
 
-    def query(self, conversation_id: str, question: str, top_k: int = 10, answer: bool = False) -> Any:
-        """Evidence from one conversation with the full trace (and an answer with System Two)."""
-        return _result(self._http.post("/v1/query", json={"conversation_id": conversation_id, "question": question,
-                                                          "top_k": top_k, "answer": answer}))
+    def query(self, conversation_id: str, question: str, top_k: int = 10, answer: bool = False,
+              format: Format = "json") -> Any:
+        """Evidence from one conversation with the full trace (and an answer with System Two);
+        ``format="prompt"``: ``{question, lines, text, answer, trace_id}``."""
+        return _result(self._http.post("/v1/query", json=_query_body(conversation_id, question, top_k, answer, format)))
 
     def forget(self, conversation_id: str, event_id: str | None = None) -> Any:
         """Forget one observation or a whole conversation (admin key)."""
@@ -139,15 +167,20 @@ class AsyncMemoryClient:
     async def close(self) -> None:
         await self._http.aclose()
 
-    async def remember(self, observations: Sequence[Observation | dict[str, Any]], conversation_id: str | None = None) -> Any:
-        return _result(await self._http.post("/v1/observations", json=_items(observations, conversation_id)), ok=(422,))
+    async def remember(self, observations: Sequence[Observation | dict[str, Any]], conversation_id: str | None = None,
+                       user_id: str | None = None) -> Any:
+        return _result(await self._http.post("/v1/observations", json=_items(observations, conversation_id, user_id)),
+                       ok=(422,))
 
-    async def recall(self, question: str, conversation_ids: Sequence[str] | None = None, top_k: int = 10) -> Any:
-        return _result(await self._http.post("/v1/recall", json=_recall_body(question, conversation_ids, top_k)))
+    async def recall(self, question: str, conversation_ids: Sequence[str] | None = None, top_k: int = 10,
+                     user_id: str | None = None, format: Format = "json") -> Any:
+        return _result(await self._http.post("/v1/recall", json=_recall_body(question, conversation_ids, top_k,
+                                                                              user_id, format)))
 
-    async def query(self, conversation_id: str, question: str, top_k: int = 10, answer: bool = False) -> Any:
-        return _result(await self._http.post("/v1/query", json={"conversation_id": conversation_id, "question": question,
-                                                                "top_k": top_k, "answer": answer}))
+    async def query(self, conversation_id: str, question: str, top_k: int = 10, answer: bool = False,
+                    format: Format = "json") -> Any:
+        return _result(await self._http.post("/v1/query", json=_query_body(conversation_id, question, top_k, answer,
+                                                                            format)))
 
     async def forget(self, conversation_id: str, event_id: str | None = None) -> Any:
         return _result(await self._http.delete(_forget_path(conversation_id, event_id)), ok=(404,))

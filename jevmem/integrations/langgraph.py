@@ -6,20 +6,34 @@ Mapping (documented, reversible):
   ``"<prefix>:users.ana.memories"`` of the API key's tenant (``prefix`` default ``langgraph``;
   LangGraph forbids ``.`` in namespace labels, so the join is reversible). Only conversations under
   the prefix are namespaces: the tenant's other conversations are never listed or touched.
+* The user: the namespace label at ``user_label`` (default 0, the first: LangGraph's
+  ``(user_id, "memories")`` pattern; ``user_label=1`` for ``("users", user_id, ...)``; None for
+  no user) is stamped as the ``user_id`` of every observation a put writes, so a recall of that
+  user (``POST /v1/recall`` with ``user_id``, or another adapter given the same user) finds the
+  user's LangGraph memories beside their other conversations. A namespace shorter than that has no
+  user. The store's own ``search`` names its conversations and does not filter by user.
 * An item is one observation: ``event_id`` = the item's key, the value kept whole in the node's
   metadata (``metadata["langgraph"]``, at most 16 KB as JSON), the searchable text from the fields
   named by ``index`` (dotted paths), else the value's ``content`` or ``text`` string, else the
   value as JSON. ``created_at`` and ``updated_at`` are the time of the latest put.
-* ``put`` of an existing key replaces it: the old observation is forgotten, then the new one is
-  written (it keeps its position in the conversation); ``put(..., None)`` and ``delete`` forget it.
+* ``put`` of a new key writes one observation (the ``ingest`` scope). ``put`` of an existing key
+  replaces it: the old observation is forgotten, then the new one is written (it keeps its
+  position in the conversation); ``put(..., None)`` and ``delete`` forget it. Forgetting needs
+  the ``admin`` scope: without it, replacing or deleting an existing key raises
+  :class:`AdminScopeRequired` (a 403 :class:`~jevmem.client.MemoryApiError`) and changes nothing,
+  and deleting a missing key is a no-op. (A key without ``admin`` is found out by its first
+  refused forget; from then on a put first reads the namespace to see whether the key exists.)
 * ``search(prefix, query=...)`` is jevmem's recall over the namespaces under ``prefix`` (at most
-  50 conversations: the API's cap), best first, with its score; without a query, the items in
+  1,000 conversations: the API's cap), best first, with its score; without a query, the items in
   namespace then write order. ``filter`` matches value fields: equality, or ``$eq``, ``$ne``,
   ``$gt``, ``$gte``, ``$lt``, ``$lte``.
 * TTLs are not supported (``supports_ttl`` is False): memories are kept until forgotten.
 
-Cost: ``get`` and an unqueried ``search`` read the whole conversation (one request each).
+Cost: ``get`` and an unqueried ``search`` read the whole conversation (one request each), and so
+does a put with a key that lacks ``admin``.
 Consistency: embedded, a put is readable when it returns; distributed, once a worker wrote it.
+Event loops: the asyncio methods use a client per running loop, so one store serves several
+``asyncio.run`` calls; ``aclose`` closes the running loop's client, ``close`` the blocking one.
 """
 
 from __future__ import annotations
@@ -29,28 +43,44 @@ from collections.abc import Iterable, Sequence
 from datetime import UTC, datetime
 from typing import Any
 
-from langgraph.store.base import (
-    BaseStore,
-    GetOp,
-    Item,
-    ListNamespacesOp,
-    MatchCondition,
-    Op,
-    PutOp,
-    Result,
-    SearchItem,
-    SearchOp,
-)
+from jevmem.integrations import missing_extra
 
-from jevmem.client import AsyncMemoryClient, MemoryClient
-from jevmem.integrations._calls import Plan, arun, run
+try:
+    from langgraph.store.base import (
+        BaseStore,
+        GetOp,
+        Item,
+        ListNamespacesOp,
+        MatchCondition,
+        Op,
+        PutOp,
+        Result,
+        SearchItem,
+        SearchOp,
+    )
+except ModuleNotFoundError as exc:  # pragma: no cover - tested by simulating the missing module
+    raise missing_extra(exc, "langgraph") from exc
 
-#: Conversations one recall may search (the API's cap).
-MAX_NAMESPACES = 50
+from jevmem.client import MemoryApiError, MemoryClient
+from jevmem.integrations._calls import LoopClients, Plan, arun, run
+
+#: Conversations one recall may search (the API's cap on ``conversation_ids``).
+MAX_NAMESPACES = 1000
 #: Evidence one recall may return (the API's cap); a query asks for twice the page it needs, so
 #: that derived memories and filtered-out items leave enough.
 MAX_TOP_K = 50
 _META = "langgraph"
+
+
+class AdminScopeRequired(MemoryApiError):
+    """Replacing or deleting an existing item forgets its old observation, which needs an API key
+    with the ``admin`` scope; the key used lacks it. ``namespace`` and ``key`` name the item."""
+
+    def __init__(self, namespace: tuple[str, ...], key: str) -> None:
+        super().__init__(403, f"the item {key!r} in namespace {namespace!r} already exists: replacing or deleting it "
+                              "forgets the old one, which needs an API key with the 'admin' scope, and this key "
+                              "lacks it (a put of a new key needs only 'ingest')")
+        self.namespace, self.key = namespace, key
 
 
 def conversation_of(prefix: str, namespace: tuple[str, ...]) -> str:
@@ -145,17 +175,22 @@ def _ns_matches(ns: tuple[str, ...], conditions: Sequence[MatchCondition] | None
 
 class JevmemStore(BaseStore):
     """``BaseStore`` over a running ``jevmem serve`` (``base_url``) with an API key that has the
-    ``ingest``, ``query`` and ``admin`` (forget) scopes. Thread-safe as httpx's clients are;
-    :meth:`close` (or ``with``) releases them."""
+    ``ingest`` and ``query`` scopes, and ``admin`` to replace or delete existing items.
+    ``user_label``: which namespace label is the user (module contract). Thread-safe as httpx's
+    clients are; :meth:`close` (or ``with``) and :meth:`aclose` release them."""
 
     supports_ttl = False
 
-    def __init__(self, base_url: str, api_key: str, prefix: str = "langgraph", timeout: float = 60.0) -> None:
+    def __init__(self, base_url: str, api_key: str, prefix: str = "langgraph", timeout: float = 60.0,
+                 user_label: int | None = 0) -> None:
         if not prefix or ":" in prefix:
             raise ValueError("prefix must be non-empty and contain no ':'")
-        self.prefix = prefix
+        if user_label is not None and user_label < 0:
+            raise ValueError("user_label must be a namespace position (0 or more) or None")
+        self.prefix, self.user_label = prefix, user_label
         self._client = MemoryClient(base_url, api_key, timeout)
-        self._aclient = AsyncMemoryClient(base_url, api_key, timeout)
+        self._aclients = LoopClients(base_url, api_key, timeout)
+        self._admin: bool | None = None  # whether the key may forget; None until a forget tells
 
     def __enter__(self) -> JevmemStore:
         return self
@@ -167,13 +202,18 @@ class JevmemStore(BaseStore):
         self._client.close()
 
     async def aclose(self) -> None:
-        await self._aclient.close()
+        await self._aclients.aclose()
 
     def batch(self, ops: Iterable[Op]) -> list[Result]:
         return [run(self._client, self._op(op)) for op in ops]
 
     async def abatch(self, ops: Iterable[Op]) -> list[Result]:
-        return [await arun(self._aclient, self._op(op)) for op in ops]
+        client = await self._aclients.get()
+        return [await arun(client, self._op(op)) for op in ops]
+
+    def user_of(self, namespace: tuple[str, ...]) -> str | None:
+        """The user a namespace belongs to (its label at ``user_label``), or None."""
+        return namespace[self.user_label] if self.user_label is not None and len(namespace) > self.user_label else None
 
     # -- the operations, as plans of client calls ------------------------------------------------
 
@@ -197,17 +237,46 @@ class JevmemStore(BaseStore):
 
     def _put(self, op: PutOp) -> Plan[Result]:
         conversation = conversation_of(self.prefix, op.namespace)
-        yield ("forget", (conversation, op.key))  # a put replaces; a missing key is not an error
+        yield from self._forget_old(op.namespace, op.key, conversation)
         if op.value is None:
             return None
         value = dict(op.value)
         index = None if op.index is None or op.index is False else list(op.index)
         item = {"event_id": op.key, "content": text_of(value, index), "role": "memory",
                 "observed_at": datetime.now(UTC).isoformat(), "metadata": {_META: {"value": value}}}
+        user = self.user_of(op.namespace)
+        if user is not None:
+            item["user_id"] = user
         report = yield ("remember", ([item], conversation))
         if report.get("rejected"):
             raise ValueError(f"jevmem refused the item {op.key!r}: {report.get('errors')}")
         return None
+
+    def _forget_old(self, namespace: tuple[str, ...], key: str, conversation: str) -> Plan[None]:
+        """Forget the key's observation if there is one (a missing key is not an error); raises
+        :class:`AdminScopeRequired` when it exists and the API key may not forget."""
+        denied: MemoryApiError | None = None
+        if self._admin is not False:
+            try:
+                yield ("forget", (conversation, key))
+                self._admin = True
+                return None
+            except MemoryApiError as exc:
+                if exc.status != 403:
+                    raise
+                self._admin, denied = False, exc
+        nodes = yield ("nodes", (conversation,))
+        if not any(n.get("event_id") == key and n.get("kind") == "observation" for n in nodes):
+            return None
+        if denied is None:
+            try:
+                yield ("forget", (conversation, key))
+                return None
+            except MemoryApiError as exc:
+                if exc.status != 403:
+                    raise
+                denied = exc
+        raise AdminScopeRequired(namespace, key) from denied
 
     def _namespaces(self) -> Plan[list[tuple[str, ...]]]:
         convs = yield ("conversations", ())

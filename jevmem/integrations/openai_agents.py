@@ -1,30 +1,60 @@
 """An OpenAI Agents SDK ``Session`` backed by jevmem: the agent's conversation history is memory.
 
-``JevmemSession(session_id, base_url=..., api_key=...)`` keeps the session's items as observations
-of the conversation ``session_id`` (of the API key's tenant; the key needs the ``ingest``, ``query``
-and ``admin`` scopes): each item is one observation whose content is the item's text (message
-text, a tool call's name and arguments, a tool's output), so the same history is searchable with
-recall, and whose metadata keeps the item whole (``metadata["openai_item"]``, at most 16 KB as
-JSON: a larger item is refused with ``ValueError``). Items come back in the order they were added.
-``pop_item`` forgets the latest item; ``clear_session`` forgets the conversation.
+``JevmemSession(session_id, base_url=..., api_key=..., user_id=None, searchable_tool_items=False)``
+keeps the session's items as observations of the API key's tenant (the key needs the ``ingest``
+and ``query`` scopes, and ``admin`` for ``pop_item`` and ``clear_session``). Each item is one
+observation whose metadata keeps the item whole (``metadata["openai_item"]``, at most 16 KB as
+JSON: a larger item is refused with ``ValueError``) and its place in the session
+(``metadata["openai_order"]``, microseconds, increasing).
+
+Contract:
+
+* Messages (items of type ``message``, or with no type) are observations of the conversation
+  ``session_id`` whose content is the message text, so recall finds what was said.
+* Every other item (function calls and their outputs, other tool calls, reasoning) is history,
+  not memory: it is kept in the companion conversation ``"<session_id>:tools"``, written without
+  a ``user_id``, so a recall over the session's conversation or over its user never returns it
+  (an agent's own memory-search call cannot come back as the answer to itself). Only a recall
+  over the whole tenant with neither filter can reach it. ``searchable_tool_items=True`` keeps
+  them with the messages instead, searchable (content: a call's name and arguments, an output).
+* ``get_items`` returns every item, messages and tool items, in the order they were added;
+  ``pop_item`` forgets the latest; ``clear_session`` forgets both conversations.
+* ``user_id``: stamped on the messages' observations (and on tool items when searchable), so a
+  user's memory spans all of their sessions; :meth:`JevmemSession.recall` searches that user's
+  memory, or only this session's without a ``user_id``.
 
 Consistency: embedded, an added item is readable when ``add_items`` returns; distributed, once a
-worker wrote it.
+worker wrote it. Event loops: a client per running loop, so one session serves several
+``asyncio.run`` calls; :meth:`JevmemSession.close` closes the running loop's client.
 """
 
 from __future__ import annotations
 
+import asyncio
 import json
+import threading
+import time
 import uuid
 from datetime import UTC, datetime
 from typing import Any
 
-from agents.items import TResponseInputItem
-from agents.memory.session_settings import SessionSettings
+from jevmem.integrations import missing_extra
 
-from jevmem.client import AsyncMemoryClient
+try:
+    from agents.items import TResponseInputItem
+    from agents.memory.session_settings import SessionSettings
+except ModuleNotFoundError as exc:  # pragma: no cover - tested by simulating the missing module
+    raise missing_extra(exc, "openai-agents") from exc
+
+from jevmem.client import Format
+from jevmem.integrations._calls import LoopClients
 
 _META = "openai_item"
+_ORDER = "openai_order"
+#: The suffix of the conversation that keeps a session's tool items.
+TOOLS_SUFFIX = ":tools"
+#: The longest session id (the API's 200-character ids, less the suffix).
+MAX_SESSION_ID = 200 - len(TOOLS_SUFFIX)
 #: The largest item kept (the API's metadata limit, less the envelope).
 MAX_ITEM_BYTES = 16_000
 
@@ -46,57 +76,110 @@ def text_of(item: dict[str, Any]) -> str:
     return json.dumps(item, ensure_ascii=False, sort_keys=True)
 
 
-def observation_of(item: dict[str, Any]) -> dict[str, Any]:
-    """The observation that keeps ``item`` (a new event id; role from the item)."""
+def is_message(item: dict[str, Any]) -> bool:
+    """Whether ``item`` is a message (what was said) rather than a tool call, output or reasoning."""
+    return item.get("type") in (None, "message")
+
+
+def observation_of(item: dict[str, Any], order: int) -> dict[str, Any]:
+    """The observation that keeps ``item`` at place ``order`` (a new event id; role from the item)."""
     if len(json.dumps(item, ensure_ascii=False).encode()) > MAX_ITEM_BYTES:
         raise ValueError(f"a session item larger than {MAX_ITEM_BYTES} bytes as JSON cannot be kept")
     role = str(item.get("role") or item.get("type") or "item")
     return {"event_id": uuid.uuid4().hex, "content": text_of(item), "role": role,
             "speaker": role if item.get("role") else None,
-            "observed_at": datetime.now(UTC).isoformat(), "metadata": {_META: item}}
+            "observed_at": datetime.now(UTC).isoformat(), "metadata": {_META: item, _ORDER: order}}
 
 
-def items_of(nodes: list[dict[str, Any]]) -> list[tuple[str, TResponseInputItem]]:
-    """(event id, item) of every node this adapter wrote, in write order."""
+def _place(node: dict[str, Any]) -> tuple[int, int]:
+    order = (node.get("metadata") or {}).get(_ORDER)
+    if not isinstance(order, int):  # written before the order was kept: its write time
+        when = node.get("observed_at")
+        order = int(datetime.fromisoformat(when).timestamp() * 1_000_000) if when else 0
+    return order, int(node["seq"])
+
+
+def items_of(nodes: list[dict[str, Any]]) -> list[tuple[str, str, TResponseInputItem]]:
+    """(conversation id, event id, item) of every node this adapter wrote, in the order added."""
     out = []
-    for n in sorted(nodes, key=lambda n: n["seq"]):
+    for n in sorted(nodes, key=_place):
         item = (n.get("metadata") or {}).get(_META)
         if n.get("kind") == "observation" and isinstance(item, dict):
-            out.append((n["event_id"], item))
+            out.append((n["conversation_id"], n["event_id"], item))
     return out  # type: ignore[return-value]
 
 
 class JevmemSession:
-    """The SDK's ``Session`` protocol over a running ``jevmem serve``."""
+    """The SDK's ``Session`` protocol over a running ``jevmem serve`` (module contract)."""
 
     session_settings: SessionSettings | None = None
 
-    def __init__(self, session_id: str, base_url: str, api_key: str, timeout: float = 60.0) -> None:
-        self.session_id = session_id
-        self._client = AsyncMemoryClient(base_url, api_key, timeout)
+    def __init__(self, session_id: str, base_url: str, api_key: str, timeout: float = 60.0, *,
+                 user_id: str | None = None, searchable_tool_items: bool = False) -> None:
+        if not session_id or len(session_id) > MAX_SESSION_ID:
+            raise ValueError(f"session_id must be 1 to {MAX_SESSION_ID} characters (its tool items' conversation "
+                             f"adds {TOOLS_SUFFIX!r})")
+        self.session_id, self.user_id, self.searchable_tool_items = session_id, user_id, searchable_tool_items
+        self.tools_conversation = session_id + TOOLS_SUFFIX
+        self._clients = LoopClients(base_url, api_key, timeout)
+        self._last = 0
+        self._lock = threading.Lock()
 
     async def close(self) -> None:
-        await self._client.close()
+        """Close the running loop's client (others close when their ``asyncio.run`` ends)."""
+        await self._clients.aclose()
+
+    def _orders(self, n: int) -> list[int]:
+        with self._lock:
+            first = max(self._last + 1, time.time_ns() // 1000)
+            self._last = first + n - 1
+        return list(range(first, first + n))
+
+    async def _items(self) -> list[tuple[str, str, TResponseInputItem]]:
+        client = await self._clients.get()
+        said, tools = await asyncio.gather(client.nodes(self.session_id), client.nodes(self.tools_conversation))
+        return items_of(said + tools)
 
     async def get_items(self, limit: int | None = None) -> list[TResponseInputItem]:
         """All items in order, or the latest ``limit`` of them (still in order)."""
-        items = [i for _, i in items_of(await self._client.nodes(self.session_id))]
+        items = [i for _, _, i in await self._items()]
         return items[-limit:] if limit is not None and limit > 0 else ([] if limit == 0 else items)
 
     async def add_items(self, items: list[TResponseInputItem]) -> None:
+        """Keep ``items`` after the ones already kept (messages searchable, tool items not unless
+        ``searchable_tool_items``). Raises ValueError for an item over 16 KB or one jevmem refused."""
         if not items:
             return
-        report = await self._client.remember([observation_of(dict(i)) for i in items], self.session_id)
-        if report.get("rejected"):
-            raise ValueError(f"jevmem refused session items: {report.get('errors')}")
+        said: list[dict[str, Any]] = []
+        tools: list[dict[str, Any]] = []
+        for item, order in zip(items, self._orders(len(items)), strict=True):
+            plain = dict(item)
+            (said if self.searchable_tool_items or is_message(plain) else tools).append(observation_of(plain, order))
+        client = await self._clients.get()
+        for obs, conversation, user in ((said, self.session_id, self.user_id), (tools, self.tools_conversation, None)):
+            if obs:
+                report = await client.remember(obs, conversation, user)
+                if report.get("rejected"):
+                    raise ValueError(f"jevmem refused session items: {report.get('errors')}")
 
     async def pop_item(self) -> TResponseInputItem | None:
-        found = items_of(await self._client.nodes(self.session_id))
+        found = await self._items()
         if not found:
             return None
-        event_id, item = found[-1]
-        await self._client.forget(self.session_id, event_id)
+        conversation, event_id, item = found[-1]
+        await (await self._clients.get()).forget(conversation, event_id)
         return item
 
     async def clear_session(self) -> None:
-        await self._client.forget(self.session_id)
+        client = await self._clients.get()
+        await client.forget(self.session_id)
+        await client.forget(self.tools_conversation)
+
+    async def recall(self, question: str, top_k: int = 10, format: Format = "json") -> Any:
+        """Recall for ``question``: the user's memory (every conversation whose observations
+        carry ``user_id``) when the session has a ``user_id``, else this session's messages. The
+        API's answer: evidence (``json``) or ``{question, lines, text}`` (``prompt``)."""
+        client = await self._clients.get()
+        if self.user_id is not None:
+            return await client.recall(question, None, top_k, user_id=self.user_id, format=format)
+        return await client.recall(question, [self.session_id], top_k, format=format)

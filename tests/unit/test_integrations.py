@@ -1,25 +1,34 @@
 """The framework adapters (``jevmem.integrations``) against a real HTTP server of the embedded
 service, driven through each framework's own interface: LangGraph's ``BaseStore`` (and a compiled
-graph that uses it), LangChain's ``BaseRetriever``, the OpenAI Agents SDK's ``Session``."""
+graph that uses it), LangChain's ``BaseRetriever`` and recall tool, the OpenAI Agents SDK's
+``Session``; one object across several event loops, keys without ``admin``, users, and the error
+an adapter's import gives without its extra."""
 
 from __future__ import annotations
 
+import asyncio
+import importlib
+import json
 import os
+import re
 import subprocess
 import sys
+import tomllib
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypedDict
 
+import httpx
 import pytest
 from agents.memory import Session
+from langchain_core.tools import BaseTool
 from langgraph.graph import END, START, StateGraph
 from langgraph.store.base import BaseStore
 
-from jevmem.client import MemoryClient
-from jevmem.integrations.langchain import JevmemRetriever
-from jevmem.integrations.langgraph import JevmemStore, conversation_of, matches, namespace_of, text_of
+from jevmem.client import AsyncMemoryClient, MemoryClient
+from jevmem.integrations.langchain import NO_MEMORY, JevmemRecallTool, JevmemRetriever, is_line_of, pair_lines
+from jevmem.integrations.langgraph import AdminScopeRequired, JevmemStore, conversation_of, matches, namespace_of, text_of
 from jevmem.integrations.openai_agents import JevmemSession
 from jevmem.settings import Settings
 from jevmem.wiring import EmbeddedService
@@ -28,6 +37,7 @@ from query_api.http import create_app
 from storage.keys import SqliteKeyStore
 from tests.conftest import serve_http
 from topology.ports import Embedder
+from topology.schemas import Observation
 
 
 @dataclass
@@ -38,12 +48,11 @@ class Api:
 
 @pytest.fixture
 def api(model_embedder: Embedder) -> Iterator[Api]:
-    import asyncio
-
     store = SqliteKeyStore(":memory:")
     keys = {}
-    for name, tenant in [("a", "acme"), ("b", "globex")]:
-        keys[name], record = mint(tenant, ["ingest", "query", "admin"])
+    for name, tenant, scopes in [("a", "acme", ["ingest", "query", "admin"]), ("b", "globex", ["ingest", "query", "admin"]),
+                                 ("iq", "acme", ["ingest", "query"])]:
+        keys[name], record = mint(tenant, scopes)
         asyncio.run(store.create(record))
     service = EmbeddedService(Settings(), embedder=model_embedder, data_dir=":memory:")
     with serve_http(create_app(service, Authenticator(store, cache_seconds=0))) as url:
@@ -135,14 +144,55 @@ async def test_langchain_retriever_returns_documents_sync_and_async(api: Api) ->
     with MemoryClient(api.url, api.keys["a"]) as c:
         c.remember([{"event_id": "e1", "content": "I adopted a puppy named Biscuit", "speaker": "Ana",
                      "observed_at": "2023-05-08T10:00:00Z"},
-                    {"event_id": "e2", "content": "The marathon is in September", "speaker": "Ben"}], "chat-1")
+                    {"event_id": "e2", "content": "The marathon is in September", "speaker": "Ben"},
+                    {"event_id": "e3", "content": "I ran ten miles yesterday", "speaker": "Ben",
+                     "observed_at": "2023-06-02T09:00:00Z"}], "chat-1")
+        server = c.recall("What is the puppy called?", None, 2, format="prompt")
+        ran = c.recall("How far did Ben run?", None, 1, format="prompt")
     r = JevmemRetriever(base_url=api.url, api_key=api.keys["a"], top_k=2)
     docs = r.invoke("What is the puppy called?")
     assert docs[0].page_content == "I adopted a puppy named Biscuit"
     assert docs[0].metadata["conversation_id"] == "chat-1" and docs[0].metadata["speaker"] == "Ana"
     assert docs[0].metadata["prompt_line"] == "[recorded 2023-05-08] Ana: I adopted a puppy named Biscuit"
+    assert [d.metadata["prompt_line"] for d in docs] == server["lines"]  # the server's lines, not rebuilt
     assert [d.page_content for d in await r.ainvoke("What is the puppy called?")] == [d.page_content for d in docs]
     assert api.keys["a"] not in repr(r)  # the key is a secret
+    dated = JevmemRetriever(base_url=api.url, api_key=api.keys["a"], conversation_ids=["chat-1"], top_k=1)
+    [doc] = dated.invoke("How far did Ben run?")
+    assert doc.metadata["prompt_line"] == ran["lines"][0] == \
+        '[recorded 2023-06-02; event 2023-06-01 ("yesterday")] Ben: I ran ten miles yesterday'
+
+
+def test_prompt_lines_pair_with_their_evidence() -> None:
+    ana = {"speaker": "Ana", "content": "I live in Lyon"}
+    bare = {"speaker": None, "content": "yesterday"}
+    assert is_line_of("[recorded 2023-05-08] Ana: I live in Lyon (superseded by: I moved to Paris)", ana)
+    assert is_line_of("Ana: I live in Lyon", ana) and not is_line_of("Ana: I live in Lyon now", ana)
+    assert not is_line_of('[recorded 2023-05-08; event 2023-05-07 ("yesterday")] Ana: hi', bare)
+    assert is_line_of('[recorded 2023-05-08; event 2023-05-07 ("yesterday")] yesterday', bare)
+    assert pair_lines([ana, bare], ["yesterday", "Ana: I live in Lyon"]) == ["Ana: I live in Lyon", "yesterday"]
+    assert pair_lines([ana, bare], ["Ana: I live in Lyon"]) == ["Ana: I live in Lyon", None]
+
+
+async def test_langchain_recall_tool_returns_the_servers_prompt_text(api: Api) -> None:
+    with MemoryClient(api.url, api.keys["a"]) as c:
+        c.remember([{"event_id": "t1", "content": "My sister Lena lives in Oslo", "speaker": "Ana",
+                     "observed_at": "2023-05-08T10:00:00Z"}], "tool-chat", user_id="ana")
+        c.remember([{"event_id": "t2", "content": "My sister Mia lives in Rome", "speaker": "Bo"}], "tool-chat-bo",
+                   user_id="bo")
+        server = c.recall("Where does the sister live?", None, 3, user_id="ana", format="prompt")
+    tool = JevmemRecallTool(base_url=api.url, api_key=api.keys["a"], user_id="ana", top_k=3)
+    assert isinstance(tool, BaseTool) and tool.name == "recall_memory" and set(tool.args) == {"question"}
+    text = tool.invoke({"question": "Where does the sister live?"})
+    assert text == server["text"] and text.startswith("[recorded 2023-05-08] Ana: My sister Lena lives in Oslo")
+    assert "Rome" not in text  # only ana's memory
+    assert await tool.ainvoke({"question": "Where does the sister live?"}) == text
+    nobody = JevmemRecallTool(base_url=api.url, api_key=api.keys["a"], user_id="nobody")
+    assert nobody.invoke({"question": "Where does the sister live?"}) == NO_MEMORY
+    only_bo = JevmemRetriever(base_url=api.url, api_key=api.keys["a"], conversation_ids=["tool-chat-bo"], top_k=3)
+    assert {d.metadata["conversation_id"] for d in only_bo.invoke("Where does the sister live?")} == {"tool-chat-bo"}
+    by_user = JevmemRetriever(base_url=api.url, api_key=api.keys["a"], user_id="bo", top_k=3)
+    assert [d.page_content for d in by_user.invoke("Where does the sister live?")] == ["My sister Mia lives in Rome"]
 
 
 async def test_openai_agents_session_round_trips_items_in_order(api: Api) -> None:
@@ -169,6 +219,160 @@ async def test_openai_agents_session_round_trips_items_in_order(api: Api) -> Non
         assert await s.get_items() == []
     finally:
         await s.close()
+
+
+async def test_openai_agents_session_keeps_tool_items_out_of_recall_unless_asked(api: Api) -> None:
+    question = "What is the name of my dog?"
+    items: list[Any] = [{"role": "user", "content": "My dog is called Biscuit"},
+                        {"type": "function_call", "call_id": "c1", "name": "search_memory",
+                         "arguments": json.dumps({"query": question})},
+                        {"type": "function_call_output", "call_id": "c1", "output": f"no memory for: {question}"},
+                        {"type": "reasoning", "id": "r1", "summary": []},
+                        {"role": "assistant", "content": [{"type": "output_text", "text": "Your dog is Biscuit."}]}]
+    plain = JevmemSession("tools-hidden", api.url, api.keys["a"])
+    asked = JevmemSession("tools-shown", api.url, api.keys["a"], searchable_tool_items=True)
+    try:
+        for s in (plain, asked):
+            await s.add_items(items[:2])
+            await s.add_items(items[2:])
+            assert await s.get_items() == items  # history is whole, in order, either way
+        found = await plain.recall(question, top_k=10)
+        said = {"My dog is called Biscuit", "Your dog is Biscuit."}
+        assert found["evidence"] and {e["content"] for e in found["evidence"]} <= said
+        assert all(e["conversation_id"] == "tools-hidden" for e in found["evidence"])
+        with MemoryClient(api.url, api.keys["a"]) as c:
+            assert [n["event_id"] for n in c.nodes("tools-hidden")] and len(c.nodes("tools-hidden")) == 2
+            assert len(c.nodes(plain.tools_conversation)) == 3 and all(
+                n["user_id"] is None for n in c.nodes(plain.tools_conversation))
+        shown = await asked.recall(question, top_k=10)
+        assert any(e["content"].startswith("search_memory(") for e in shown["evidence"])
+        assert await plain.pop_item() == items[-1] and await plain.pop_item() == items[-2]
+        assert await plain.get_items() == items[:3]
+        await plain.clear_session()
+        assert await plain.get_items() == []
+        with MemoryClient(api.url, api.keys["a"]) as c:
+            assert c.nodes(plain.tools_conversation) == []
+    finally:
+        await plain.close()
+        await asked.close()
+
+
+def test_one_store_and_one_session_serve_two_event_loops(api: Api) -> None:
+    store = JevmemStore(api.url, api.keys["a"])
+    session = JevmemSession("loops", api.url, api.keys["a"])
+
+    async def turn(n: int) -> list[Any]:
+        await store.aput(("loops", "ana"), f"k{n}", {"content": f"fact number {n}"})
+        await session.add_items([{"role": "user", "content": f"turn {n}"}])
+        assert [i.key for i in await store.asearch(("loops",))] == [f"k{i}" for i in range(1, n + 1)]
+        return await session.get_items()
+
+    try:
+        assert asyncio.run(turn(1)) == [{"role": "user", "content": "turn 1"}]
+        assert asyncio.run(turn(2)) == [{"role": "user", "content": "turn 1"}, {"role": "user", "content": "turn 2"}]
+        assert asyncio.run(turn(3))[-1] == {"role": "user", "content": "turn 3"}
+        # each loop's client was closed as its asyncio.run ended
+        assert store._aclients._by_loop == {} and session._clients._by_loop == {}
+    finally:
+        store.close()
+
+
+def test_langgraph_put_of_a_new_key_needs_only_ingest(api: Api) -> None:
+    ns = ("ana", "memories")
+    with JevmemStore(api.url, api.keys["iq"]) as store:
+        store.put(ns, "pet", {"content": "Ana has a cat called Miso"})
+        store.put(ns, "food", {"content": "Ana likes ramen"})  # after the first refused forget: a read first
+        with pytest.raises(AdminScopeRequired, match="'admin' scope") as refused:
+            store.put(ns, "pet", {"content": "Ana has a dog"})
+        assert refused.value.status == 403 and refused.value.key == "pet" and refused.value.namespace == ns
+        with pytest.raises(AdminScopeRequired, match="'admin' scope"):
+            store.delete(ns, "food")
+        store.delete(ns, "never-written")  # nothing to forget: no error
+        got = store.get(ns, "pet")
+        assert got is not None and got.value == {"content": "Ana has a cat called Miso"}  # unchanged
+
+    async def async_put() -> None:
+        fresh = JevmemStore(api.url, api.keys["iq"])
+        await fresh.aput(ns, "drink", {"content": "Ana drinks tea"})
+        with pytest.raises(AdminScopeRequired):
+            await fresh.aput(ns, "drink", {"content": "Ana drinks coffee"})
+        fresh.close()
+
+    asyncio.run(async_put())
+    with JevmemStore(api.url, api.keys["a"]) as admin:  # an admin key replaces
+        admin.put(ns, "pet", {"content": "Ana has a dog"})
+        assert [h.value["content"] for h in admin.search(ns) if h.key == "pet"] == ["Ana has a dog"]
+
+
+async def test_users_langgraph_namespace_and_session_user_id(api: Api) -> None:
+    store = JevmemStore(api.url, api.keys["a"])  # the first label is the user
+    shared = JevmemStore(api.url, api.keys["a"], prefix="lgusers", user_label=None)
+    ana = JevmemSession("ana-session-2", api.url, api.keys["a"], user_id="ana")
+    bo = JevmemSession("bo-session-1", api.url, api.keys["a"], user_id="bo")
+    try:
+        await store.aput(("ana", "memories"), "home", {"content": "Ana lives in a houseboat in Amsterdam"})
+        await store.aput(("bo", "memories"), "home", {"content": "Bo lives in a houseboat in Utrecht"})
+        shared.put(("ana", "memories"), "x", {"content": "a houseboat note without a user"})
+        await ana.add_items([{"role": "user", "content": "I repainted my houseboat green"},
+                             {"type": "function_call", "call_id": "c", "name": "recall", "arguments": "{}"}])
+        await bo.add_items([{"role": "user", "content": "I repainted my houseboat blue"}])
+        async with AsyncMemoryClient(api.url, api.keys["a"]) as c:
+            [node] = await c.nodes(conversation_of("langgraph", ("ana", "memories")))
+            assert node["user_id"] == "ana"
+            assert [n["user_id"] for n in await c.nodes(conversation_of("lgusers", ("ana", "memories")))] == [None]
+            assert [n["user_id"] for n in await c.nodes("ana-session-2")] == ["ana"]
+        found = await ana.recall("Where is the houseboat?", top_k=10)
+        assert {e["conversation_id"] for e in found["evidence"]} == {"ana-session-2", "langgraph:ana.memories"}
+        lines = await bo.recall("Where is the houseboat?", top_k=10, format="prompt")
+        assert any(line.endswith("user: I repainted my houseboat blue") for line in lines["lines"])
+        assert "Utrecht" in lines["text"] and "green" not in lines["text"] and "Amsterdam" not in lines["text"]
+    finally:
+        store.close()
+        shared.close()
+        await store.aclose()
+        await shared.aclose()
+        await ana.close()
+        await bo.close()
+
+
+def test_the_client_sends_user_id_and_format_only_as_given() -> None:
+    seen: list[dict[str, Any]] = []
+
+    def answer(request: httpx.Request) -> httpx.Response:
+        seen.append(json.loads(request.content))
+        return httpx.Response(200, json={"accepted": 1, "rejected": 0, "errors": []})
+
+    with MemoryClient("http://jevmem.test", "k", transport=httpx.MockTransport(answer)) as c:
+        c.recall("q")
+        c.recall("q", ["c1"], 3, user_id="ana", format="prompt")
+        c.query("c1", "q", format="prompt")
+        c.remember([{"event_id": "e", "content": "x"}, {"event_id": "f", "content": "y", "user_id": "bo"}], "c1",
+                   user_id="ana")
+        c.remember([Observation(tenant_id="t", conversation_id="c1", event_id="g", content="z")])
+    assert seen[0] == {"question": "q", "top_k": 10, "format": "json"}
+    assert seen[1] == {"question": "q", "top_k": 3, "format": "prompt", "conversation_ids": ["c1"], "user_id": "ana"}
+    assert seen[2]["format"] == "prompt"
+    assert [i["user_id"] for i in seen[3]] == ["ana", "bo"]
+    assert "user_id" not in seen[4][0] and "tenant_id" not in seen[4][0]
+
+
+@pytest.mark.parametrize("adapter, missing, extra", [
+    ("jevmem.integrations.langgraph", "langgraph.store.base", "langgraph"),
+    ("jevmem.integrations.langchain", "langchain_core.callbacks", "langchain"),
+    ("jevmem.integrations.openai_agents", "agents.items", "openai-agents"),
+])
+def test_an_adapter_without_its_extra_names_the_extra(monkeypatch: pytest.MonkeyPatch, adapter: str, missing: str,
+                                                      extra: str) -> None:
+    monkeypatch.delitem(sys.modules, adapter)
+    monkeypatch.setitem(sys.modules, missing, None)  # as if the framework were not installed
+    with pytest.raises(ImportError, match=re.escape(f"pip install 'jevmem[{extra}]'")) as err:
+        importlib.import_module(adapter)
+    assert isinstance(err.value, ModuleNotFoundError) and err.value.name == missing
+    assert extra in pyproject()["project"]["optional-dependencies"]
+
+
+def pyproject() -> dict[str, Any]:
+    return tomllib.loads((Path(__file__).resolve().parents[2] / "pyproject.toml").read_text())
 
 
 @pytest.mark.parametrize("example, expected", [

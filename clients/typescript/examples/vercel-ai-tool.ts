@@ -20,11 +20,12 @@ export function memoryTools(client: MemoryClient, conversationId: string) {
       },
     }),
     recall: tool({
-      description: "Find what the user said earlier that bears on a question.",
+      description: "Find what the user said earlier that bears on a question (dated lines, best first).",
       inputSchema: z.object({ question: z.string().min(1) }),
       execute: async ({ question }) => {
-        const found = await client.recall(question, { conversationIds: [conversationId], topK: 5 });
-        return found.evidence.map((e) => (e.speaker ? `${e.speaker}: ${e.content}` : e.content));
+        // the server's prompt lines: recording date, the dates spoken of, speaker, text, what superseded it
+        const found = await client.recall(question, { conversationIds: [conversationId], topK: 5, format: "prompt" });
+        return found.lines;
       },
     }),
   };

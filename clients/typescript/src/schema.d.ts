@@ -276,34 +276,14 @@ export interface components {
             nodes: number;
         };
         /**
-         * ConversationTrace
-         * @description A short trace of one conversation's retrieval.
+         * ConversationShare
+         * @description A conversation whose memories entered the pool, and how many of the returned items it gave.
          */
-        ConversationTrace: {
-            /** Active Views */
-            active_views: string[];
-            /** Controller Calls */
-            controller_calls: number;
+        ConversationShare: {
             /** Conversation Id */
             conversation_id: string;
-            /** Depth */
-            depth: number;
-            /**
-             * Evidence
-             * @description How many of this conversation's items made the merged top-k.
-             */
+            /** Evidence */
             evidence: number;
-            /** Ms */
-            ms: number;
-            /**
-             * Route
-             * @description The router's view probabilities (2 decimals).
-             */
-            route: {
-                [key: string]: number;
-            };
-            /** Stop Reason */
-            stop_reason: string;
         };
         /**
          * DeadLetter
@@ -398,6 +378,8 @@ export interface components {
         Evidence: {
             /** Content */
             content: string;
+            /** Conversation Id */
+            conversation_id: string;
             /** Event Id */
             event_id: string;
             /** Event Time */
@@ -570,6 +552,8 @@ export interface components {
              *     }
              */
             types: components["schemas"]["TypeScores"];
+            /** User Id */
+            user_id?: string | null;
         };
         /**
          * Problem
@@ -642,63 +626,28 @@ export interface components {
         };
         /**
          * Recall
-         * @description Merged evidence, best first, with one short trace per searched conversation.
+         * @description Evidence, best first, the conversations that contributed, and a short trace.
          */
         Recall: {
-            /** Conversations */
-            conversations: components["schemas"]["ConversationTrace"][];
+            /**
+             * Conversations
+             * @description Every conversation whose memories entered the pool, first seen first.
+             */
+            conversations: components["schemas"]["ConversationShare"][];
             /** Evidence */
-            evidence: components["schemas"]["RecallEvidence"][];
+            evidence: components["schemas"]["Evidence"][];
             /** Ms */
             ms: number;
             /** Question */
             question: string;
-            /** Searched */
+            /**
+             * Searched
+             * @description How many conversations contributed candidates.
+             */
             searched: number;
-            /**
-             * Skipped
-             * @description Conversations not searched because of the cap of 50.
-             */
-            skipped: number;
-        };
-        /**
-         * RecallEvidence
-         * @description One piece of evidence and the conversation it came from.
-         */
-        RecallEvidence: {
-            /** Content */
-            content: string;
-            /** Conversation Id */
-            conversation_id: string;
-            /** Event Id */
-            event_id: string;
-            /** Event Time */
-            event_time: string | null;
-            /** Node Id */
-            node_id: string;
-            /** Observed At */
-            observed_at: string | null;
-            /** Provenance */
-            provenance: {
-                [key: string]: string;
-            };
-            /** Relevance */
-            relevance: number;
-            /** Score */
-            score: number;
-            /** Seq */
-            seq: number;
-            /** Speaker */
-            speaker: string | null;
-            /**
-             * Superseded By
-             * @default []
-             */
-            superseded_by: string[];
-            /** Temporal Refs */
-            temporal_refs: components["schemas"]["TemporalRef"][];
-            /** Via */
-            via: string;
+            trace: components["schemas"]["RecallTrace"];
+            /** User Id */
+            user_id?: string | null;
         };
         /**
          * RecallRequest
@@ -707,7 +656,7 @@ export interface components {
         RecallRequest: {
             /**
              * Conversation Ids
-             * @description Search only these conversations (at most 50); default: all of the tenant's.
+             * @description Search only these conversations (at most 1000); default: all of them.
              */
             conversation_ids?: string[] | null;
             /**
@@ -724,6 +673,34 @@ export interface components {
              * @default 10
              */
             top_k: number;
+            /**
+             * User Id
+             * @description Search only this user's memory (the observations that carried this user_id); default: every conversation of the tenant.
+             */
+            user_id?: string | null;
+        };
+        /**
+         * RecallTrace
+         * @description A short trace of the retrieval.
+         */
+        RecallTrace: {
+            /** Active Views */
+            active_views: string[];
+            /** Controller Calls */
+            controller_calls: number;
+            /** Depth */
+            depth: number;
+            /**
+             * Route
+             * @description The router's view probabilities (2 decimals).
+             */
+            route: {
+                [key: string]: number;
+            };
+            /** Stop Reason */
+            stop_reason: string;
+            /** Visited */
+            visited: number;
         };
         /** RoundTrace */
         RoundTrace: {
@@ -777,6 +754,11 @@ export interface components {
             };
             /** Controller Calls */
             controller_calls: number;
+            /**
+             * Conversations
+             * @default []
+             */
+            conversations: string[];
             /** Depth */
             depth: number;
             /** Examined Edges */
@@ -1379,6 +1361,8 @@ export interface operations {
                     speaker?: string | null;
                     /** Tenant Id */
                     tenant_id?: string;
+                    /** User Id */
+                    user_id?: string | null;
                 }[];
             };
         };
