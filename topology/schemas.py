@@ -198,12 +198,18 @@ class TemporalRef(BaseModel):
 
 
 class TypeScores(BaseModel):
+    """System One's typing of a node: the 4 type Nouls, and ``kind``, the typing task's ``kind``
+    Choice (label -> probability over statement, question, tool, advice, chatter; sums to 1).
+    ``kind`` is empty for nodes typed before that question existed; read it through
+    :func:`topology.systemone.turn_kinds.turn_kind`, which answers every label for every node."""
+
     model_config = ConfigDict(frozen=True)
 
     episodic: float = 0.0
     semantic: float = 0.0
     procedural: float = 0.0
     preference: float = 0.0
+    kind: dict[str, float] = Field(default_factory=dict)
 
 
 class MemoryNode(_Event):

@@ -19,6 +19,7 @@ from topology.systemone.catalog import ALL_TASKS, CONSOLIDATION, RELATION, ROUTE
 from topology.systemone.features import SCORE_FEATURES
 from topology.systemone.local import LocalSystemOne
 from topology.systemone.port import Answer, CountingSystemOne, Item, check_answers
+from topology.systemone.turn_kinds import TURN_KINDS
 from topology.systemone.typesafe import TypeSafeSystemOne
 
 #: A complete, valid state for every catalog task (the typed feature models).
@@ -42,8 +43,10 @@ async def test_local_backend_answers_every_catalog_question_in_range() -> None:
     answers = check_answers(items, await so.ask(items))
     for item, ans in zip(items, answers, strict=True):
         assert set(ans.nouls) == {q.key for q in item.task.nouls()}
+        assert set(ans.choices) == {q.key for q in item.task.choices()}
         for dist in ans.choices.values():
             assert sum(dist.values()) == pytest.approx(1.0)
+    assert set(answers[0].choices["kind"]) == set(TURN_KINDS)  # typing: the turn kind
 
 
 @pytest.mark.parametrize("task", ALL_TASKS, ids=lambda t: t.name)
@@ -63,6 +66,9 @@ async def test_local_backend_reads_the_cues() -> None:
                                              "speaker": "", "role": "user"})])
     assert pref.p("preference") > 0.5 > proc.p("preference")
     assert proc.p("procedural") > pref.p("procedural")
+    fact, ask = await so.ask([Item(TYPING, {"text": "I'm allergic to peanuts, by the way.", "speaker": "", "role": "user"}),
+                              Item(TYPING, {"text": "what am I allergic to again?", "speaker": "", "role": "user"})])
+    assert fact.choices["kind"]["statement"] > 0.5 and ask.choices["kind"]["question"] > 0.5
     when, why = await so.ask([Item(ROUTE, {"question": "When did Ana adopt Biscuit?"}),
                               Item(ROUTE, {"question": "Why did Ben stop running?"})])
     assert when.p("temporal") > why.p("temporal") and why.p("causal") > when.p("causal")
@@ -128,6 +134,16 @@ async def test_typesafe_backend_packs_a_batch_into_one_request(jev: Any) -> None
     assert answers[5].choices["representation"]["merge"] == pytest.approx(0.25)
 
 
+async def test_typesafe_backend_asks_and_maps_the_turn_kind(jev: Any) -> None:
+    fake, url = jev
+    so = CountingSystemOne(TypeSafeSystemOne(AsyncTypeSafeClient(api_key="test-key", base_url=url, compression=False)))
+    [answer] = await so.ask([Item(TYPING, STATES["typing"])])
+    await so.aclose()
+    kind = fake.requests[0]["questions"]["0.kind"]
+    assert kind["type"] == "choice" and list(kind["criteria"]) == list(TURN_KINDS)
+    assert answer.choices["kind"] == {k: pytest.approx(0.2) for k in TURN_KINDS}
+
+
 async def test_typesafe_backend_splits_large_batches(jev: Any) -> None:
     fake, url = jev
     so = TypeSafeSystemOne(AsyncTypeSafeClient(api_key="test-key", base_url=url, compression=False), max_questions=6)
@@ -156,5 +172,8 @@ async def test_pipeline_runs_on_the_typesafe_backend(jev: Any, embedder: Embedde
         assert report.write_calls == 2 and len(fake.requests) == 2  # typing + relations, whole batch
         edges = await mem.stores.edges.scan(chat_observations(n=1)[0].scope)
         assert any(e.created_by == "system_one" and e.probability == pytest.approx(0.7) for e in edges)
+        nodes = await mem.stores.nodes.scan(chat_observations(n=1)[0].scope)
+        # the uniform kind answered, stored (not the untyped default, which is also uniform)
+        assert nodes and all(n.types.kind == {k: pytest.approx(0.2) for k in TURN_KINDS} for n in nodes)
     finally:
         await mem.close()

@@ -1,4 +1,4 @@
-"""Node building and typing: entities, grounded dates, tokens, embedding, 4 type Nouls.
+"""Node building and typing: entities, grounded dates, tokens, embedding, 4 type Nouls and the turn kind.
 
 One embedding call and one System One request per batch, whatever its size.
 """
@@ -13,6 +13,7 @@ from topology.ports import Embedder
 from topology.schemas import MemoryNode, Observation, TypeScores
 from topology.systemone.catalog import TYPING
 from topology.systemone.port import Item, SystemOne
+from topology.systemone.turn_kinds import kind_distribution
 
 
 def embedding_text(speaker: str | None, content: str) -> str:
@@ -63,14 +64,18 @@ async def embed_nodes(nodes: Sequence[MemoryNode], embedder: Embedder) -> list[M
 
 
 async def type_only(nodes: Sequence[MemoryNode], so: SystemOne) -> list[MemoryNode]:
-    """The nodes with their 4 type scores: one System One request."""
+    """The nodes with their 4 type scores and their turn kind (the ``kind`` Choice's distribution
+    over statement, question, tool, advice, chatter, summing to 1): one System One request.
+    A kind answer lacking a label is a :class:`~topology.errors.SystemOneError`."""
     if not nodes:
         return []
     items = [Item(TYPING, {"text": n.content, "speaker": n.speaker or "", "role": n.role}) for n in nodes]
     answers = await so.ask(items)
     out = []
     for node, ans in zip(nodes, answers, strict=True):
-        types = TypeScores(**{k: round(ans.p(k), 6) for k in ("episodic", "semantic", "procedural", "preference")})
+        kind = kind_distribution(ans.choices.get("kind", {}))
+        types = TypeScores(**{k: round(ans.p(k), 6) for k in ("episodic", "semantic", "procedural", "preference")},
+                           kind={k: round(v, 6) for k, v in kind.items()})
         out.append(node.model_copy(update={"types": types}))
     return out
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from topology.systemone.port import Choice, Noul, Task
+from topology.systemone.turn_kinds import TURN_KINDS
 
 TYPING = Task(
     "typing",
@@ -11,6 +12,8 @@ TYPING = Task(
         Noul("semantic", "Does this memory state a general fact or lasting knowledge about someone or something?"),
         Noul("procedural", "Does this memory describe how to do something, steps, or a tool's operation?"),
         Noul("preference", "Does this memory express a like, dislike, wish or preference?"),
+        # statement, question, tool (call or result), advice, chatter (small talk)
+        Choice("kind", "What kind of turn is this?", TURN_KINDS),
     ),
 )
 

@@ -2,7 +2,9 @@
 
 It answers the catalog's questions with small logistic models over the typed features each stage
 puts in an item's ``state`` (:mod:`topology.systemone.features`; a missing feature is an error) and
-over lexical cues of the texts. Candidate relevance (the ``score`` task) is a learned logistic
+over lexical cues of the texts. The turn kind (the typing task's ``kind`` Choice) is a learned
+multinomial model over cue features and the role (:mod:`topology.systemone.turn_kinds`, trained by
+``scripts/train_turn_kinds.py``). Candidate relevance (the ``score`` task) is a learned logistic
 model whose weights ship with the package (:mod:`topology.systemone.learned`, trained by
 ``scripts/train_system_one.py``); the other models are hand-set priors documented next to each.
 """
@@ -31,6 +33,7 @@ from topology.systemone.features import (
 from topology.systemone.learned import SHIPPED_EMBEDDER, ScoreModel
 from topology.systemone.port import Answer, Item
 from topology.systemone.relation_model import RelationModel, relation_features
+from topology.systemone.turn_kinds import TurnKindModel
 from topology.text import alias_plausibility
 
 
@@ -83,16 +86,28 @@ def _cause_cue(text: str) -> float:
     return _hit(CAUSE_FWD, text)
 
 
-def typing(state: Mapping[str, Any]) -> Answer:
-    st = parse(TypingState, state)
+def typing(state: Mapping[str, Any], model: TurnKindModel | None = None) -> Answer:
+    """The 4 type Nouls (hand-set cue priors) and the ``kind`` Choice (``model``'s distribution,
+    default the shipped turn-kind model, :mod:`topology.systemone.turn_kinds`)."""
+    return typing_many([state], model)[0]
+
+
+def typing_many(states: Sequence[Mapping[str, Any]], model: TurnKindModel | None = None) -> list[Answer]:
+    """:func:`typing` for a batch: one turn-kind model evaluation for all (each answer as alone)."""
+    parsed = [parse(TypingState, s) for s in states]
+    kinds = (model or TurnKindModel.shipped()).answer([(st.text, st.role) for st in parsed])
+    return [Answer(nouls=_type_nouls(st), choices={"kind": kind}) for st, kind in zip(parsed, kinds, strict=True)]
+
+
+def _type_nouls(st: TypingState) -> dict[str, float]:
     text = st.text
     past, time, first = _hit(PAST, text), _hit(TIME, text), _hit(FIRST_PERSON, text)
-    return Answer(nouls={
+    return {
         "episodic": sigmoid(-1.2 + 1.4 * past + 1.0 * time + 0.6 * first),
         "semantic": sigmoid(-0.8 + 1.2 * _hit(COPULA, text) - 0.6 * past + 0.3 * (1 - first)),
         "procedural": sigmoid(-2.5 + 2.5 * _hit(PROCEDURE, text) + (1.0 if st.role == "tool" else 0.0)),
         "preference": sigmoid(-2.2 + 3.0 * _hit(PREFERENCE, text)),
-    })
+    }
 
 
 #: Cosine at which a pair sharing no words or entities is even odds semantic: above MiniLM's unrelated pairs (0.27 +- 0.13).
@@ -254,6 +269,10 @@ class LocalSystemOne:
         scored = [i for i, item in enumerate(items) if item.task.name == "score"]
         if scored:  # the hot read-path question: one batched model evaluation
             for i, answer in zip(scored, score_many([items[i].state for i in scored], self.score_model), strict=True):
+                out[i] = answer
+        typed = [i for i, item in enumerate(items) if item.task.name == "typing"]
+        if typed:  # every write's question: one turn-kind model evaluation for the batch
+            for i, answer in zip(typed, typing_many([items[i].state for i in typed]), strict=True):
                 out[i] = answer
         judged = [i for i, item in enumerate(items) if item.task.name == "relation"]
         if judged:  # the hot write-path question: likewise
