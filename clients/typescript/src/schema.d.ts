@@ -546,6 +546,7 @@ export interface components {
             /**
              * @default {
              *       "episodic": 0,
+             *       "kind": {},
              *       "preference": 0,
              *       "procedural": 0,
              *       "semantic": 0
@@ -778,13 +779,23 @@ export interface components {
             /** Visited */
             visited: number;
         };
-        /** TypeScores */
+        /**
+         * TypeScores
+         * @description System One's typing of a node: the 4 type Nouls, and ``kind``, the typing task's ``kind``
+         *     Choice (label -> probability over statement, question, tool, advice, chatter; sums to 1).
+         *     ``kind`` is empty for nodes typed before that question existed; read it through
+         *     :func:`topology.systemone.turn_kinds.turn_kind`, which answers every label for every node.
+         */
         TypeScores: {
             /**
              * Episodic
              * @default 0
              */
             episodic: number;
+            /** Kind */
+            kind?: {
+                [key: string]: number;
+            };
             /**
              * Preference
              * @default 0
