@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from datetime import UTC, datetime
 from typing import Any
 
@@ -267,8 +267,8 @@ class DistributedService:
     async def dead_letters(self, tenant_id: str, limit: int) -> list[DeadLetter]:
         return await self.stores.dead_letters.recent(limit, tenant_id)
 
-    async def conversations(self, tenant_id: str) -> list[tuple[str, int]]:
-        return await self.stores.nodes.conversations(tenant_id)
+    async def conversations(self, tenant_id: str, users: Collection[str] | None = None) -> list[tuple[str, int]]:
+        return await self.stores.nodes.conversations(tenant_id, users)
 
     async def decisions(self, scope: Scope) -> list[ConsolidationDecision]:
         return await self.stores.edges.decisions(scope)

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -172,8 +172,8 @@ class EmbeddedService:
     async def dead_letters(self, tenant_id: str, limit: int) -> list[DeadLetter]:
         return await self.mem.stores.dead_letters.recent(limit, tenant_id)
 
-    async def conversations(self, tenant_id: str) -> list[tuple[str, int]]:
-        return await self.mem.stores.nodes.conversations(tenant_id)
+    async def conversations(self, tenant_id: str, users: Collection[str] | None = None) -> list[tuple[str, int]]:
+        return await self.mem.stores.nodes.conversations(tenant_id, users)
 
     async def decisions(self, scope: Scope) -> list[ConsolidationDecision]:
         return await self.mem.stores.edges.decisions(scope)

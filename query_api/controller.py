@@ -40,6 +40,7 @@ from topology.schemas import MemoryNode, Realm, Scope, TemporalRef, View
 from topology.systemone.catalog import ASSESS, ROUTE, SCORE
 from topology.systemone.features import AssessState, ScoreState
 from topology.systemone.port import CountingSystemOne, Item, SystemOne
+from topology.systemone.turn_kinds import turn_kind
 
 _NAME = re.compile(r"\b[A-Z][a-zA-Z'-]+")
 
@@ -514,7 +515,9 @@ class RetrievalController:
             s = formulas.combined_score(
                 z=row.cosine, a=relevance, p_g=c.p_g, l=useful, n=novelty, pi_e=c.pi_e, c=supports, w=w)
             rho = formulas.recency_rho(run.t_star, c.node.observed_at)
-            c.score = formulas.recency_adjust(s, r, rho, self.params.recency_weight)
+            c.score = formulas.kind_adjust(formulas.recency_adjust(s, r, rho, self.params.recency_weight),
+                                           turn_kind(c.node.types) if c.node.types.kind else {},  # untyped: as is
+                                           self.params.kind_penalty)
             c.relevance = relevance
         if self.recorder is not None and len(cands) == len(st.pool):
             self.recorder(st.question, [c.node for c in cands],

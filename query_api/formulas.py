@@ -6,7 +6,7 @@ import math
 from collections.abc import Mapping, Sequence
 from datetime import datetime
 
-from topology.params import Params, ScoreWeights
+from topology.params import KindPenalties, Params, ScoreWeights
 from topology.schemas import VIEWS, View
 
 
@@ -80,6 +80,13 @@ def recency_rho(t_star: datetime | None, t_v: datetime | None) -> float:
 def recency_adjust(s: float, r: float, rho: float, weight: float) -> float:
     """s' = (s + weight*r*rho) / (1 + weight*r)."""
     return (s + weight * r * rho) / (1.0 + weight * r)
+
+
+def kind_adjust(s: float, kind: Mapping[str, float], penalty: KindPenalties) -> float:
+    """s' = s * (1 - min(1, sum_k penalty_k * p(kind_k))) over the kinds ``penalty`` names
+    (:class:`~topology.params.KindPenalties`; a statement is never penalised)."""
+    cut = sum(float(getattr(penalty, k)) * p for k, p in kind.items() if k in KindPenalties.model_fields)
+    return s * (1.0 - min(1.0, max(0.0, cut)))
 
 
 def stop_reason(assess: Mapping[str, float], params: Params) -> str | None:

@@ -54,7 +54,7 @@ from starlette.types import Scope as AsgiScope
 
 from query_api import mcp_server
 from query_api import service as svc
-from query_api.auth import Authenticator, Principal, require, same_tenant, user_of, whole_tenant
+from query_api.auth import Authenticator, Principal, require, user_of, whole_tenant
 from query_api.controller import Retrieval
 from query_api.items import ItemError, safe
 from query_api.recall import FORMAT_HELP, EvidenceFormat, PromptEvidence, Recall, RecallRequest
@@ -62,7 +62,7 @@ from query_api.service import ForgetAccepted, ForgetApplied, ForgetResult, Memor
 from query_api.ui import mount_ui
 from topology import limits, observe
 from topology.errors import InvalidRequest, JevMemError
-from topology.schemas import ConsolidationDecision, DeadLetter, EdgeEvent, Ident, MemoryNode, Observation, Scope
+from topology.schemas import ConsolidationDecision, DeadLetter, EdgeEvent, Ident, MemoryNode, Observation
 
 __all__ = ["MemoryService", "create_app", "routes"]  # MemoryService: the port, from query_api.service
 
@@ -300,9 +300,6 @@ def routes(service: MemoryService, auth: Authenticator) -> APIRouter:
     query_key = Depends(caller("query"))
     admin_key = Depends(caller("admin"))
 
-    def scope_of(who: Principal, conversation_id: str, tenant_id: str | None = None) -> Scope:
-        whole_tenant(who)
-        return Scope(tenant_id=same_tenant(who, tenant_id), conversation_id=conversation_id)
 
     async def refuse_body(body: bytes, who: Principal, status: int, reason: str) -> JSONResponse:
         await svc.dead_letter(service, [DeadLetter.of(body, reason, "http:body", who.tenant_id)], "http")
@@ -334,7 +331,8 @@ def routes(service: MemoryService, auth: Authenticator) -> APIRouter:
     @router.post("/query", response_model=QueryResponse | PromptEvidence, responses=documented(400, 404, 413, 422, 502))
     async def query(req: QueryRequest, who: Principal = query_key) -> QueryResponse | PromptEvidence:
         with observe.timed("query"):
-            res = await svc.retrieve(service, scope_of(who, req.conversation_id, req.tenant_id), req.question, req.top_k)
+            scope = await svc.scope_for(service, who, req.conversation_id, req.tenant_id)
+            res = await svc.retrieve(service, scope, req.question, req.top_k)
         observe.measure("controller_requests_per_query", res.trace.controller_calls)
         answer = await service.answer(req.question, [e.for_prompt() for e in res.evidence]) if req.answer else None
         log.info("query", extra={"evidence": len(res.evidence), "controller_calls": res.trace.controller_calls,
@@ -351,33 +349,32 @@ def routes(service: MemoryService, auth: Authenticator) -> APIRouter:
 
     @router.get("/conversations", response_model=list[Conversation])
     async def conversations(who: Principal = query_key) -> list[Conversation]:
-        whole_tenant(who)
-        return [Conversation(conversation_id=c, nodes=n) for c, n in await service.conversations(who.tenant_id)]
+        return [Conversation(conversation_id=c, nodes=n) for c, n in await svc.listed(service, who)]
 
     reads = documented(404, 422)
 
     @router.get("/conversations/{conversation_id}/decisions", response_model=list[ConsolidationDecision],
                 responses=reads)
     async def decisions(conversation_id: ConvId, who: Principal = query_key) -> list[ConsolidationDecision]:
-        return await svc.decisions(service, scope_of(who, conversation_id))
+        return await svc.decisions(service, await svc.scope_for(service, who, conversation_id))
 
     @router.get("/conversations/{conversation_id}/nodes", response_model=list[MemoryNode], responses=reads)
     async def nodes(conversation_id: ConvId, who: Principal = query_key) -> list[MemoryNode]:
-        return await svc.nodes(service, scope_of(who, conversation_id))
+        return await svc.nodes(service, await svc.scope_for(service, who, conversation_id))
 
     @router.get("/conversations/{conversation_id}/edges", response_model=list[EdgeEvent], responses=reads)
     async def edges(conversation_id: ConvId, who: Principal = query_key) -> list[EdgeEvent]:
-        return await svc.edges(service, scope_of(who, conversation_id))
+        return await svc.edges(service, await svc.scope_for(service, who, conversation_id))
 
     @router.get("/tenants/{tenant_id}/conversations/{conversation_id}/nodes", response_model=list[MemoryNode],
                 responses=reads)
     async def tenant_nodes(tenant_id: TenantId, conversation_id: ConvId, who: Principal = query_key) -> list[MemoryNode]:
-        return await svc.nodes(service, scope_of(who, conversation_id, tenant_id))
+        return await svc.nodes(service, await svc.scope_for(service, who, conversation_id, tenant_id))
 
     @router.get("/tenants/{tenant_id}/conversations/{conversation_id}/edges", response_model=list[EdgeEvent],
                 responses=reads)
     async def tenant_edges(tenant_id: TenantId, conversation_id: ConvId, who: Principal = query_key) -> list[EdgeEvent]:
-        return await svc.edges(service, scope_of(who, conversation_id, tenant_id))
+        return await svc.edges(service, await svc.scope_for(service, who, conversation_id, tenant_id))
 
     forget_responses: dict[int | str, dict[str, Any]] = {
         200: {"model": ForgetApplied, "description": "Forgotten (embedded): what was removed."},
@@ -391,7 +388,7 @@ def routes(service: MemoryService, auth: Authenticator) -> APIRouter:
 
     @router.delete("/conversations/{conversation_id}", response_model=None, responses=forget_responses)
     async def forget_conversation(conversation_id: ConvId, who: Principal = admin_key) -> JSONResponse:
-        return forgotten(await service.forget(scope_of(who, conversation_id), None))
+        return forgotten(await service.forget(await svc.scope_for(service, who, conversation_id), None))
 
     @router.delete("/conversations/{conversation_id}/observations/{event_id}", response_model=None,
                    responses=forget_responses)
@@ -399,7 +396,7 @@ def routes(service: MemoryService, auth: Authenticator) -> APIRouter:
         problem = limits.text_problem(event_id, control=True)
         if problem is not None:
             raise InvalidRequest(f"event_id {problem}", where=("path", "event_id"))
-        return forgotten(await service.forget(scope_of(who, conversation_id), event_id))
+        return forgotten(await service.forget(await svc.scope_for(service, who, conversation_id), event_id))
 
     @router.get("/dead-letters", response_model=list[DeadLetter], responses=documented(422))
     async def dead_letters(limit: Annotated[int, Query(ge=1, le=1000)] = 100,

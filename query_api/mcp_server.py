@@ -54,13 +54,13 @@ from starlette.types import Receive, Send
 from starlette.types import Scope as AsgiScope
 
 from query_api import service as svc
-from query_api.auth import ApiScope, Authenticator, Principal, Unauthenticated, require, user_of, whole_tenant
+from query_api.auth import ApiScope, Authenticator, Principal, Unauthenticated, require, user_of
 from query_api.items import ItemError
 from query_api.recall import FORMAT_HELP, MAX_CONVERSATIONS, EvidenceFormat, PromptEvidence
 from query_api.service import MemoryService
 from topology import limits
 from topology.errors import JevMemError
-from topology.schemas import EdgeEvent, MemoryNode, Observation, Scope, describe
+from topology.schemas import EdgeEvent, MemoryNode, Observation, describe
 
 PRINCIPAL_KEY = "jevmem.principal"
 """Where the HTTP guard leaves the verified :class:`Principal` in the ASGI scope of an MCP request."""
@@ -232,8 +232,7 @@ def build_server(service: MemoryService, principal_of: PrincipalOf) -> MCPServer
             who = await caller(ctx, "admin")
             if event_id is not None and (problem := limits.text_problem(event_id, control=True)) is not None:
                 raise ToolError(f"event_id {problem}")
-            whole_tenant(who)
-            result = await service.forget(Scope(tenant_id=who.tenant_id, conversation_id=conversation_id), event_id)
+            result = await service.forget(await svc.scope_for(service, who, conversation_id), event_id)
             return result.model_dump()
 
     @server.tool(description=f"A conversation's memory graph: its latest nodes (content cut to {CONTENT_CHARS} "
@@ -244,8 +243,7 @@ def build_server(service: MemoryService, principal_of: PrincipalOf) -> MCPServer
                     ) -> Graph:
         with tool_errors():
             who = await caller(ctx, "query")
-            whole_tenant(who)
-            scope = Scope(tenant_id=who.tenant_id, conversation_id=conversation_id)
+            scope = await svc.scope_for(service, who, conversation_id)
             return compact_graph(conversation_id, await svc.nodes(service, scope), await service.edges(scope), limit)
 
     @server.tool(description="Your conversations in memory, with their node counts.",
@@ -253,9 +251,8 @@ def build_server(service: MemoryService, principal_of: PrincipalOf) -> MCPServer
     async def conversations(ctx: Context[Any, Any]) -> Conversations:
         with tool_errors():
             who = await caller(ctx, "query")
-            whole_tenant(who)
             return Conversations(conversations=[ConversationInfo(conversation_id=c, nodes=n)
-                                                for c, n in await service.conversations(who.tenant_id)])
+                                                for c, n in await svc.listed(service, who)])
 
     return server
 

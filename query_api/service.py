@@ -9,7 +9,7 @@ and renders an :class:`ErrorAnswer` its own way (an HTTP response, an MCP error 
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol
 
@@ -100,8 +100,9 @@ class MemoryService(Protocol):
 
     async def edges(self, scope: Scope) -> list[EdgeEvent]: ...
 
-    async def conversations(self, tenant_id: str) -> list[tuple[str, int]]:
-        """The tenant's conversations with their node counts."""
+    async def conversations(self, tenant_id: str, users: Collection[str] | None = None) -> list[tuple[str, int]]:
+        """The tenant's conversations with their node counts (with ``users``: those whose every
+        node carries one of them as its ``user_id``)."""
         ...
 
     async def decisions(self, scope: Scope) -> list[ConsolidationDecision]: ...
@@ -163,6 +164,23 @@ async def dead_letter(service: MemoryService, letters: Sequence[DeadLetter], sou
     if letters:
         await service.reject(letters)
         observe.count("dead_letter", len(letters), source)
+
+
+async def listed(service: MemoryService, who: Principal) -> list[tuple[str, int]]:
+    """The caller's conversations with node counts: the tenant's, or, for a key limited to users,
+    those whose every memory is one of its users'."""
+    return await service.conversations(who.tenant_id, who.users)
+
+
+async def scope_for(service: MemoryService, who: Principal, conversation_id: str, tenant_id: str | None = None) -> Scope:
+    """The scope of a call addressed to a conversation: :class:`~topology.errors.Forbidden` when
+    ``tenant_id`` names another tenant, or, for a key limited to users, when the conversation holds
+    a memory of anyone else (or nothing: the key may not learn whether others' conversations exist)."""
+    scope = Scope(tenant_id=same_tenant(who, tenant_id), conversation_id=conversation_id)
+    if who.users is not None and not any(c == conversation_id for c, _ in await listed(service, who)):
+        raise Forbidden(f"this key is limited to users {', '.join(sorted(who.users))}: conversation "
+                        f"{conversation_id!r} is not theirs alone")
+    return scope
 
 
 async def require_known(service: MemoryService, scope: Scope) -> None:

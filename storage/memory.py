@@ -9,7 +9,7 @@ store keeps them. One process, no persistence, no locking beyond the event loop.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 
 import numpy as np
 
@@ -75,9 +75,10 @@ class MemoryNodeStore:
     async def scan(self, scope: Scope) -> list[MemoryNode]:
         return [n.without_embedding() for n in sorted(self._scope(scope).values(), key=lambda n: (n.seq, n.id))]
 
-    async def conversations(self, tenant_id: str) -> list[tuple[str, int]]:
+    async def conversations(self, tenant_id: str, users: Collection[str] | None = None) -> list[tuple[str, int]]:
         return sorted((s.conversation_id, len(held)) for s, held in self._nodes.items()
-                      if s.tenant_id == tenant_id and held)
+                      if s.tenant_id == tenant_id and held
+                      and (users is None or all(n.user_id in users for n in held.values())))
 
     async def sharing_entities_before(self, scope: Scope, entity_ids: Sequence[str], before_seq: int,
                                       limit: int) -> list[str]:

@@ -15,7 +15,7 @@ ids)`` only ever touches the scope's records; ``delete_scope(scope)`` removes al
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 from typing import Protocol, runtime_checkable
 
@@ -198,8 +198,9 @@ class NodeEraser(Protocol):
 
 
 class TenantConversations(Protocol):
-    async def conversations(self, tenant_id: str) -> list[tuple[str, int]]:
-        """The tenant's conversations that hold nodes, with their node counts, by conversation id."""
+    async def conversations(self, tenant_id: str, users: Collection[str] | None = None) -> list[tuple[str, int]]:
+        """The tenant's conversations that hold nodes, with their node counts, by conversation id;
+        with ``users``, only those whose every node carries one of them as its ``user_id``."""
         ...
 
 

@@ -18,7 +18,7 @@ import logging
 import sqlite3
 import zlib
 from collections import OrderedDict
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from pathlib import Path
 
 import numpy as np
@@ -412,9 +412,17 @@ class SqliteNodeStore(Base):
         return [MemoryNode.model_validate_json(_body(r[0])) for r in rows], _matrix([r[1] for r in rows], dim)
 
     @translated
-    async def conversations(self, tenant_id: str) -> list[tuple[str, int]]:
-        rows = self._conn.execute("SELECT conv, count(*) FROM nodes WHERE tenant=? GROUP BY conv ORDER BY conv",
-                                  (tenant_id,)).fetchall()
+    async def conversations(self, tenant_id: str, users: Collection[str] | None = None) -> list[tuple[str, int]]:
+        if users is None:
+            rows = self._conn.execute("SELECT conv, count(*) FROM nodes WHERE tenant=? GROUP BY conv ORDER BY conv",
+                                      (tenant_id,)).fetchall()
+        else:
+            wanted = sorted(users)
+            marks = ",".join("?" * len(wanted))
+            rows = self._conn.execute(
+                "SELECT conv, count(*) FROM nodes WHERE tenant=? GROUP BY conv "
+                f"HAVING SUM(CASE WHEN user IN ({marks}) THEN 0 ELSE 1 END) = 0 ORDER BY conv",
+                (tenant_id, *wanted)).fetchall() if wanted else []
         return [(str(c), int(n)) for c, n in rows]
 
     @translated

@@ -62,6 +62,21 @@ class ScoreWeights(BaseModel):
     support: float = 0.0
 
 
+class KindPenalties(BaseModel):
+    """How much a candidate's score falls with the probability that its turn is of each kind
+    (System One's typing ``kind``): ``s' = s * (1 - sum_k penalty_k * p(kind_k))``. A question about
+    a fact is answered by a statement of it, not by another question, a tool call or result, advice
+    or small talk; a statement keeps its score. Values measured with ``jevmem bench users`` on
+    its training wordings (docs/benchmarks.md, "User memory across sessions")."""
+
+    model_config = ConfigDict(frozen=True)
+
+    question: float = 0.0
+    tool: float = 0.0
+    advice: float = 0.0
+    chatter: float = 0.0
+
+
 class HardLimits(BaseModel):
     """Per-query ceilings that no controller answer can lift."""
 
@@ -106,4 +121,5 @@ class Params(BaseModel):
     recency_weight: float = RECENCY_WEIGHT
     top_k: int = 10
     weights: ScoreWeights = ScoreWeights()
+    kind_penalty: KindPenalties = KindPenalties()
     limits: HardLimits = HardLimits()

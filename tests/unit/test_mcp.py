@@ -292,13 +292,23 @@ async def test_a_key_limited_to_users_remembers_and_recalls_only_theirs(api: Api
         mine = ana.post("/v1/recall", json={"question": "What is my locker code?"}).json()
         assert {e["conversation_id"] for e in mine["evidence"]} == {"s3"} and mine["user_id"] == "ana"
         assert ana.post("/v1/recall", json={"question": "locker code", "user_id": "ben"}).status_code == 403
-        for path in ("/v1/conversations", "/v1/conversations/s3/nodes", "/v1/dead-letters"):
+        # her own conversations read as any key's; anyone else's (or a mixed one) is refused, as are dead letters
+        assert ana.get("/v1/conversations").json() == [{"conversation_id": "s3", "nodes": 1}]
+        assert ana.get("/v1/conversations/s3/nodes").json()[0]["user_id"] == "ana"
+        assert ana.post("/v1/query", json={"conversation_id": "s3", "question": "code"}).json()["evidence"]
+        for path in ("/v1/conversations/s1/nodes", "/v1/conversations/nope/edges", "/v1/dead-letters"):
             res = ana.get(path)
             assert res.status_code == 403 and "limited to users ana" in res.json()["detail"], path
-        assert ana.post("/v1/query", json={"conversation_id": "s3", "question": "code"}).status_code == 403
+        assert ana.delete("/v1/conversations/s1").status_code == 403
+    with client("a") as whole:  # a turn of another user joins her conversation: no longer hers alone
+        whole.post("/v1/observations", json=[{"conversation_id": "s3", "event_id": "b2", "user_id": "ben",
+                                              "content": "Ben joined the chat."}])
+    with client("ana") as ana:
+        assert ana.get("/v1/conversations").json() == []
+        assert ana.get("/v1/conversations/s3/nodes").status_code == 403
     with client("ana_ben") as both:
         assert both.post("/v1/recall", json={"question": "locker code"}).status_code == 403  # which user?
         ben = both.post("/v1/recall", json={"question": "locker code", "user_id": "ben"}).json()
-        assert {e["conversation_id"] for e in ben["evidence"]} == {"s1"}
+        assert {e["content"] for e in ben["evidence"]} == {"Ben's locker code is 9921.", "Ben joined the chat."}
         unnamed = both.post("/v1/observations", json=[{"conversation_id": "s4", "event_id": "x", "content": "hi"}])
         assert unnamed.status_code == 403
