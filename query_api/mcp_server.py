@@ -10,10 +10,11 @@ Tools (each calls the same :class:`~query_api.service.MemoryService`, through th
   agent rarely has: ``conversation_id`` (from the argument, for items without one) and
   ``event_id`` (a fresh ``mcp-<uuid>`` for items without one; the ids are returned, since an
   event id is the idempotency key: a retried call without ids writes the items again).
-- ``recall`` (``query``): evidence for a question from one conversation, several, or all of the
-  tenant's (:func:`query_api.recall.recall`: capped fan-out, merged by score, each item with its
-  ``conversation_id``), with a short trace per conversation (route, depth, stop reason,
-  controller calls, ms).
+- ``recall`` (``query``): evidence for a question from one user's memory, one conversation,
+  several, or all of the tenant's (:func:`query_api.recall.recall`: one search, one ranking, each
+  item with its ``conversation_id``), with the contributing conversations and a short trace. The
+  text the model reads is compact JSON, or, with ``format: "prompt"``, the prompt lines alone
+  (``{"text": ...}`` as structured content).
 - ``forget`` (``admin``): one observation (``event_id``) or a whole conversation.
 - ``graph`` (``query``): a conversation's memory graph, compact (the latest ``limit`` nodes with
   content cut to :data:`CONTENT_CHARS` characters, and the edges among them); an error result
@@ -42,11 +43,12 @@ from contextlib import asynccontextmanager, contextmanager
 from datetime import datetime
 from typing import Annotated, Any
 
+import orjson
 from fastapi import FastAPI
 from mcp.server.mcpserver import Context, MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
 from mcp.server.transport_security import TransportSecuritySettings
-from mcp_types import ToolAnnotations
+from mcp_types import CallToolResult, TextContent, ToolAnnotations
 from pydantic import BaseModel, Field, ValidationError
 from starlette.responses import JSONResponse
 from starlette.routing import Route
@@ -212,15 +214,19 @@ def build_server(service: MemoryService, principal_of: PrincipalOf) -> MCPServer
             "Only this user's memory (default: every conversation of yours)."))] = None,
         top_k: Annotated[int, Field(ge=1, le=50, description="How many pieces of evidence.")] = 10,
         format: Annotated[EvidenceFormat, Field(description=FORMAT_HELP)] = "json",
-    ) -> dict[str, Any]:
-        # a plain object either way (a union return would be wrapped in {"result": ...}): the
-        # json format's fields stay at the top level as they always were
+    ) -> CallToolResult:
+        # what the model reads is the text content: the prompt lines alone for the prompt format,
+        # compact JSON for the json one (the structured content carries the same for programs)
         with tool_errors():
             who = await caller(ctx, "query")
             found = await svc.recall_across(service, who.tenant_id, question, top_k, conversation_ids,
                                             user_of(who, user_id))
-            out = PromptEvidence.of(question, found.evidence) if format == "prompt" else found
-            return out.model_dump(mode="json")
+            if format == "prompt":
+                text = PromptEvidence.of(question, found.evidence).text
+                return CallToolResult(content=[TextContent(type="text", text=text)], structured_content={"text": text})
+            out = found.model_dump(mode="json")
+            return CallToolResult(content=[TextContent(type="text", text=orjson.dumps(out).decode())],
+                                  structured_content=out)
 
     @server.tool(description="Forget one observation (event_id) or, without event_id, a whole conversation: its "
                              "nodes, edges and derived memories. Needs an admin key.",

@@ -16,6 +16,7 @@ from typing import Any
 
 import httpx
 import httpx2  # the MCP SDK's HTTP client (a dependency of mcp)
+import orjson
 import pytest
 from mcp import Client
 from mcp.client.stdio import StdioServerParameters
@@ -269,8 +270,14 @@ async def test_prompt_format_answers_the_compact_lines_over_http_and_mcp(api: Ap
         recall = (await http.post("/v1/recall", json={"question": "the puppy", "top_k": 2, "format": "prompt"})).json()
         assert len(recall["lines"]) == 2 and len(recall["text"]) < len(str(full))
     async with mcp_http(api, "a") as c:
-        got = await call(c, "recall", question="the puppy", conversation_ids=["fmt"], top_k=3, format="prompt")
-        assert got["lines"] == short["lines"]
+        res = await c.call_tool("recall", {"question": "the puppy", "conversation_ids": ["fmt"], "top_k": 3,
+                                           "format": "prompt"})
+        # what the model reads: the prompt lines alone, one text block
+        assert not res.is_error and [b.text for b in res.content] == [short["text"]]  # type: ignore[union-attr]
+        assert res.structured_content == {"text": short["text"]}
+        js = await c.call_tool("recall", {"question": "the puppy", "conversation_ids": ["fmt"], "top_k": 3})
+        assert orjson.loads(js.content[0].text) == js.structured_content  # type: ignore[union-attr]
+        assert "\n" not in js.content[0].text  # type: ignore[union-attr]  # compact JSON
 
 
 async def test_a_key_limited_to_users_remembers_and_recalls_only_theirs(api: Api) -> None:
