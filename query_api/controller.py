@@ -185,6 +185,8 @@ class _Run:
     remaining: dict[View, int] = field(default_factory=dict)
     examined: int = 0
     stop: str = "depth"
+    #: a recall over many conversations (scored by ``Params.realm``)
+    realm: bool = False
 
 
 #: Called with the states of the final scoring of a query's pool (for training and inspection).
@@ -259,6 +261,7 @@ class RetrievalController:
         System One answers. Store and System One errors propagate."""
         reach = self.reach(where)
         run = await self._route(reach, question)
+        run.realm = isinstance(where, Realm)
         await self._anchor(reach, run)
         for rnd in range(1, run.depth + 1):
             if not await self._round(reach, run, rnd):
@@ -511,13 +514,16 @@ class RetrievalController:
 
         judged = await self.scorer.judge(run.so, st.question, rows, texts)
         w, r = self.params.weights, st.route["recency"]
+        realm = self.params.realm if run.realm else None
         for c, row, (relevance, useful, novelty, supports) in zip(cands, rows, judged, strict=True):
             s = formulas.combined_score(
                 z=row.cosine, a=relevance, p_g=c.p_g, l=useful, n=novelty, pi_e=c.pi_e, c=supports, w=w)
+            if realm is not None:  # one pool over many conversations (RealmRanking)
+                s = realm.relevance_weight * relevance + (1.0 - realm.relevance_weight) * row.cosine_in_pool
             rho = formulas.recency_rho(run.t_star, c.node.observed_at)
-            c.score = formulas.kind_adjust(formulas.recency_adjust(s, r, rho, self.params.recency_weight),
-                                           turn_kind(c.node.types) if c.node.types.kind else {},  # untyped: as is
-                                           self.params.kind_penalty)
+            c.score = formulas.recency_adjust(s, r, rho, self.params.recency_weight)
+            if realm is not None and c.node.types.kind:  # an untyped node keeps its score
+                c.score = formulas.kind_adjust(c.score, turn_kind(c.node.types), realm.kind_penalty)
             c.relevance = relevance
         if self.recorder is not None and len(cands) == len(st.pool):
             self.recorder(st.question, [c.node for c in cands],

@@ -65,16 +65,31 @@ class ScoreWeights(BaseModel):
 class KindPenalties(BaseModel):
     """How much a candidate's score falls with the probability that its turn is of each kind
     (System One's typing ``kind``): ``s' = s * (1 - sum_k penalty_k * p(kind_k))``. A question about
-    a fact is answered by a statement of it, not by another question, a tool call or result, advice
-    or small talk; a statement keeps its score. Values measured with ``jevmem bench users`` on
-    its training wordings (docs/benchmarks.md, "User memory across sessions")."""
+    a fact is answered by a statement of it, not by another question (the user asking it again), a
+    tool call or result, or advice about it; a statement keeps its score. Small talk is not
+    penalised: a fact said in passing inside chatter is typed partly chatter."""
 
     model_config = ConfigDict(frozen=True)
 
-    question: float = 0.0
-    tool: float = 0.0
-    advice: float = 0.0
+    question: float = 0.9
+    tool: float = 0.9
+    advice: float = 0.6
     chatter: float = 0.0
+
+
+class RealmRanking(BaseModel):
+    """How a recall over many conversations (a user's sessions) scores its one pool:
+    ``s = (relevance_weight * relevance + (1 - relevance_weight) * cosine_in_pool)``, recency-adjusted,
+    then :class:`KindPenalties`. The learned relevance was trained on single conversations, where
+    the turns around an answer tell it apart; across sessions its values are small and flat, and
+    the question's cosine (normalised in the pool) carries the ranking. Chosen on
+    ``jevmem bench users``'s training wordings with ``scripts/tune_kind_penalty.py`` and checked on
+    held-out wordings (docs/benchmarks.md, "User memory across sessions")."""
+
+    model_config = ConfigDict(frozen=True)
+
+    relevance_weight: float = 0.5
+    kind_penalty: KindPenalties = KindPenalties()
 
 
 class HardLimits(BaseModel):
@@ -121,5 +136,5 @@ class Params(BaseModel):
     recency_weight: float = RECENCY_WEIGHT
     top_k: int = 10
     weights: ScoreWeights = ScoreWeights()
-    kind_penalty: KindPenalties = KindPenalties()
+    realm: RealmRanking = RealmRanking()
     limits: HardLimits = HardLimits()
