@@ -245,15 +245,15 @@ class DistributedService:
         assert self._producer is not None
         await self._producer.dead_letter(letters)
 
-    async def retrieve(self, scope: Scope, question: str, top_k: int) -> Retrieval:
+    async def retrieve(self, scope: Scope, question: str, top_k: int, as_of: datetime | None = None) -> Retrieval:
         assert self._controller is not None
         self.stores.fresh_reads()
-        return await self._controller.retrieve(scope, question, top_k)
+        return await self._controller.retrieve(scope, question, top_k, as_of)
 
-    async def recall(self, realm: Realm, question: str, top_k: int) -> Retrieval:
+    async def recall(self, realm: Realm, question: str, top_k: int, as_of: datetime | None = None) -> Retrieval:
         assert self._controller is not None
         self.stores.fresh_reads()
-        return await self._controller.retrieve_realm(realm, question, top_k)
+        return await self._controller.retrieve_realm(realm, question, top_k, as_of)
 
     async def answer(self, question: str, evidence: Sequence[str]) -> str | None:
         return None if self._s2 is None else await self._s2.answer(question, evidence)

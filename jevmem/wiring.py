@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Collection, Sequence
 from dataclasses import dataclass
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -154,11 +155,11 @@ class EmbeddedService:
     async def reject(self, letters: Sequence[DeadLetter]) -> None:
         await self.mem.stores.dead_letters.put(letters)
 
-    async def retrieve(self, scope: Scope, question: str, top_k: int) -> Retrieval:
-        return await self.mem.controller.retrieve(scope, question, top_k)
+    async def retrieve(self, scope: Scope, question: str, top_k: int, as_of: datetime | None = None) -> Retrieval:
+        return await self.mem.controller.retrieve(scope, question, top_k, as_of)
 
-    async def recall(self, realm: Realm, question: str, top_k: int) -> Retrieval:
-        return await self.mem.controller.retrieve_realm(realm, question, top_k)
+    async def recall(self, realm: Realm, question: str, top_k: int, as_of: datetime | None = None) -> Retrieval:
+        return await self.mem.controller.retrieve_realm(realm, question, top_k, as_of)
 
     async def answer(self, question: str, evidence: Sequence[str]) -> str | None:
         return None if self._s2 is None else await self._s2.answer(question, evidence)

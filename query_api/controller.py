@@ -27,8 +27,8 @@ from datetime import datetime
 import numpy as np
 from pydantic import BaseModel
 
+from query_api import currency, formulas, scoring
 from query_api import features as qf
-from query_api import formulas, scoring
 from query_api.features import DECIMALS, ScoreRow
 from query_api.nodeinfo import NodeInfo, NodeInfoCache, matrix
 from query_api.reach import ConversationReach, Reach, RealmReach
@@ -59,8 +59,12 @@ class Evidence(BaseModel):
     event_time: str | None
     temporal_refs: list[TemporalRef]
     provenance: dict[str, str]
-    #: Newer memories that made this one out of date (consolidation ``supersedes`` edges): content.
+    #: Newer memories that made this one out of date (``supersedes`` edges), as of the query: content.
     superseded_by: list[str] = []
+    #: When this memory stopped being current (the earliest observation of what superseded it).
+    valid_until: datetime | None = None
+    #: For a memory that superseded another: when it became current (its observation time).
+    valid_from: datetime | None = None
 
     def for_prompt(self) -> str:
         """The line System Two reads: when it was recorded, the grounded event dates it speaks of
@@ -73,7 +77,8 @@ class Evidence(BaseModel):
             when.append(f'event {span} ("{r.text}")')
         head = f"[{'; '.join(when)}] " if when else ""
         who = f"{self.speaker}: " if self.speaker else ""
-        tail = f" (superseded by: {' | '.join(self.superseded_by)})" if self.superseded_by else ""
+        until = f" on {self.valid_until.date().isoformat()}" if self.valid_until else ""
+        tail = f" (superseded{until} by: {' | '.join(self.superseded_by)})" if self.superseded_by else ""
         return f"{head}{who}{self.content}{tail}"
 
 
@@ -187,6 +192,12 @@ class _Run:
     stop: str = "depth"
     #: a recall over many conversations (scored by ``Params.realm``)
     realm: bool = False
+    #: only memories observed by then count, and what superseded them later does not
+    as_of: datetime | None = None
+    #: the pool's superseded memories, as of ``as_of`` (:mod:`query_api.currency`)
+    stale: dict[str, currency.Superseded] = field(default_factory=dict)
+    #: the pool's memories that superseded another: when they became current
+    current: dict[str, datetime] = field(default_factory=dict)
 
 
 #: Called with the states of the final scoring of a query's pool (for training and inspection).
@@ -237,15 +248,17 @@ class RetrievalController:
             return [(n, self.info.get(n)) for n in nodes]
         return [(n, self.info.get(n, rows[j])) for j, n in enumerate(nodes)]
 
-    async def retrieve_realm(self, realm: Realm, question: str, top_k: int | None = None) -> Retrieval:
+    async def retrieve_realm(self, realm: Realm, question: str, top_k: int | None = None,
+                             as_of: datetime | None = None) -> Retrieval:
         """:meth:`retrieve` over a realm (a tenant's conversations, one user's, or a list of
         them): one pool, anchors from one vector and one lexical search over the whole realm,
         expansion inside each candidate's conversation (:class:`~query_api.reach.RealmReach`).
         Every evidence item names its conversation; the trace lists the conversations that
         contributed to the pool."""
-        return await self.retrieve(realm, question, top_k)
+        return await self.retrieve(realm, question, top_k, as_of)
 
-    async def retrieve(self, where: Scope | Realm, question: str, top_k: int | None = None) -> Retrieval:
+    async def retrieve(self, where: Scope | Realm, question: str, top_k: int | None = None,
+                       as_of: datetime | None = None) -> Retrieval:
         """The best ``top_k`` (default ``Params.top_k``) memories of ``where`` (a conversation,
         or a realm: :meth:`retrieve_realm`) for ``question``, with the trace of how they were
         found. The steps, each a method:
@@ -255,17 +268,23 @@ class RetrievalController:
         2. :meth:`_anchor`: vector and lexical hits fused by RRF start the pool, scored (one request).
         3. :meth:`_round`, at most ``depth`` times: one assess request, then stop, or expand the
            frontier along each active view and rescore the pool (one request).
-        4. :meth:`_evidence`: the pool's best ``top_k``, each with what superseded it, and the trace.
+        4. :meth:`_currency`: superseded memories rank below what replaced them (unless the
+           question asks about the past), and a replacement missing from the pool joins it.
+        5. :meth:`_evidence`: the pool's best ``top_k``, each with its validity, and the trace.
+
+        With ``as_of``, only memories observed by then are candidates, and a memory superseded
+        only later is current.
 
         The hard limits (time, controller calls, visited nodes, examined edges) hold whatever
         System One answers. Store and System One errors propagate."""
         reach = self.reach(where)
         run = await self._route(reach, question)
-        run.realm = isinstance(where, Realm)
+        run.realm, run.as_of = isinstance(where, Realm), as_of
         await self._anchor(reach, run)
         for rnd in range(1, run.depth + 1):
             if not await self._round(reach, run, rnd):
                 break
+        await self._currency(reach, run)
         run.timings["total"] = _ms(run.t0)
         return await self._evidence(reach, run, top_k or self.params.top_k)
 
@@ -303,7 +322,7 @@ class RetrievalController:
         anchor_ids = formulas.fused_order(fused)[: min(p.anchors, p.limits.visited_nodes)]
         best = 2.0 / (p.rrf_kappa + 1)  # the fused score of an id first in both rankings
         st.anchor_strength = {i: fused[i] / best for i in anchor_ids}
-        fetched = await self._fetch(reach, anchor_ids)
+        fetched = [(n, i) for n, i in await self._fetch(reach, anchor_ids) if currency.visible(n, run.as_of)]
         cosines = matrix([info for _, info in fetched], self.info.dim) @ st.q
         if len(cosines):
             st.cos_range = (float(cosines.min()), float(cosines.max()))
@@ -403,6 +422,8 @@ class RetrievalController:
                     want[other], prob[other] = v, e.probability
             chosen = sorted(want, key=lambda i: (-want[i], i))[: min(run.remaining[view], room)]
             for n, info in await self._fetch(reach, chosen):
+                if not currency.visible(n, run.as_of):
+                    continue
                 added.append(_Cand(n, info, view, st.route[view], prob[n.id]))
             run.remaining[view] -= len(chosen)
         return added, seen_edges
@@ -411,7 +432,6 @@ class RetrievalController:
         """Step 4: the pool's best ``k`` (score, then earlier seq first) and the trace."""
         st = run.st
         final = sorted(st.pool.values(), key=lambda c: (-c.score, c.node.seq))[:k]
-        newer = await self._superseding(reach, [c.node.id for c in final])
         return Retrieval(
             question=st.question,
             evidence=[Evidence(
@@ -420,7 +440,9 @@ class RetrievalController:
                 score=round(c.score, 6), relevance=round(c.relevance, 6), via=c.via, seq=c.node.seq,
                 observed_at=c.node.observed_at, event_time=c.node.event_time.isoformat() if c.node.event_time else None,
                 temporal_refs=c.node.temporal_refs, provenance=c.node.provenance,
-                superseded_by=newer.get(c.node.id, [])) for c in final],
+                superseded_by=list(run.stale[c.node.id].by) if c.node.id in run.stale else [],
+                valid_until=run.stale[c.node.id].since if c.node.id in run.stale else None,
+                valid_from=run.current.get(c.node.id)) for c in final],
             trace=Trace(route={k_: round(v, 6) for k_, v in st.route.items()}, active_views=list(run.views),
                         budgets={str(k_): v for k_, v in run.budgets.items()}, depth=run.depth, anchors=run.anchors,
                         rounds=run.rounds, stop_reason=run.stop, controller_calls=run.so.calls, visited=len(st.pool),
@@ -529,16 +551,33 @@ class RetrievalController:
             self.recorder(st.question, [c.node for c in cands],
                           [scoring.state(st.question, t, row) for t, row in zip(texts(), rows, strict=True)])
 
-    async def _superseding(self, reach: Reach, ids: Sequence[str]) -> dict[str, list[str]]:
-        """For each of ``ids`` made obsolete by a newer memory: the newer memories' contents."""
-        wanted, limit = set(ids), 100 * len(ids) + 100
-        found = await reach.labelled(ids, ["temporal"], limit, "supersedes")
-        edges = [e for e in found if e.target in wanted]
+    async def _currency(self, reach: Reach, run: _Run) -> None:
+        """Step 4: read the pool's ``supersedes`` edges; a replacement missing from the pool joins
+        it (scored in one request, when the controller budget allows); a superseded memory's
+        score falls by :func:`query_api.currency.stale_factor` (not for a question about the past)."""
+        st = run.st
+        ids = list(st.pool)
+        edges = await reach.labelled(ids, ["temporal"], 100 * len(ids) + 100, currency.SUPERSEDES)
         if not edges:
-            return {}
-        by_id = {n.id: n.content for n, _ in await self._fetch(reach, sorted({e.source for e in edges}))}
-        out: dict[str, list[str]] = {}
+            return
+        missing = sorted({e.source for e in edges if e.target in st.pool} - set(st.pool))
+        fetched = [(n, i) for n, i in await self._fetch(reach, missing) if currency.visible(n, run.as_of)] if missing else []
+        newer = {i: c.node for i, c in st.pool.items()} | {n.id: n for n, _ in fetched}
+        run.stale = {i: s for i, s in currency.superseded(edges, newer, run.as_of).items() if i in st.pool}
         for e in edges:
-            if e.source in by_id:
-                out.setdefault(e.target, []).append(by_id[e.source])
-        return out
+            n = newer.get(e.source)
+            if n is not None and n.observed_at is not None and currency.visible(n, run.as_of):
+                run.current[e.source] = n.observed_at
+        strongest = {e.source: e.probability for e in sorted(edges, key=lambda e: e.probability)}
+        joining = [_Cand(n, info, "supersedes", 1.0, strongest.get(n.id, 0.0)) for n, info in fetched
+                   if any(e.source == n.id and e.target in run.stale for e in edges)]
+        if joining and run.so.calls + run.so.requests_for([len(SCORE.questions)] * len(joining)) \
+                <= self.params.limits.controller_calls and len(st.pool) < self.params.limits.visited_nodes:
+            joining = joining[: self.params.limits.visited_nodes - len(st.pool)]
+            for c in joining:
+                st.pool[c.node.id] = c
+                st.by_seq.setdefault((c.node.conversation_id, c.node.seq), c)
+            await self._score(run, joining)
+        past = st.route.get("past", 0.0)
+        for i, s in run.stale.items():
+            st.pool[i].score *= currency.stale_factor(s.probability, past, self.params.stale_weight)

@@ -41,6 +41,7 @@ import re
 import uuid
 from collections.abc import Awaitable, Callable, Sequence
 from contextlib import asynccontextmanager
+from datetime import datetime
 from typing import Annotated, Any
 
 import orjson
@@ -48,7 +49,7 @@ from fastapi import APIRouter, Depends, FastAPI, HTTPException, Path, Query, Req
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
-from pydantic import BaseModel, Field, ValidationError
+from pydantic import BaseModel, Field, ValidationError, field_validator
 from starlette.types import ASGIApp, Message, Receive, Send
 from starlette.types import Scope as AsgiScope
 
@@ -57,7 +58,7 @@ from query_api import service as svc
 from query_api.auth import Authenticator, Principal, require, user_of, whole_tenant
 from query_api.controller import Retrieval
 from query_api.items import ItemError, safe
-from query_api.recall import FORMAT_HELP, EvidenceFormat, PromptEvidence, Recall, RecallRequest
+from query_api.recall import AS_OF_HELP, FORMAT_HELP, EvidenceFormat, PromptEvidence, Recall, RecallRequest
 from query_api.service import ForgetAccepted, ForgetApplied, ForgetResult, MemoryService
 from query_api.ui import mount_ui
 from topology import limits, observe
@@ -114,6 +115,12 @@ class QueryRequest(BaseModel):
     top_k: int = Field(default=10, ge=1, le=50)
     answer: bool = False
     format: EvidenceFormat = Field(default="json", description=FORMAT_HELP)
+    as_of: datetime | None = Field(default=None, description=AS_OF_HELP)
+
+    @field_validator("as_of")
+    @classmethod
+    def _utc(cls, v: datetime | None) -> datetime | None:
+        return None if v is None else limits.utc_in_range(v)
 
 
 class QueryResponse(Retrieval):
@@ -332,7 +339,7 @@ def routes(service: MemoryService, auth: Authenticator) -> APIRouter:
     async def query(req: QueryRequest, who: Principal = query_key) -> QueryResponse | PromptEvidence:
         with observe.timed("query"):
             scope = await svc.scope_for(service, who, req.conversation_id, req.tenant_id)
-            res = await svc.retrieve(service, scope, req.question, req.top_k)
+            res = await svc.retrieve(service, scope, req.question, req.top_k, req.as_of)
         observe.measure("controller_requests_per_query", res.trace.controller_calls)
         answer = await service.answer(req.question, [e.for_prompt() for e in res.evidence]) if req.answer else None
         log.info("query", extra={"evidence": len(res.evidence), "controller_calls": res.trace.controller_calls,
@@ -344,7 +351,7 @@ def routes(service: MemoryService, auth: Authenticator) -> APIRouter:
     @router.post("/recall", response_model=Recall | PromptEvidence, responses=documented(400, 413, 422, 502))
     async def recall_all(req: RecallRequest, who: Principal = query_key) -> Recall | PromptEvidence:
         found = await svc.recall_across(service, who.tenant_id, req.question, req.top_k, req.conversation_ids,
-                                        user_of(who, req.user_id))
+                                        user_of(who, req.user_id), req.as_of)
         return PromptEvidence.of(req.question, found.evidence) if req.format == "prompt" else found
 
     @router.get("/conversations", response_model=list[Conversation])

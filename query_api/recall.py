@@ -23,9 +23,10 @@ from __future__ import annotations
 
 import time
 from collections.abc import Sequence
+from datetime import datetime
 from typing import Literal, Protocol
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, field_validator
 
 from query_api.controller import Evidence, Retrieval
 from topology import limits
@@ -39,7 +40,7 @@ without a list the whole realm is searched, whatever its size)."""
 class Recaller(Protocol):
     """What recall needs from a deployment (a subset of :class:`query_api.service.MemoryService`)."""
 
-    async def recall(self, realm: Realm, question: str, top_k: int) -> Retrieval: ...
+    async def recall(self, realm: Realm, question: str, top_k: int, as_of: datetime | None = None) -> Retrieval: ...
 
 
 class TooManyConversations(ValueError):
@@ -48,6 +49,8 @@ class TooManyConversations(ValueError):
 
 EvidenceFormat = Literal["json", "prompt"]
 """How evidence is answered: ``json`` (every field of every item) or ``prompt`` (:class:`PromptEvidence`)."""
+AS_OF_HELP = ("Answer with what was true at this time (ISO 8601; naive is UTC): only memories observed by then "
+              "count, and a memory superseded only later is current.")
 FORMAT_HELP = ("json: every field of every item; prompt: the compact lines System Two reads (date, grounded "
                "event dates, speaker, text, what superseded it), best first, for an agent's context.")
 
@@ -80,6 +83,12 @@ class RecallRequest(BaseModel):
         description=f"Search only these conversations (at most {MAX_CONVERSATIONS}); default: all of them.")
     top_k: int = Field(default=10, ge=1, le=50)
     format: EvidenceFormat = Field(default="json", description=FORMAT_HELP)
+    as_of: datetime | None = Field(default=None, description=AS_OF_HELP)
+
+    @field_validator("as_of")
+    @classmethod
+    def _utc(cls, v: datetime | None) -> datetime | None:
+        return None if v is None else limits.utc_in_range(v)
 
 
 RecallEvidence = Evidence
@@ -135,12 +144,13 @@ def realm_of(tenant_id: str, user_id: str | None, conversation_ids: Sequence[str
 
 
 async def recall(service: Recaller, tenant_id: str, question: str, top_k: int = 10,
-                 conversation_ids: Sequence[str] | None = None, user_id: str | None = None) -> Recall:
+                 conversation_ids: Sequence[str] | None = None, user_id: str | None = None,
+                 as_of: datetime | None = None) -> Recall:
     """Retrieve evidence for ``question`` from the realm of ``tenant_id`` (``user_id``'s memory
     when given; ``conversation_ids`` only when given): see the module docstring for the contract.
     Raises ValueError (pydantic) for an invalid id, :class:`TooManyConversations` over the cap."""
     t0 = time.perf_counter()
-    res = await service.recall(realm_of(tenant_id, user_id, conversation_ids), question, top_k)
+    res = await service.recall(realm_of(tenant_id, user_id, conversation_ids), question, top_k, as_of)
     tr = res.trace
     got = shares(res)
     return Recall(question=question, user_id=user_id, evidence=res.evidence, conversations=got, searched=len(got),

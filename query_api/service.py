@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field
+from datetime import datetime
 from typing import Any, Literal, Protocol
 
 from pydantic import BaseModel, Field
@@ -88,9 +89,11 @@ class MemoryService(Protocol):
 
     async def reject(self, letters: Sequence[DeadLetter]) -> None: ...
 
-    async def retrieve(self, scope: Scope, question: str, top_k: int) -> Retrieval: ...
+    async def retrieve(self, scope: Scope, question: str, top_k: int, as_of: datetime | None = None) -> Retrieval:
+        """The best ``top_k`` memories of one conversation (as of ``as_of``, when given)."""
+        ...
 
-    async def recall(self, realm: Realm, question: str, top_k: int) -> Retrieval:
+    async def recall(self, realm: Realm, question: str, top_k: int, as_of: datetime | None = None) -> Retrieval:
         """One retrieval over a realm (a tenant's conversations, one user's, or a list of them)."""
         ...
 
@@ -190,21 +193,23 @@ async def require_known(service: MemoryService, scope: Scope) -> None:
         raise UnknownConversation(scope.conversation_id)
 
 
-async def retrieve(service: MemoryService, scope: Scope, question: str, top_k: int) -> Retrieval:
+async def retrieve(service: MemoryService, scope: Scope, question: str, top_k: int,
+                   as_of: datetime | None = None) -> Retrieval:
     """``service.retrieve``; an empty answer from a conversation the tenant does not have raises
     :class:`~topology.errors.UnknownConversation` (a known one may answer empty)."""
-    res = await service.retrieve(scope, question, top_k)
+    res = await service.retrieve(scope, question, top_k, as_of)
     if not res.evidence:
         await require_known(service, scope)
     return res
 
 
 async def recall_across(service: MemoryService, tenant_id: str, question: str, top_k: int,
-                        conversation_ids: Sequence[str] | None, user_id: str | None = None) -> Recall:
+                        conversation_ids: Sequence[str] | None, user_id: str | None = None,
+                        as_of: datetime | None = None) -> Recall:
     """:func:`query_api.recall.recall`, with a list over its cap refused as
     :class:`~topology.errors.InvalidRequest`."""
     try:
-        return await recall(service, tenant_id, question, top_k, conversation_ids, user_id)
+        return await recall(service, tenant_id, question, top_k, conversation_ids, user_id, as_of)
     except TooManyConversations as exc:
         raise InvalidRequest(str(exc)) from exc
 

@@ -44,6 +44,9 @@ STOP_MISSING = 0.15
 STOP_CONTINUE = 0.15
 #: Weight of the recency adjustment on the combined score.
 RECENCY_WEIGHT = 0.1
+#: A superseded memory keeps 1 - STALE_WEIGHT * p(supersedes) of its score for a question about
+#: the present: enough to put it below a replacement that scored a little lower.
+STALE_WEIGHT = 0.5
 
 
 class ScoreWeights(BaseModel):
@@ -134,6 +137,7 @@ class Params(BaseModel):
     stop_missing: float = STOP_MISSING
     stop_continue: float = STOP_CONTINUE
     recency_weight: float = RECENCY_WEIGHT
+    stale_weight: float = STALE_WEIGHT
     top_k: int = 10
     weights: ScoreWeights = ScoreWeights()
     realm: RealmRanking = RealmRanking()

@@ -23,7 +23,7 @@ async def test_retrieval_finds_evidence_with_a_full_trace(memory: Embedded) -> N
     assert res.evidence[0].content.startswith("I adopted a puppy named Biscuit")
     assert [e.score for e in res.evidence] == sorted((e.score for e in res.evidence), reverse=True)
     tr = res.trace
-    assert set(tr.route) == {"semantic", "temporal", "causal", "entity", "multi_hop", "recency"}
+    assert set(tr.route) == {"semantic", "temporal", "causal", "entity", "multi_hop", "recency", "past"}
     assert sum(tr.budgets.values()) == 80 and set(tr.budgets) == set(tr.active_views)
     assert 1 <= tr.depth <= 3 and tr.stop_reason
     assert 2 <= tr.controller_calls <= 16

@@ -43,8 +43,8 @@ class _Service:
     def __init__(self, mem: Embedded) -> None:
         self.mem = mem
 
-    async def recall(self, realm: Realm, question: str, top_k: int):  # type: ignore[no-untyped-def]
-        return await self.mem.controller.retrieve_realm(realm, question, top_k)
+    async def recall(self, realm: Realm, question: str, top_k: int, as_of: datetime | None = None):  # type: ignore[no-untyped-def]
+        return await self.mem.controller.retrieve_realm(realm, question, top_k, as_of)
 
 
 async def _ingest(mem: Embedded, *users: str) -> None:

@@ -23,6 +23,8 @@ RELATION = Task(
         Noul("semantic", "Are the two memories about the same topic, so that one helps understand the other?"),
         Noul("caused_by", "Was the newer memory caused or motivated by what the earlier memory describes?"),
         Noul("causes", "Does the newer memory describe a cause of what the earlier memory describes?"),
+        Noul("updates", "Does the newer memory replace what the older one stated as currently true about the same "
+                        "person and attribute?"),
     ),
 )
 
@@ -55,6 +57,7 @@ ROUTE = Task(
         Noul("entity", "Does answering need what is known about specific people, places or things?"),
         Noul("multi_hop", "Does answering need to combine several separate memories?"),
         Noul("recency", "Does the question care most about the latest state of things?"),
+        Noul("past", "Does the question ask what was true before, rather than what is true now?"),
     ),
 )
 

@@ -34,6 +34,7 @@ from topology.systemone.learned import SHIPPED_EMBEDDER, ScoreModel
 from topology.systemone.port import Answer, Item
 from topology.systemone.relation_model import RelationModel, relation_features
 from topology.systemone.turn_kinds import TurnKindModel
+from topology.systemone.update_model import UpdateModel
 from topology.text import alias_plausibility
 
 
@@ -73,6 +74,8 @@ Q_CAUSAL = _cue(r"\b(why|because|reason|cause|caused|lead to|led to|result|what 
 Q_MULTI = _cue(r"\b(both|in common|and .+ both|each|all|which .+ and|how many|what (?:kinds?|types?) "
                r"of|activities|things|would|likely|might|compare|difference|together)\b")
 Q_RECENCY = _cue(r"\b(now|currently|current|latest|recent|recently|still|these days|anymore)\b")
+Q_PAST = _cue(r"\b(before|used to|previous|previously|formerly|former|earlier|originally|prior|old|"
+              r"at the time|back then|in the past)\b")
 Q_CAPS = re.compile(r"\b[A-Z][a-z]+")
 
 
@@ -116,19 +119,23 @@ SEMANTIC_COSINE_MIDPOINT = 0.42
 SEMANTIC_COSINE_SLOPE = 12.0
 
 
-def relation(state: Mapping[str, Any], model: RelationModel | None = None) -> Answer:
+def relation(state: Mapping[str, Any], model: RelationModel | None = None, updates: UpdateModel | None = None) -> Answer:
     """Pair (older -> newer) features: cosine, lexical (Dice), entity (Jaccard), turn gap, same
     speaker. ``semantic`` is ``model``'s probability when given (the learned judge,
     :mod:`topology.systemone.relation_model`), else the hand-set rule on cosine, words and
-    entities; the causal answers are hand-set cues either way."""
-    return relation_many([state], model)[0]
+    entities; the causal answers are hand-set cues either way. ``updates`` is the learned update
+    judge's probability (``updates`` given, else the shipped weights,
+    :mod:`topology.systemone.update_model`)."""
+    return relation_many([state], model, updates)[0]
 
 
-def relation_many(states: Sequence[Mapping[str, Any]], model: RelationModel | None) -> list[Answer]:
-    """:func:`relation` for a batch (``model`` evaluated once for all; each answer as alone)."""
+def relation_many(states: Sequence[Mapping[str, Any]], model: RelationModel | None,
+                  updates: UpdateModel | None = None) -> list[Answer]:
+    """:func:`relation` for a batch (each model evaluated once for all; each answer as alone)."""
     parsed = [parse(RelationState, s) for s in states]
     learned = (model.probabilities(np.asarray([relation_features(st) for st in parsed], dtype=np.float64)).tolist()
                if model is not None and parsed else None)
+    replaced = (updates or UpdateModel.shipped()).answer(parsed)
     out = []
     for i, st in enumerate(parsed):
         adjacent = 1.0 if st.gap <= 1 else 0.0
@@ -137,6 +144,7 @@ def relation_many(states: Sequence[Mapping[str, Any]], model: RelationModel | No
             "semantic": learned[i] if learned is not None else sigmoid(topical),
             "caused_by": sigmoid(-3.2 + 2.2 * _cause_cue(st.newer) + 0.5 * topical / 4 + 1.0 * adjacent),
             "causes": sigmoid(-3.6 + 1.8 * (_cause_cue(st.older) if adjacent else 0.0) * adjacent + 0.5 * topical / 4),
+            "updates": replaced[i],
         }))
     return out
 
@@ -184,6 +192,7 @@ def route(state: Mapping[str, Any]) -> Answer:
         "entity": sigmoid(-1.0 + 1.5 * min(names, 2)),
         "multi_hop": sigmoid(-1.2 + 2.0 * _hit(Q_MULTI, q) + 0.8 * max(0, names - 1)),
         "recency": sigmoid(-2.5 + 3.0 * _hit(Q_RECENCY, q)),
+        "past": sigmoid(-3.0 + 4.5 * _hit(Q_PAST, q)),
     })
 
 
@@ -237,17 +246,21 @@ class LocalSystemOne:
     ``score_model``: the relevance model of the score task (default: the weights shipped for
     ``embedder``, loaded on the first score item, so the write path never needs them).
     ``relation_model``: the learned relation judge (default: the weights shipped for ``embedder``,
-    or the hand-set rule where it has none; ``learned_relations=False`` always uses the rule)."""
+    or the hand-set rule where it has none; ``learned_relations=False`` always uses the rule).
+    ``update_model``: the learned update judge of the relation task's ``updates`` Noul (default:
+    the shipped weights, loaded on the first relation item; they read no embedding)."""
 
     name = "local"
 
     def __init__(self, score_model: ScoreModel | None = None, embedder: str = SHIPPED_EMBEDDER,
-                 relation_model: RelationModel | None = None, learned_relations: bool = True) -> None:
+                 relation_model: RelationModel | None = None, learned_relations: bool = True,
+                 update_model: UpdateModel | None = None) -> None:
         self._score_model, self._embedder = score_model, embedder
         self._relation_model = relation_model
+        self._update_model = update_model
         self._relation_loaded = relation_model is not None or not learned_relations
         self._models: dict[str, Callable[[Mapping[str, Any]], Answer]] = {
-            "typing": typing, "relation": lambda s: relation(s, self.relation_model), "alias": alias,
+            "typing": typing, "relation": lambda s: relation(s, self.relation_model, self.update_model), "alias": alias,
             "consolidation": consolidation, "route": route, "assess": assess,
             "score": lambda s: score(s, self.score_model),
         }
@@ -257,6 +270,12 @@ class LocalSystemOne:
         if not self._relation_loaded:
             self._relation_model, self._relation_loaded = RelationModel.shipped(self._embedder), True
         return self._relation_model
+
+    @property
+    def update_model(self) -> UpdateModel:
+        if self._update_model is None:
+            self._update_model = UpdateModel.shipped()
+        return self._update_model
 
     @property
     def score_model(self) -> ScoreModel:
@@ -276,8 +295,8 @@ class LocalSystemOne:
                 out[i] = answer
         judged = [i for i, item in enumerate(items) if item.task.name == "relation"]
         if judged:  # the hot write-path question: likewise
-            for i, answer in zip(judged, relation_many([items[i].state for i in judged], self.relation_model),
-                                 strict=True):
+            for i, answer in zip(judged, relation_many([items[i].state for i in judged], self.relation_model,
+                                                       self.update_model), strict=True):
                 out[i] = answer
         for i, item in enumerate(items):
             if out[i] is not None:

@@ -1,0 +1,62 @@
+"""What is still true: which memories of a pool a newer one superseded, as of a time.
+
+A ``supersedes`` edge (temporal view, newer -> older) says that the newer memory replaced what the
+older one stated (judged by System One when the newer one was written, and revised by
+consolidation). For a question about the present, a superseded memory ranks below its
+replacement; for a question about the past (the route's ``past``), it keeps its score. A query
+``as_of`` a time sees only memories observed by then, and a memory superseded only later is
+current as of then. Pure functions; the controller reads the edges and nodes.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from datetime import datetime
+
+from topology.schemas import EdgeEvent, MemoryNode
+
+SUPERSEDES = "supersedes"
+"""The label of the edge from a newer memory to the one it supersedes."""
+
+
+@dataclass(frozen=True)
+class Superseded:
+    """How a memory was superseded (as of the query's time): by which newer memories (their
+    contents, oldest first), since when (the earliest of their observation times), and the
+    strongest edge's probability."""
+
+    by: tuple[str, ...]
+    since: datetime | None
+    probability: float
+
+
+def visible(node: MemoryNode, as_of: datetime | None) -> bool:
+    """Whether ``node`` was observed by ``as_of`` (every node when None; a node without a time is
+    always visible)."""
+    return as_of is None or node.observed_at is None or node.observed_at <= as_of
+
+
+def superseded(edges: Iterable[EdgeEvent], newer: Mapping[str, MemoryNode],
+               as_of: datetime | None) -> dict[str, Superseded]:
+    """Per superseded memory id: what superseded it, from ``edges`` (those labelled
+    :data:`SUPERSEDES` whose newer memory is in ``newer`` and visible as of ``as_of``)."""
+    found: dict[str, list[tuple[MemoryNode, float]]] = {}
+    for e in edges:
+        n = newer.get(e.source)
+        if e.label != SUPERSEDES or n is None or not visible(n, as_of):
+            continue
+        found.setdefault(e.target, []).append((n, e.probability))
+    out = {}
+    for old, items in found.items():
+        items.sort(key=lambda np_: (np_[0].observed_at is None, np_[0].observed_at or datetime.min, np_[0].id))
+        times = [n.observed_at for n, _ in items if n.observed_at is not None]
+        out[old] = Superseded(by=tuple(dict.fromkeys(n.content for n, _ in items)), since=min(times, default=None),
+                              probability=max(p for _, p in items))
+    return out
+
+
+def stale_factor(probability: float, past: float, weight: float) -> float:
+    """The score multiplier of a superseded memory: ``1 - weight * probability * (1 - past)``
+    (``past``: the route's probability that the question asks what was true before)."""
+    return 1.0 - max(0.0, min(1.0, weight * probability * (1.0 - past)))

@@ -1,0 +1,125 @@
+"""What is still true on the read path (:mod:`query_api.currency`): a superseded memory ranks below
+its replacement for a question about the present, is still found for one about the past, carries
+its validity in the evidence and the prompt line, ``as_of`` answers with what was true then, and a
+forgotten replacement makes the older memory current again; in one conversation and across a
+user's sessions."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+
+from jevmem.wiring import Embedded
+from query_api import currency
+from query_api.controller import Evidence
+from topology import ids
+from topology.schemas import EdgeEvent, Observation, Realm, Scope
+
+T0 = datetime(2024, 5, 1, tzinfo=UTC)
+SCOPE = Scope(tenant_id="t1", conversation_id="c1")
+OLD = "I live in Porto with my cat, in a flat near the river."
+NEW = "I live in Lisbon now with my cat, in a flat near the river."
+
+
+def _turns(conversation: str = "c1", user: str | None = None) -> list[Observation]:
+    texts = [OLD, "The weather was lovely on the beach today.", "We watched a film about space travel.",
+             "Dinner was pasta with too much garlic.", NEW]
+    return [Observation(tenant_id="t1", conversation_id=conversation, event_id=f"e{i}", content=t, speaker="Ana",
+                        user_id=user, observed_at=T0 + timedelta(days=10 * i)) for i, t in enumerate(texts)]
+
+
+async def _supersede(mem: Embedded, scope: Scope, newer: str, older: str, p: float = 0.9) -> None:
+    new_id, old_id = (ids.node_id(scope.tenant_id, scope.conversation_id, e) for e in (newer, older))
+    await mem.stores.edges.upsert([EdgeEvent(
+        id=ids.edge_id("temporal", new_id, old_id, currency.SUPERSEDES), tenant_id=scope.tenant_id,
+        conversation_id=scope.conversation_id, view="temporal", source=new_id, target=old_id, direction="directed",
+        probability=p, label=currency.SUPERSEDES, created_by="system_one")])
+
+
+def _by_event(evidence: list[Evidence]) -> dict[str, tuple[int, Evidence]]:
+    return {e.event_id: (i, e) for i, e in enumerate(evidence)}
+
+
+async def test_a_superseded_memory_ranks_below_its_replacement_with_its_validity(memory: Embedded) -> None:
+    await memory.pipeline.ingest(_turns())
+    await _supersede(memory, SCOPE, "e4", "e0")
+    res = await memory.controller.retrieve(SCOPE, "Where does Ana live with her cat?", 10)
+    got = _by_event(res.evidence)
+    (new_at, new), (old_at, old) = got["e4"], got["e0"]
+    assert new_at < old_at
+    assert old.superseded_by == [NEW] and old.valid_until == T0 + timedelta(days=40)
+    assert new.valid_from == T0 + timedelta(days=40) and new.superseded_by == [] and new.valid_until is None
+    assert old.for_prompt().endswith(f"(superseded on 2024-06-10 by: {NEW})")
+    # a question about the past keeps the old memory where it ranks without the penalty
+    past = _by_event((await memory.controller.retrieve(SCOPE, "Where did Ana live before, with her cat?", 10)).evidence)
+    assert "e0" in past and past["e0"][1].superseded_by == [NEW]
+    assert past["e0"][1].score > old.score
+
+
+async def test_as_of_answers_what_was_true_then(memory: Embedded) -> None:
+    await memory.pipeline.ingest(_turns())
+    await _supersede(memory, SCOPE, "e4", "e0")
+    then = await memory.controller.retrieve(SCOPE, "Where does Ana live with her cat?", 10,
+                                            as_of=T0 + timedelta(days=20))
+    got = _by_event(then.evidence)
+    assert "e4" not in got and set(got) == {"e0", "e1", "e2"}  # only what was observed by then
+    assert got["e0"][1].superseded_by == [] and got["e0"][1].valid_until is None  # current as of then
+
+
+async def test_forgetting_the_replacement_makes_the_older_memory_current_again(memory: Embedded) -> None:
+    await memory.pipeline.ingest(_turns())
+    await _supersede(memory, SCOPE, "e4", "e0")
+    await memory.pipeline.forget(SCOPE, "e4")
+    res = await memory.controller.retrieve(SCOPE, "Where does Ana live with her cat?", 10)
+    got = _by_event(res.evidence)
+    assert "e4" not in got and got["e0"][0] == 0 and got["e0"][1].superseded_by == []
+
+
+async def test_across_a_users_sessions_the_replacement_joins_the_pool(memory: Embedded) -> None:
+    await memory.pipeline.ingest(_turns("s1", "ana"))
+    await _supersede(memory, Scope(tenant_id="t1", conversation_id="s1"), "e4", "e0")
+    realm = Realm(tenant_id="t1", user_id="ana")
+    res = await memory.controller.retrieve_realm(realm, "Where does Ana live with her cat?", 10)
+    got = _by_event(res.evidence)
+    assert got["e4"][0] < got["e0"][0] and got["e0"][1].superseded_by == [NEW]
+    assert {e.conversation_id for e in res.evidence} == {"s1"}
+
+
+async def test_a_replacement_missing_from_the_pool_joins_it(memory: Embedded) -> None:
+    await memory.pipeline.ingest(_turns())
+    await _supersede(memory, SCOPE, "e4", "e0")
+    p = memory.controller.params
+    memory.controller.params = p.model_copy(update={"anchors": 1, "limits": p.limits.model_copy(update={"depth": 0})})
+    res = await memory.controller.retrieve(SCOPE, "Porto", 10)
+    got = _by_event(res.evidence)
+    assert set(got) == {"e0", "e4"} and got["e4"][1].via == "supersedes"
+    assert got["e0"][1].superseded_by == [NEW] and got["e4"][1].valid_from == T0 + timedelta(days=40)
+
+
+async def test_as_of_and_validity_over_http(embedder) -> None:  # type: ignore[no-untyped-def]
+    import httpx
+
+    from jevmem.settings import Settings
+    from jevmem.wiring import EmbeddedService
+    from query_api.auth import Authenticator, mint
+    from query_api.http import create_app
+    from storage.keys import SqliteKeyStore
+    from tests.conftest import serve_http
+
+    store = SqliteKeyStore(":memory:")
+    key, record = mint("t1", ["ingest", "query"])
+    await store.create(record)
+    service = EmbeddedService(Settings(), embedder=embedder, data_dir=":memory:")
+    with serve_http(create_app(service, Authenticator(store, cache_seconds=0))) as url, \
+            httpx.Client(base_url=url, headers={"Authorization": f"Bearer {key}"}) as h:
+        body = [o.model_dump(mode="json", exclude={"tenant_id"}) for o in _turns()]
+        assert h.post("/v1/observations", json=body).status_code == 200
+        await _supersede(service.mem, SCOPE, "e4", "e0")
+        q = {"conversation_id": "c1", "question": "Where does Ana live with her cat?"}
+        now = {e["event_id"]: e for e in h.post("/v1/query", json=q).json()["evidence"]}
+        assert now["e0"]["valid_until"].startswith("2024-06-10") and now["e4"]["valid_from"].startswith("2024-06-10")
+        then = h.post("/v1/query", json={**q, "as_of": "2024-05-15T00:00:00"}).json()["evidence"]
+        assert {e["event_id"] for e in then} == {"e0", "e1"}
+        assert all(e["valid_until"] is None for e in then)
+        lines = h.post("/v1/recall", json={"question": q["question"], "format": "prompt"}).json()["lines"]
+        assert any("(superseded on 2024-06-10 by: " in line for line in lines)
+        assert h.post("/v1/query", json={**q, "as_of": "1066-10-14T00:00:00"}).status_code == 422
