@@ -146,8 +146,19 @@ async function loadConversation(conversation) {
   if (state.tab === "dead") loadDeadLetters();
 }
 
+/** id -> contents of the memories that superseded it (the conversation's `supersedes` edges). */
+function supersededMap() {
+  const content = new Map(state.nodes.map((n) => [n.id, n.content]));
+  const out = new Map();
+  for (const e of state.edges) {
+    if (e.label !== "supersedes" || !content.has(e.source)) continue;
+    out.set(e.target, [...(out.get(e.target) || []), content.get(e.source)]);
+  }
+  return out;
+}
+
 function drawTimeline() {
-  state.timeline = renderTimeline($("timeline"), state.nodes, select);
+  state.timeline = renderTimeline($("timeline"), state.nodes, select, supersededMap());
   state.selectRow = renderList($("memory-list"), state.nodes, select);
 }
 

@@ -23,9 +23,10 @@ function dateMs(d) {
 
 /**
  * Draw `nodes` (MemoryNode JSON, any order) into `container`; returns {select(id), highlight(ids)}.
- * onSelect(id) is called when a dot is clicked.
+ * onSelect(id) is called when a dot is clicked. `superseded` (Map: id -> contents of the memories that
+ * superseded it) draws those memories hollow, with what replaced them in their tooltip.
  */
-export function renderTimeline(container, nodes, onSelect) {
+export function renderTimeline(container, nodes, onSelect, superseded = new Map()) {
   const sorted = [...nodes].sort((a, b) => a.seq - b.seq);
   const timed = sorted.some((n) => n.observed_at);
   const at = (n) => (timed ? (n.observed_at ? Date.parse(n.observed_at) : null) : n.seq);
@@ -77,8 +78,12 @@ export function renderTimeline(container, nodes, onSelect) {
   for (const n of sorted) {
     const t = at(n);
     if (t === null) continue;
-    const dot = svg("circle", { cx: x(t), cy: laneY(laneOf.get(n.speaker || "—")), r: n.kind === "derived" ? 6 : 4.5, fill: speakerColor(n.speaker), "data-id": n.id },
-      svg("title", {}, `#${n.seq} ${when(n.observed_at)} ${n.speaker || ""}: ${snippet(n.content, 160)}`));
+    const newer = superseded.get(n.id);
+    const tip = `#${n.seq} ${when(n.observed_at)} ${n.speaker || ""}: ${snippet(n.content, 160)}` +
+      (newer ? ` — superseded by: ${newer.map((c) => snippet(c, 80)).join(" | ")}` : "");
+    const dot = svg("circle", { cx: x(t), cy: laneY(laneOf.get(n.speaker || "—")), r: n.kind === "derived" ? 6 : 4.5,
+      fill: newer ? "#ffffff" : speakerColor(n.speaker), stroke: newer ? speakerColor(n.speaker) : null,
+      "stroke-width": newer ? 1.5 : null, class: newer ? "superseded" : null, "data-id": n.id }, svg("title", {}, tip));
     dot.addEventListener("click", () => onSelect(n.id));
     dots.set(n.id, dot);
     root.append(dot);
