@@ -680,6 +680,39 @@ def bench_users(users: Annotated[int, typer.Option(metavar="N", help="Users.")] 
     Console().print(table)
 
 
+@bench_app.command("updates")
+def bench_updates(conversations: Annotated[int, typer.Option(
+                      metavar="N", help="Conversations (every third person has two: updates across sessions).")] = 12,
+                  wordings: Annotated[str, typer.Option(
+                      metavar="SPLIT", help="Wording templates: train, heldout or all.")] = "all",
+                  seed: Annotated[int, typer.Option(metavar="N", help="Generator seed.")] = 7,
+                  turns: Annotated[int, typer.Option(metavar="N", help="Turns per conversation (at least 60).")] = 100,
+                  as_json: Json = False) -> None:
+    """Facts that change: is the current value ranked above the one it replaced and the old one
+    marked superseded, is it still found for questions about the past, and is a look-alike about
+    someone else left alone? Also query latency and ingest rate."""
+    from jevmem.bench_updates import run_updates
+    from jevmem.users_data import WORDINGS
+
+    split = next((w for w in WORDINGS if w == wordings), None)
+    if split is None:
+        raise typer.BadParameter(f"--wordings must be one of {', '.join(WORDINGS)}")
+    settings = _settings()
+    with _progress() as bar:
+        tasks: dict[str, Any] = {}
+
+        def progress(label: str, done: int, total: int) -> None:
+            if label not in tasks:
+                tasks[label] = bar.add_task(label, total=total)
+            bar.update(tasks[label], completed=done)
+
+        out = _run(run_updates(settings, settings.load_embedder(), conversations, split, seed, turns, progress))
+    if as_json:
+        sys.stdout.write(orjson.dumps(out).decode() + "\n")
+    else:
+        Console().print(out)
+
+
 @bench_app.command("kafka")
 def bench_kafka(directory: Annotated[Path | None, typer.Argument(
                     metavar="DIR", help="LoCoMo conversations (*.json); without it, the synthetic fan-in workload.")

@@ -146,13 +146,14 @@ async def test_typesafe_backend_asks_and_maps_the_turn_kind(jev: Any) -> None:
 
 async def test_typesafe_backend_splits_large_batches(jev: Any) -> None:
     fake, url = jev
-    so = TypeSafeSystemOne(AsyncTypeSafeClient(api_key="test-key", base_url=url, compression=False), max_questions=6)
+    n = len(RELATION.questions)  # two relation items fit in one request, a third does not
+    so = TypeSafeSystemOne(AsyncTypeSafeClient(api_key="test-key", base_url=url, compression=False), max_questions=2 * n)
     counting = CountingSystemOne(so)
-    answers = await counting.ask([Item(RELATION, {"i": i}) for i in range(5)])  # 15 questions -> 3 chunks
+    answers = await counting.ask([Item(RELATION, {"i": i}) for i in range(5)])  # 5 items -> 3 chunks
     await so.aclose()
     assert len(answers) == 5 and len(fake.requests) == 3
     # every HTTP request counts as a controller request
-    assert counting.calls == 3 and counting.requests_for([3] * 5) == 3 and so.requests_for([]) == 0
+    assert counting.calls == 3 and counting.requests_for([n] * 5) == 3 and so.requests_for([]) == 0
 
 
 async def test_typesafe_errors_are_translated(jev: Any) -> None:

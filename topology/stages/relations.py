@@ -100,10 +100,16 @@ def _alias_pairs(node: MemoryNode, other: MemoryNode) -> list[tuple[str, str]]:
 
 
 def relation_state(node: MemoryNode, other: MemoryNode, f: CandidateFeatures) -> dict[str, object]:
-    """The relation question's state for the pair (``other`` older, ``node`` newer)."""
+    """The relation question's state for the pair (``other`` older, ``node`` newer): the pair's
+    features, and for the ``updates`` question each side's speaker and role and the hours from
+    the older observation to the newer (None when either time is unknown)."""
+    hours = (None if node.observed_at is None or other.observed_at is None
+             else round((node.observed_at - other.observed_at).total_seconds() / 3600.0, 4))
     return {"newer": node.content, "older": other.content, "cosine": f.cosine, "lexical": f.lexical,
             "entity": f.entity, "gap": node.seq - other.seq,
-            "same_speaker": bool(node.speaker) and node.speaker == other.speaker}
+            "same_speaker": bool(node.speaker) and node.speaker == other.speaker,
+            "older_speaker": other.speaker or "", "newer_speaker": node.speaker or "",
+            "older_role": other.role, "newer_role": node.role, "hours": hours}
 
 
 def strongest(judgments: Sequence[RelationJudgment], k: int, floor: float) -> set[tuple[str, str]]:

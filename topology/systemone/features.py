@@ -28,7 +28,9 @@ class TypingState(_State):
 
 class RelationState(_State):
     """An (older -> newer) pair: cosine, lexical (Dice), entity (Jaccard), turn gap, and whether
-    one speaker said both (False when unknown)."""
+    one speaker said both (False when unknown). For the ``updates`` question: each side's
+    speaker and role ("" when unknown) and ``hours`` from the older to the newer observation
+    (None when a time is unknown)."""
 
     newer: str
     older: str
@@ -37,6 +39,11 @@ class RelationState(_State):
     entity: float
     gap: int
     same_speaker: bool = False
+    older_speaker: str = ""
+    newer_speaker: str = ""
+    older_role: str = ""
+    newer_role: str = ""
+    hours: float | None = None
 
 
 class AliasState(_State):

@@ -1,0 +1,464 @@
+"""The learned update judge of the ``local`` backend: p(updates) for an (older, newer) pair.
+
+The relation task's ``updates`` Noul asks whether the newer memory replaces what the older one
+stated as currently true about the same person and attribute ("I moved to Lisbon" after "I live
+in Porto"; not "My sister lives in Madrid" after "I live in Madrid", nor a restatement, nor
+another attribute, nor someone else's turn). The answer is a logistic regression over
+:data:`UPDATE_FEATURES`, pair features that do not depend on the embedding model:
+
+- *who*: same speaker; the subject of each text (its speaker when it speaks in the first person,
+  a named third party or a relative of the speaker when one is the subject; :func:`analyse`)
+  and whether the two subjects are the same person; the speakers' roles;
+- *what*: whether each text states an attribute-like fact (copula, possession, location,
+  employment patterns) and which attribute families its words touch (:data:`SLOTS`), so whether
+  both speak of the same slot;
+- *value*: the content words the texts share and the ones each has alone (a new value and a
+  lost one), their capitalised names;
+- *how*: change cues ("moved", "now", "no longer", ...), negation on one side only, questions;
+- *when*: the turn gap and the hours between them;
+- products of the subject match, the slot match and the value change, so a linear model can
+  ask for all three at once.
+
+Hand-written cue lists are features only: the decision is the fitted weights. The weights are a
+JSON document (:data:`SHIPPED`) written by ``scripts/train_update_judge.py`` from the training
+wordings of :mod:`jevmem.updates_data` and validated there on held-out wordings. The fit weighs
+the two classes equally, so 0.5 means the features are as likely for an update as for another
+pair of the same families.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+import re
+from dataclasses import dataclass, field
+from importlib import resources
+from typing import Any
+
+import numpy as np
+import orjson
+
+from topology.errors import SystemOneError
+from topology.systemone.features import RelationState
+from topology.text import STOPWORDS, stem
+
+#: The package file holding the shipped weights.
+SHIPPED = "update_model.json"
+
+#: Characters of a text the cues read: an update is a sentence, a long paste costs no more.
+MAX_CHARS = 1000
+#: Turn gap (log scale) and hours (log scale) are capped here: beyond, time says nothing more.
+MAX_LOG_GAP = math.log1p(1000)
+MAX_LOG_HOURS = math.log1p(24 * 365)
+
+#: Features read whatever the subjects are: who speaks, about whom, in which role, asking or not.
+WHO_FEATURES: tuple[str, ...] = (
+    "same_speaker",
+    "subject_match",
+    "other_older",
+    "other_newer",
+    "question_older",
+    "question_newer",
+)
+#: Features read only through the gate (both statements by users, about one and the same person):
+#: what the two texts say of that person, so a linear model judges *what* only once *who* holds.
+GATED_FEATURES: tuple[str, ...] = (
+    "gate",
+    "fact_older",
+    "fact_newer",
+    "slot_older",
+    "slot_newer",
+    "same_slot",
+    "slot_conflict",
+    "same_shape",
+    "no_link",
+    "content_dice",
+    "value_shared",
+    "value_new",
+    "value_lost",
+    "value_changed",
+    "caps_changed",
+    "caps_shared",
+    "caps_mismatch",
+    "kept_plain",
+    "cue_newer",
+    "cue_older",
+    "still_newer",
+    "negation_mix",
+    "link_change",
+    "log_gap",
+    "log_hours",
+)
+#: The pair features, in model order.
+UPDATE_FEATURES: tuple[str, ...] = WHO_FEATURES + tuple(f"gated_{f}" if f != "gate" else f for f in GATED_FEATURES)
+
+
+def _rx(pattern: str, flags: int = re.IGNORECASE) -> re.Pattern[str]:
+    return re.compile(pattern, flags)
+
+
+FIRST_PERSON = _rx(r"\b(?:i|i'm|i've|i'd|i'll|me|my|mine|myself|we|we're|we've|our)\b")
+#: First-person words that open a clause about the speaker (not "me": "just like me, my sister ...").
+FIRST_SUBJECT = _rx(r"\b(?:i|i'm|i've|i'd|i'll|my|we|we're|we've|our)\b")
+#: The speaker alone (not "we"): a first-person subject beside a third party makes a text about
+#: the speaker too ("Rufus signed off my holiday"; not "my cousin orders it when we go out").
+SINGULAR_FIRST = _rx(r"\b(?:i|i'm|i've|i'd|i'll|my)\b")
+#: Continuity: the newer text says the old state holds ("still", "as usual", "same ... as").
+STILL = _rx(r"\b(?:still|as usual|as always|as ever|same|again|another|remains?|nothing new|never lets)\b")
+SECOND_PERSON = _rx(r"\b(?:you|your|you're|you've|yours)\b")
+#: Relatives and acquaintances a speaker talks about by relation.
+KIN_WORDS = frozenset(
+    """sister brother dad father mum mom mother parents cousin aunt uncle friend colleague coworker
+    neighbour neighbor flatmate roommate son daughter niece nephew grandma grandmother grandpa grandfather wife
+    husband girlfriend boyfriend""".split()
+)
+#: A relative or acquaintance of the speaker as the subject ("my sister lives", "my colleague
+#: Piet's car"), unless the copula names a value ("my partner is Sofia": the speaker's attribute).
+KIN = re.compile(
+    r"\b(?:[Mm]y|[Oo]ur)\s+(?:(?:older|younger|little|big|best|old|twin)\s+)?"
+    rf"({'|'.join(sorted(KIN_WORDS))})\b(?:\s+([A-Z][\w-]+))?(?!\s+(?:is|was)\s+[A-Z])"
+)
+#: A name as a subject: before a verb in the third person or the past ("Piet lives", "Soraya
+#: switched", "Ezra has"), or opening a clause in the possessive ("Soraya's phone ..."). "is"
+#: is left out: "Lotte is my partner" names a value of the speaker's.
+NAMED = re.compile(
+    r"\b([A-Z][\w-]+)\s+(?:(?!is\b|was\b|this\b|its\b|as\b|us\b|yes\b)[a-z]+(?:s|ed)|has|had|just|got|went|took|left|"
+    r"quit|could|will|would|can|never|also|still)\b|(?:^|[.!?;,:]\s+|\band\s+)([A-Z][\w-]+)'s\b"
+)
+#: A name right after a preposition is a place or a venue, not a subject ("living in Cork has ...").
+AFTER_PREPOSITION = _rx(r"\b(?:in|at|to|from|near|for|with|on|by|of|around|through)\s+(?:the\s+)?$")
+NAME_LIKE = re.compile(r"\b\w*[A-Z0-9][\w-]*")
+NAME_GOES_ON = re.compile(r"(?:'s\b|\s+(?:[A-Z]|is\b|and\b|isn't\b|was\b))")
+PRONOUN = _rx(r"(?:^|[.!?;,]\s+)(?:he|she|they)\b")
+QUESTION = _rx(r"\?\s*$|^\s*(?:who|what|where|when|which|why|how|do|does|did|are|is|can|could|would|remind)\b")
+NEGATION = _rx(r"\b(?:not|no|never|don't|doesn't|didn't|isn't|wasn't|won't|can't|aren't|nor)\b|n't\b")
+CUE = _rx(
+    r"\b(?:now|anymore|any more|no longer|changed|change|switched|switch|moved|new|instead|used to|"
+    r"these days|recently|lately|left|quit|sold|replaced|started|gone|gave up|dropped|took up|took over|"
+    r"split|broke up|upgraded|traded|joined|relocated|at the moment)\b"
+)
+FACT = _rx(
+    r"\b(?:is|are|am|'s|'m)\b|\b(?:i|we)\s+(?:have|own|use|do|go|live|work|drive|train|eat)\b|"
+    r"\bmy\s+\w+|\b(?:in|at|for|with)\s+[A-Z]|\bwork(?:s|ing)?\s+(?:at|for|as)\b"
+)
+#: Attribute families a fact can be about (their words are slot words, not values).
+SLOTS: dict[str, re.Pattern[str]] = {
+    "residence": _rx(
+        r"\b(?:live[sd]?|living|moved?|moving|relocat\w*|flat|apartment|house|home|city|town|"
+        r"neighbou?rs?|neighbou?rhood|landlord|rent\w*|address|based)\b"
+    ),
+    "work": _rx(
+        r"\b(?:work(?:s|ed|ing)?|jobs?|employe[rd]|company|firm|hired|joined|office|colleagues?|"
+        r"payroll|career|position|desk)\b"
+    ),
+    "manager": _rx(r"\b(?:manager|boss|supervisor|lead|reports?|reporting|one-to-ones?|review)\b"),
+    "vehicle": _rx(r"\b(?:drive[sn]?|driving|drove|cars?|vehicle|park(?:ed|ing)?|mileage|roads?|traded)\b"),
+    "food": _rx(
+        r"\b(?:food|dish(?:es)?|eat(?:s|ing)?|ate|cuisine|meals?|menu|restaurants?|dinner|lunch|"
+        r"cook(?:s|ing)?|delicious|taste)\b"
+    ),
+    "partner": _rx(
+        r"\b(?:partner|dat(?:e|es|ed|ing)|girlfriend|boyfriend|wife|husband|seeing|together|"
+        r"couple|relationship|married|engaged|split|broke)\b"
+    ),
+    "phone": _rx(r"\b(?:phones?|mobile|smartphone|screen|battery|camera|texts?|apps?)\b"),
+    "gym": _rx(
+        r"\b(?:gyms?|train(?:s|ing)?|workouts?|work out|fitness|membership|member|lift(?:ing)?|"
+        r"class(?:es)?|sessions?|sauna|trainers?)\b"
+    ),
+    "hobby": _rx(
+        r"\b(?:hobby|hobbies|pastime|spare time|free time|weekends?|unwind|relax|fun|course|"
+        r"took up|taken up|into)\b"
+    ),
+}
+#: Shapes of a stated value (case-sensitive): a place ("in Lisbon"), an organisation or venue
+#: ("at Brightwater Labs", "for Tidewell"), a named thing ("a Tesla", "my Pixel 8"), a person
+#: ("with Sofia", "to Jonas"). Two texts whose values have the same shape may state one attribute.
+SHAPES: dict[str, re.Pattern[str]] = {
+    "place": re.compile(r"\b(?:in|to|from|near|around|through|across)\s+[A-Z][a-z]"),
+    "organisation": re.compile(r"\b(?:at|for|joined|by|with)\s+(?:the\s+)?[A-Z][a-z]+\s+[A-Z]"),
+    "thing": re.compile(r"\b(?:a|an|my|the|this|that|our)\s+[a-z]?[A-Z][\w-]*(?:\s+[A-Z0-9][\w-]*)?"),
+    "person": re.compile(r"\b(?:with|to|and|under|dating|seeing|is|boss,?|manager,?)\s+[A-Z][a-z]+\b(?!\s+[A-Z])"),
+}
+_WORD = re.compile(r"[a-z0-9]+(?:'[a-z]+)?")
+_NOT_NAMES = frozenset(
+    """I I'm I've I'd I'll My Our We You Your He She They It It's This That These Those There Here
+    The A An And But So Or If Then Just Actually Still Yes Yep Yeah Oh Ooh Ah Ha Haha Wow Well Sure Okay Ok No Not
+    Nothing Everything Something Anything Everyone Someone Anyone Nobody Somebody Everybody Each Every Another One
+    Some All Both Most Many Few Finally Lately Recently Honestly Anyway Apparently Obviously Clearly Luckily Sadly
+    Hopefully Basically Seriously Today Tonight Yesterday Tomorrow Now Then Also Maybe Perhaps Again Once
+    Where What Who Whom Whose Which How When Why Is Are Was Were Do Does Did Can Could Would Should Will Has Have
+    Monday Tuesday Wednesday Thursday Friday Saturday Sunday January February March April May June July August
+    September October November December""".split()
+)
+#: The speaker of a pair whose state says one person said both without naming them.
+UNNAMED = "<same speaker>"
+_USER_ROLES = frozenset({"user", "human", "customer", ""})
+
+
+@dataclass(frozen=True, slots=True)
+class Text:
+    """What the update judge reads in one text: first person, the third party it is about
+    (``other``: a kin word, a name, ``"pronoun"``; empty when none; ``also_first``: a first-person
+    subject besides it), question, negation, change
+    cue, a fact pattern, the slot families, content words (slot and cue words left out) and the
+    capitalised names."""
+
+    first: bool
+    other: str
+    also_first: bool
+    second: bool
+    question: bool
+    negated: bool
+    cue: bool
+    still: bool
+    fact: bool
+    slots: frozenset[str]
+    shapes: frozenset[str]
+    values: frozenset[str]
+    caps: frozenset[str]
+
+
+@functools.lru_cache(maxsize=16384)
+def analyse(text: str) -> Text:
+    """The cues of one text (cached: a memory is judged against many others)."""
+    t = text[:MAX_CHARS]
+    # the subject is the one that comes first: the speaker (first person), a relative, a name, a pronoun
+    found: list[tuple[int, int, str]] = []
+    if kin := KIN.search(t):
+        found.append((kin.start(), 0, (kin.group(2) or kin.group(1)).lower()))
+    mine = [m.start() for m in FIRST_SUBJECT.finditer(t) if not (kin and kin.start() <= m.start() < kin.end())]
+    if mine:
+        found.append((mine[0], 1, ""))
+    if named := next(
+        (
+            m
+            for m in NAMED.finditer(t)
+            if (m.group(1) or m.group(2)) not in _NOT_NAMES and not AFTER_PREPOSITION.search(t, 0, m.start())
+        ),
+        None,
+    ):
+        found.append((named.start(), 2, (named.group(1) or named.group(2)).lower()))
+    if pronoun := PRONOUN.search(t):
+        found.append((pronoun.start(), 3, "pronoun"))
+    other = min(found)[2] if found else ""
+    caps = names(t)
+    return Text(
+        first=bool(FIRST_PERSON.search(t)),
+        other=other,
+        also_first=bool(other) and any(not (kin and kin.start() <= m.start() < kin.end()) for m in SINGULAR_FIRST.finditer(t)),
+        second=bool(SECOND_PERSON.search(t)),
+        question=bool(QUESTION.search(t)),
+        negated=bool(NEGATION.search(t)),
+        cue=bool(CUE.search(t)),
+        still=bool(STILL.search(t)),
+        fact=bool(FACT.search(t)),
+        slots=frozenset(k for k, p in SLOTS.items() if p.search(t)),
+        shapes=frozenset(k for k, p in SHAPES.items() if p.search(t)),
+        values=value_words(t),
+        caps=caps,
+    )
+
+
+def names(text: str) -> frozenset[str]:
+    """Name-like words of ``text`` (lowercased): capitalised or mixed-case words and numbers
+    ("Lisbon", "iPhone", "8"), the first word of a sentence only when a name would continue it
+    (another capitalised word, "is", "and", "'s": "Lotte is my partner", "Core Collective ...")."""
+    out = set()
+    for m in NAME_LIKE.finditer(text):
+        word = m.group(0)
+        if word in _NOT_NAMES or not (any(c.isupper() for c in word) or word.isdigit()):
+            continue
+        if text[: m.start()].rstrip()[-1:] in ("", ".", "!", "?", ":", ";") and not NAME_GOES_ON.match(text, m.end()):
+            continue
+        out.add(word.lower())
+    return frozenset(out)
+
+
+def value_words(text: str) -> frozenset[str]:
+    """Content words of ``text`` that are neither slot words (:data:`SLOTS`) nor change cues:
+    what a value ("Lisbon", "ramen", "pottery") is made of. Lowercased, lightly stemmed."""
+    out = set()
+    for word in _WORD.findall(text.lower()):
+        word = word.removesuffix("'s")
+        if (
+            word in STOPWORDS
+            or word in KIN_WORDS
+            or len(word) < 2
+            or CUE.fullmatch(word)
+            or any(p.fullmatch(word) for p in SLOTS.values())
+        ):
+            continue
+        out.add(stem(word))
+    return frozenset(out)
+
+
+def subjects(text: Text, speaker: str) -> frozenset[str]:
+    """Whose attribute ``text`` may state: ``person:<name>`` (a named third party, or the speaker:
+    in the first person or with no other subject), ``kin:<word>@<speaker>`` (a relative named by
+    kind). A text with a third party and a first-person subject as well ("Rufus signed off my
+    holiday", "Marisol moved on, so Claire is my boss") may be about either. Empty: unknown (a
+    pronoun or only the second person, or no speaker)."""
+    me = frozenset({f"person:{speaker.lower()}"}) if speaker else frozenset()
+    if text.other == "pronoun":
+        return me if text.also_first else frozenset()
+    if text.other:
+        them = f"kin:{text.other}@{speaker.lower()}" if text.other in KIN_WORDS else f"person:{text.other}"
+        return frozenset({them}) | (me if text.also_first else frozenset())
+    return me if text.first or not text.second else frozenset()
+
+
+def _dice(a: frozenset[str], b: frozenset[str]) -> float:
+    return 2 * len(a & b) / (len(a) + len(b)) if a or b else 0.0
+
+
+def update_features(st: RelationState) -> list[float]:
+    """The feature vector of one (older, newer) pair, in :data:`UPDATE_FEATURES` order."""
+    old, new = analyse(st.older), analyse(st.newer)
+    same_speaker = st.same_speaker or (bool(st.older_speaker) and st.older_speaker == st.newer_speaker)
+    # a caller that names no speakers but says one person said both (an older state) still has one speaker
+    older_speaker = st.older_speaker or (UNNAMED if st.same_speaker and not st.newer_speaker else "")
+    newer_speaker = st.newer_speaker or (UNNAMED if st.same_speaker and not st.older_speaker else "")
+    match = 1.0 if subjects(old, older_speaker) & subjects(new, newer_speaker) else 0.0
+    user_old, user_new = float(st.older_role.lower() in _USER_ROLES), float(st.newer_role.lower() in _USER_ROLES)
+    who = [
+        1.0 if same_speaker else 0.0,
+        match,
+        float(bool(old.other)),
+        float(bool(new.other)),
+        float(old.question),
+        float(new.question),
+    ]
+    # both are statements by users about one person
+    gate = match * user_old * user_new * (1.0 - float(old.question)) * (1.0 - float(new.question))
+    shared = old.values & new.values
+    gained, lost = new.values - old.values, old.values - new.values
+    link = bool(old.slots & new.slots or old.shapes & new.shapes or shared or old.caps & new.caps)
+    change = bool((gained and lost) or (new.caps - old.caps) or new.cue)
+    hours = 0.0 if st.hours is None else min(MAX_LOG_HOURS, math.log1p(max(0.0, st.hours)))
+    what = [
+        1.0,
+        float(old.fact),
+        float(new.fact),
+        float(bool(old.slots)),
+        float(bool(new.slots)),
+        float(bool(old.slots & new.slots)),
+        float(bool(old.slots) and bool(new.slots) and not old.slots & new.slots),
+        float(bool(old.shapes & new.shapes)),
+        float(not link),
+        _dice(old.values, new.values),
+        len(shared) / max(1, min(len(old.values), len(new.values))),
+        len(gained) / max(1, len(new.values)),
+        len(lost) / max(1, len(old.values)),
+        float(bool(gained and lost)),
+        float(bool(old.caps - new.caps) and bool(new.caps - old.caps)),
+        float(bool(old.caps & new.caps)),
+        float(bool(old.caps - new.caps) != bool(new.caps - old.caps)),
+        float(bool(shared) and not new.cue and old.negated == new.negated),
+        float(new.cue),
+        float(old.cue),
+        float(new.still),
+        float(old.negated != new.negated),
+        float(link and change),
+        min(MAX_LOG_GAP, math.log1p(max(0, st.gap))),
+        hours,
+    ]
+    return who + [gate * v for v in what]
+
+
+@dataclass(frozen=True)
+class UpdateModel:
+    """p(update) = sigmoid(intercept + coef . ((x - mean) / scale)) over :data:`UPDATE_FEATURES`."""
+
+    features: tuple[str, ...]
+    mean: np.ndarray
+    scale: np.ndarray
+    coef: np.ndarray
+    intercept: float
+    meta: dict[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if self.features != UPDATE_FEATURES:
+            raise SystemOneError(f"update model features {self.features} differ from UPDATE_FEATURES")
+        n = len(self.features)
+        if not (self.mean.shape == self.scale.shape == self.coef.shape == (n,)):
+            raise SystemOneError(f"update model arrays must all have {n} entries")
+        if (self.scale <= 0).any() or not np.isfinite(self.coef).all() or not math.isfinite(self.intercept):
+            raise SystemOneError("update model has a non-positive scale or a non-finite weight")
+
+    def probabilities(self, rows: np.ndarray) -> np.ndarray:
+        """p(update) for feature rows (n, F); each row's answer is independent of the others."""
+        z = (((rows - self.mean) / self.scale) * self.coef).sum(axis=1) + self.intercept
+        out: np.ndarray = 0.5 * (1.0 + np.tanh(0.5 * z))
+        return out
+
+    def answer(self, states: list[RelationState]) -> list[float]:
+        """p(update) for parsed relation states, one evaluation for the batch."""
+        if not states:
+            return []
+        rows = np.asarray([update_features(st) for st in states], dtype=np.float64)
+        return [float(p) for p in self.probabilities(rows)]
+
+    def to_json(self) -> bytes:
+        return orjson.dumps(
+            {
+                "features": list(self.features),
+                "mean": [round(float(v), 8) for v in self.mean],
+                "scale": [round(float(v), 8) for v in self.scale],
+                "coef": [round(float(v), 8) for v in self.coef],
+                "intercept": round(self.intercept, 8),
+                "meta": self.meta,
+            },
+            option=orjson.OPT_INDENT_2,
+        )
+
+    @classmethod
+    def from_json(cls, raw: bytes | str) -> UpdateModel:
+        try:
+            d = orjson.loads(raw)
+            return cls(
+                features=tuple(d["features"]),
+                mean=np.asarray(d["mean"], dtype=np.float64),
+                scale=np.asarray(d["scale"], dtype=np.float64),
+                coef=np.asarray(d["coef"], dtype=np.float64),
+                intercept=float(d["intercept"]),
+                meta=dict(d.get("meta", {})),
+            )
+        except (orjson.JSONDecodeError, KeyError, TypeError, ValueError) as exc:
+            raise SystemOneError(f"unreadable update model: {exc}") from exc
+
+    @classmethod
+    def shipped(cls) -> UpdateModel:
+        """The weights shipped in the package (read once per process)."""
+        return _shipped()
+
+
+@functools.cache
+def _shipped() -> UpdateModel:
+    return UpdateModel.from_json(resources.files("topology.systemone").joinpath(SHIPPED).read_bytes())
+
+
+def fit(x: np.ndarray, y: np.ndarray, l2: float = 1.0, iters: int = 50, meta: dict[str, Any] | None = None) -> UpdateModel:
+    """Class-balanced, L2-regularised logistic regression by Newton's method on standardised
+    features (each class weighs half). Deterministic: no sampling, a fixed iteration budget."""
+    if x.ndim != 2 or x.shape[1] != len(UPDATE_FEATURES) or len(x) != len(y):
+        raise ValueError(f"expected rows of {len(UPDATE_FEATURES)} features and one label each")
+    pos = float(y.sum())
+    if pos == 0 or pos == len(y):
+        raise ValueError("training pairs need both updates and other pairs")
+    mean, scale = x.mean(axis=0), x.std(axis=0)
+    scale[scale < 1e-9] = 1.0
+    z = np.column_stack([np.ones(len(x)), (x - mean) / scale])
+    weight = np.where(y > 0, 0.5 * len(y) / pos, 0.5 * len(y) / (len(y) - pos))
+    w = np.zeros(z.shape[1])
+    reg = np.full(z.shape[1], l2)
+    reg[0] = 0.0
+    for _ in range(iters):
+        p = 0.5 * (1.0 + np.tanh(0.5 * (z @ w)))
+        grad = z.T @ (weight * (p - y)) + reg * w
+        hess = (z * (weight * p * (1 - p))[:, None]).T @ z + np.diag(reg) + 1e-9 * np.eye(len(w))
+        step = np.linalg.solve(hess, grad)
+        w -= step
+        if np.abs(step).max() < 1e-8:
+            break
+    return UpdateModel(UPDATE_FEATURES, mean, scale, w[1:], float(w[0]), meta or {})
