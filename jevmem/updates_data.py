@@ -655,7 +655,7 @@ def generate(conversations: int = 12, wordings: Wordings = "all", seed: int = 7,
 SEED = 11
 """Seed of the update judge's training and validation pairs."""
 ROUNDS = 30
-"""Rounds of pairs per attribute (each round: 7 updates and 20 non-updates)."""
+"""Rounds of pairs per attribute (each round: 7 updates and 25 non-updates)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -743,6 +743,8 @@ class _Round:
     def pairs(self) -> list[Pair]:
         a, rng, add, mine, theirs, bot = self.a, self.rng, self.add, self.mine, self.theirs, self.bot
         v0, v1 = rng.sample(a.values, 2)
+        b = rng.choice([x for x in ATTRIBUTES if x is not a])
+        vb0, vb1 = rng.sample(b.values, 2)
         state = mine(self.text(a, "state", v=v0))
         for kind in UPDATE_KINDS:
             add(state, mine(self.text(a, kind, v=v1, old=v0)), True, f"update:{kind}")
@@ -763,8 +765,6 @@ class _Round:
         add(state, theirs(self.text(a, "state", v=rng.choice((v0, v1)))), False, "other_speaker")
         add(state, mine(self.text(a, "restate", v=v0)), False, "restate")
         add(state, mine(self.text(a, "state", v=v0)), False, "restate")
-        b = rng.choice([x for x in ATTRIBUTES if x is not a])
-        vb0, vb1 = rng.sample(b.values, 2)
         add(state, mine(self.text(b, rng.choice(UPDATE_KINDS), v=vb1, old=vb0)), False, "other_attribute")
         add(mine(self.text(b, "state", v=vb0)), mine(self.update(v1, v0)), False, "other_attribute")
         c = rng.choice([x for x in ATTRIBUTES if x is not a and x is not b])
@@ -776,6 +776,12 @@ class _Round:
             add(mine(self.text(a, "other", v=v0, who=start, who_l=mid)),
                 mine(self.text(a, "other_update", v=v1, who=start2, who_l=mid2)), False, "other_subject")
         add(state, mine(self.small()), False, "small_talk")
+        add(mine(self.small()), mine(self.small()), False, "small_talk")  # most candidate pairs: chat and chat
+        add(mine(self.small()), mine(self.small()), False, "small_talk")
+        add(mine(self.small()), state, False, "small_talk")
+        add(theirs(self.f.pick("small_talk.friend", SMALL_TALK_FRIEND, {})[0]), theirs(self.text(a, "state", v=v1)),
+            False, "small_talk")
+        add(theirs(self.text(a, "ack", v=v0)), theirs(self.text(b, "state", v=vb0)), False, "ack")
         add(mine(self.small()), mine(self.update(v1, v0)), False, "small_talk")
         add(mine(self.text(a, "restate", v=v0)), mine(self.small()), False, "small_talk")
         add(mine(self.small()), mine(self.text(a, "implicit", v=v1)), False, "small_talk")

@@ -71,6 +71,7 @@ GATED_FEATURES: tuple[str, ...] = (
     "same_slot",
     "slot_conflict",
     "same_shape",
+    "slots_equal",
     "no_link",
     "content_dice",
     "value_shared",
@@ -102,7 +103,7 @@ FIRST_PERSON = _rx(r"\b(?:i|i'm|i've|i'd|i'll|me|my|mine|myself|we|we're|we've|o
 FIRST_SUBJECT = _rx(r"\b(?:i|i'm|i've|i'd|i'll|my|we|we're|we've|our)\b")
 #: The speaker alone (not "we"): a first-person subject beside a third party makes a text about
 #: the speaker too ("Rufus signed off my holiday"; not "my cousin orders it when we go out").
-SINGULAR_FIRST = _rx(r"\b(?:i|i'm|i've|i'd|i'll|my)\b")
+SINGULAR_FIRST = _rx(r"\b(?:i|i'm|i've|i'd|i'll|my|me)\b")
 #: Continuity: the newer text says the old state holds ("still", "as usual", "same ... as").
 STILL = _rx(r"\b(?:still|as usual|as always|as ever|same|again|another|remains?|nothing new|never lets)\b")
 SECOND_PERSON = _rx(r"\b(?:you|your|you're|you've|yours)\b")
@@ -122,11 +123,21 @@ KIN = re.compile(
 #: switched", "Ezra has"), or opening a clause in the possessive ("Soraya's phone ..."). "is"
 #: is left out: "Lotte is my partner" names a value of the speaker's.
 NAMED = re.compile(
-    r"\b([A-Z][\w-]+)\s+(?:(?!is\b|was\b|this\b|its\b|as\b|us\b|yes\b)[a-z]+(?:s|ed)|has|had|just|got|went|took|left|"
-    r"quit|could|will|would|can|never|also|still)\b|(?:^|[.!?;,:]\s+|\band\s+)([A-Z][\w-]+)'s\b"
+    r"\b([A-Z][a-z]+)\s+(?:(?!is\b|was\b|this\b|its\b|as\b|us\b|yes\b|news\b)[a-z]+(?:s|ed)|has|had|just|got|went|"
+    r"took|left|quit|could|will|would|can|never|also|still)\b|(?:^|[.!?;,:]\s+|\band\s+)([A-Z][a-z]+)'s\b"
+)
+#: Verbs that make a sentence's first word its subject ("Piet lives ..."); elsewhere any verb-like
+#: word does ("Turns out Ezra works ..."): a capitalised first word is often no name ("Big news").
+OPENING_VERBS = frozenset(
+    """lives works drives has had loves likes uses owns trains goes does says thinks plays wants
+    prefers reports rents dates texts teaches spends moved got went took left quit just could will would can never
+    also still""".split()
 )
 #: A name right after a preposition is a place or a venue, not a subject ("living in Cork has ...").
-AFTER_PREPOSITION = _rx(r"\b(?:in|at|to|from|near|for|with|on|by|of|around|through)\s+(?:the\s+)?$")
+AFTER_PREPOSITION = re.compile(
+    r"\b(?:[Ii]n|[Aa]t|[Tt]o|[Ff]rom|[Nn]ear|[Ff]or|[Ww]ith|[Oo]n|[Bb]y|[Oo]f|[Aa]round|[Tt]hrough)\s+(?:the\s+)?"
+    r"(?:[A-Z][\w-]*\s+)*$"
+)
 NAME_LIKE = re.compile(r"\b\w*[A-Z0-9][\w-]*")
 NAME_GOES_ON = re.compile(r"(?:'s\b|\s+(?:[A-Z]|is\b|and\b|isn't\b|was\b))")
 PRONOUN = _rx(r"(?:^|[.!?;,]\s+)(?:he|she|they)\b")
@@ -148,7 +159,7 @@ SLOTS: dict[str, re.Pattern[str]] = {
         r"neighbou?rs?|neighbou?rhood|landlord|rent\w*|address|based)\b"
     ),
     "work": _rx(
-        r"\b(?:work(?:s|ed|ing)?|jobs?|employe[rd]|company|firm|hired|joined|office|colleagues?|"
+        r"\b(?:work(?:s|ed|ing)?(?!\s+out)|jobs?|employe[rd]|company|firm|hired|joined|office|colleagues?|"
         r"payroll|career|position|desk)\b"
     ),
     "manager": _rx(r"\b(?:manager|boss|supervisor|lead|reports?|reporting|one-to-ones?|review)\b"),
@@ -167,7 +178,7 @@ SLOTS: dict[str, re.Pattern[str]] = {
         r"class(?:es)?|sessions?|sauna|trainers?)\b"
     ),
     "hobby": _rx(
-        r"\b(?:hobby|hobbies|pastime|spare time|free time|weekends?|unwind|relax|fun|course|"
+        r"\b(?:hobby|hobbies|pastime|spare time|free time|unwind|relax|course|"
         r"took up|taken up|into)\b"
     ),
 }
@@ -180,6 +191,12 @@ SHAPES: dict[str, re.Pattern[str]] = {
     "thing": re.compile(r"\b(?:a|an|my|the|this|that|our)\s+[a-z]?[A-Z][\w-]*(?:\s+[A-Z0-9][\w-]*)?"),
     "person": re.compile(r"\b(?:with|to|and|under|dating|seeing|is|boss,?|manager,?)\s+[A-Z][a-z]+\b(?!\s+[A-Z])"),
 }
+#: Words of time ("this weekend", "all day"): when something was said, never a stated value.
+TIME_WORDS = frozenset(
+    """day days week weeks weekend weekends month months year years morning mornings evening
+    evenings night nights today tonight yesterday tomorrow time times hour hours minute minutes ago last next
+    monday tuesday wednesday thursday friday saturday sunday""".split()
+)
 _WORD = re.compile(r"[a-z0-9]+(?:'[a-z]+)?")
 _NOT_NAMES = frozenset(
     """I I'm I've I'd I'll My Our We You Your He She They It It's This That These Those There Here
@@ -234,7 +251,9 @@ def analyse(text: str) -> Text:
         (
             m
             for m in NAMED.finditer(t)
-            if (m.group(1) or m.group(2)) not in _NOT_NAMES and not AFTER_PREPOSITION.search(t, 0, m.start())
+            if (m.group(1) or m.group(2)) not in _NOT_NAMES
+            and not AFTER_PREPOSITION.search(t, 0, m.start())
+            and (m.group(2) or not _opens(t, m.start()) or t[m.end(1) : m.end()].split()[0] in OPENING_VERBS)
         ),
         None,
     ):
@@ -260,6 +279,11 @@ def analyse(text: str) -> Text:
     )
 
 
+def _opens(text: str, at: int) -> bool:
+    """Whether position ``at`` opens a sentence of ``text``."""
+    return text[:at].rstrip()[-1:] in ("", ".", "!", "?", ":", ";")
+
+
 def names(text: str) -> frozenset[str]:
     """Name-like words of ``text`` (lowercased): capitalised or mixed-case words and numbers
     ("Lisbon", "iPhone", "8"), the first word of a sentence only when a name would continue it
@@ -279,11 +303,13 @@ def value_words(text: str) -> frozenset[str]:
     """Content words of ``text`` that are neither slot words (:data:`SLOTS`) nor change cues:
     what a value ("Lisbon", "ramen", "pottery") is made of. Lowercased, lightly stemmed."""
     out = set()
-    for word in _WORD.findall(text.lower()):
+    for word in _WORD.findall(CUE.sub(" ", text.lower())):
         word = word.removesuffix("'s")
         if (
             word in STOPWORDS
             or word in KIN_WORDS
+            or word in TIME_WORDS
+            or word.endswith("ly")  # an adverb ("finally", "honestly") says how, not what
             or len(word) < 2
             or CUE.fullmatch(word)
             or any(p.fullmatch(word) for p in SLOTS.values())
@@ -345,6 +371,7 @@ def update_features(st: RelationState) -> list[float]:
         float(bool(old.slots & new.slots)),
         float(bool(old.slots) and bool(new.slots) and not old.slots & new.slots),
         float(bool(old.shapes & new.shapes)),
+        float(bool(old.slots) and old.slots == new.slots),
         float(not link),
         _dice(old.values, new.values),
         len(shared) / max(1, min(len(old.values), len(new.values))),
