@@ -15,6 +15,7 @@ from elasticsearch import AsyncElasticsearch, ConflictError, NotFoundError
 from jevmem.settings import Settings
 from jevmem.wiring import system_one, system_one_and_scorer, system_two
 from query_api.controller import Retrieval, RetrievalController
+from query_api.items import ItemError
 from query_api.service import ForgetAccepted
 from storage.elastic import (
     ElasticEdgeStore,
@@ -237,9 +238,12 @@ class DistributedService:
         if self._s2 is not None:
             await self._s2.aclose()
 
-    async def submit(self, observations: Sequence[Observation]) -> None:
+    async def submit(self, observations: Sequence[Observation]) -> list[ItemError]:
+        """Acknowledged by the broker: nothing is refused here (the worker dead-letters what it
+        cannot write, see ``streams.faust_app``)."""
         assert self._producer is not None
         await self._producer.send(observations)
+        return []
 
     async def reject(self, letters: Sequence[DeadLetter]) -> None:
         assert self._producer is not None

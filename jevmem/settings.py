@@ -104,6 +104,9 @@ class Settings(BaseSettings):
     embedding_dimensions: int | None = None  # ask the service for this many (models that can shorten)
     embedding_query_prefix: str = ""  # e.g. "query: " for the e5 family
     embedding_passage_prefix: str = ""  # e.g. "passage: "
+    # the service model's input limit in tokens (None: known for OpenAI's models, else 512); each text is cut to
+    # that many UTF-8 bytes before it is sent (a token is at least a byte), the node keeps it whole
+    embedding_max_tokens: int | None = None
     # distributed mode
     kafka_bootstrap: str = "127.0.0.1:9092"  # comma-separated host:port of some of the cluster's brokers
     kafka_security_protocol: SecurityProtocol = "PLAINTEXT"
@@ -179,7 +182,8 @@ class Settings(BaseSettings):
         model, _, dims = self.embedder.removeprefix("openai:").partition(":")
         key = self.embedding_api_key.get_secret_value() if self.embedding_api_key else None
         return ServiceEmbedder(self.embedding_url, model, key, int(dims) if dims else self.embedding_dimensions,
-                               query_prefix=self.embedding_query_prefix, passage_prefix=self.embedding_passage_prefix)
+                               query_prefix=self.embedding_query_prefix, passage_prefix=self.embedding_passage_prefix,
+                               max_tokens=self.embedding_max_tokens)
 
     def oidc(self) -> OidcVerifier | None:
         """The bearer-token verifier of the configured issuer, or None (API keys only)."""

@@ -10,6 +10,7 @@ from typing import Any
 
 from jevmem.settings import Settings
 from query_api.controller import Retrieval, RetrievalController
+from query_api.items import ItemError
 from query_api.scoring import LocalScorer, Scorer
 from query_api.service import ForgetApplied
 from query_api.system_two import OpenAICompatibleSystemTwo
@@ -149,8 +150,14 @@ class EmbeddedService:
         if self._s2 is not None:
             await self._s2.aclose()
 
-    async def submit(self, observations: Sequence[Observation]) -> None:
-        await self.mem.pipeline.ingest(observations)
+    async def submit(self, observations: Sequence[Observation]) -> list[ItemError]:
+        """Write ``observations``; those that failed permanently (isolated and dead-lettered by the
+        pipeline, sourced ``api:<stage>``) are returned with their indexes (every copy of a
+        duplicated event)."""
+        report = await self.mem.pipeline.ingest(observations, source="api")
+        reasons = {(f.item.tenant_id, f.item.conversation_id, f.item.event_id): f.reason for f in report.failed}
+        return [ItemError(index=i, reason=reasons[key]) for i, o in enumerate(observations)
+                if (key := (o.tenant_id, o.conversation_id, o.event_id)) in reasons]
 
     async def reject(self, letters: Sequence[DeadLetter]) -> None:
         await self.mem.stores.dead_letters.put(letters)

@@ -27,12 +27,15 @@ from topology.errors import (
     InvalidRequest,
     JevMemError,
     NotFound,
+    Refused,
     RequestError,
+    ServiceMisconfigured,
     SystemOneError,
     SystemTwoError,
     Unauthenticated,
     Unavailable,
     UnknownConversation,
+    Unprocessable,
 )
 from topology.schemas import ConsolidationDecision, DeadLetter, EdgeEvent, MemoryNode, Observation, Realm, Scope
 
@@ -83,8 +86,11 @@ class MemoryService(Protocol):
 
     async def stop(self) -> None: ...
 
-    async def submit(self, observations: Sequence[Observation]) -> None:
-        """Durably accept valid observations (written, or acknowledged by the broker)."""
+    async def submit(self, observations: Sequence[Observation]) -> Sequence[ItemError]:
+        """Durably accept valid observations (written, or acknowledged by the broker). Returns
+        those that failed permanently (``index`` into ``observations``, ``reason``), each already
+        dead-lettered; the rest are accepted. An outage raises
+        :class:`~topology.errors.Unavailable` (send the call again: event ids make it safe)."""
         ...
 
     async def reject(self, letters: Sequence[DeadLetter]) -> None: ...
@@ -134,7 +140,9 @@ class Ingested:
 async def ingest(service: MemoryService, who: Principal, items: Sequence[Any], *, source: str, whole: str,
                  raw: str | bytes | None = None, defaults: Mapping[str, Callable[[], str]] | None = None) -> Ingested:
     """Validate ``items`` one by one (:func:`query_api.items.validate_items`), dead-letter the
-    invalid ones (sourced ``{source}#{index}``) and submit the valid ones.
+    invalid ones (sourced ``{source}#{index}``) and submit the valid ones. An item the deployment
+    fails permanently (e.g. a refusal by the embedding service) is an error of that item too
+    (dead-lettered by the deployment); the others are accepted.
 
     Raises, before anything is written: :class:`TooManyItems` over the cap (the whole call is then
     dead-lettered, sourced ``whole``, holding ``raw`` or a JSON copy of ``items``);
@@ -157,9 +165,16 @@ async def ingest(service: MemoryService, who: Principal, items: Sequence[Any], *
         defaults = {**(defaults or {}), "user_id": lambda: only}
     good, errors, letters = validate_items(items, who.tenant_id, source, defaults)
     await dead_letter(service, letters, source)
-    if good:
-        await service.submit(good)
-    return Ingested(good, errors)
+    if not good:
+        return Ingested(good, errors)
+    refused = await service.submit(good)
+    if not refused:
+        return Ingested(good, errors)
+    invalid = {e.index for e in errors}
+    at = [i for i in range(len(items)) if i not in invalid]  # the item index of each of ``good``
+    dropped = {r.index for r in refused}
+    errors = sorted(errors + [ItemError(index=at[r.index], reason=r.reason) for r in refused], key=lambda e: e.index)
+    return Ingested([o for j, o in enumerate(good) if j not in dropped], errors)
 
 
 async def dead_letter(service: MemoryService, letters: Sequence[DeadLetter], source: str) -> None:
@@ -263,6 +278,9 @@ ERRORS: tuple[_Row, ...] = (
     _Row(NotFound, 404, "not found"),
     _Row(TooManyItems, 413, "too large"),
     _Row(InvalidRequest, 422, "invalid request"),
+    _Row(Refused, 422, "refused"),  # before the System One and Two rows: their refusals are permanent
+    _Row(Unprocessable, 422, "could not be processed"),
+    _Row(ServiceMisconfigured, 502, "a model service refused this deployment's configuration"),
     _Row(Unavailable, 503, "temporarily unavailable, retry later", retry=True),
     _Row(SystemOneError, 502, "System One failed, retry later", retry=True),
     _Row(SystemTwoError, 502, "System Two failed, retry later", retry=True),

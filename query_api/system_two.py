@@ -7,7 +7,7 @@ from collections.abc import Sequence
 
 import httpx
 
-from topology.errors import SystemTwoError
+from topology.errors import ServiceMisconfigured, SystemTwoError, SystemTwoRefused, status_kind
 
 ANSWER_PROMPT = (
     "Answer the question using only the numbered memories. In brackets: when each memory was "
@@ -34,6 +34,14 @@ class OpenAICompatibleSystemTwo:
                 "messages": [{"role": "system", "content": system}, {"role": "user", "content": user}]})
             resp.raise_for_status()
             return str(resp.json()["choices"][0]["message"]["content"]).strip()
+        except httpx.HTTPStatusError as exc:
+            status = exc.response.status_code
+            kind, message = status_kind(status), f"system two failed: HTTP {status}: {exc.response.text[:200]}"
+            if kind == "permanent":  # the request's content: resending it cannot help
+                raise SystemTwoRefused(message, status) from exc
+            if kind == "configuration":
+                raise ServiceMisconfigured(message, status) from exc
+            raise SystemTwoError(message) from exc
         except (httpx.HTTPError, KeyError, IndexError, ValueError) as exc:
             raise SystemTwoError(f"system two failed: {exc}") from exc
 

@@ -6,6 +6,12 @@ goes through :func:`streams.write_path.write_batch` (the write path both drivers
 nodes -> materialise -> candidates -> relations -> edges -> consolidation, pipelined in chunks).
 Writes and forgets are serialised by one lock: seq assignment needs a single writer per
 conversation.
+
+A batch that fails permanently (``topology.errors.kind_of``: a refusal such as an embedding
+service's 400, a record the stages cannot process) is split until the failing observations are
+isolated (:func:`streams.isolation.isolate`); each becomes a dead letter with its reason and the
+stage, whatever an attempt stored of it is removed (:func:`streams.write_path.discard`), and the
+rest is written in order. Transient errors (an outage) are raised: nothing is dead-lettered.
 """
 
 from __future__ import annotations
@@ -18,7 +24,8 @@ from datetime import UTC, datetime
 
 from streams import forget as forgetting
 from streams.forget import ForgetReport
-from streams.write_path import Stores, Written, dead_letter, since, write_batch
+from streams.isolation import Failed, isolate
+from streams.write_path import Stores, Written, dead_letter, discard, since, stored_events, write_batch
 from topology import observe
 from topology.errors import InvalidEvent
 from topology.pipeline import WritePath, dedupe
@@ -42,6 +49,8 @@ class IngestReport:
     results: list[WriteResult] = field(default_factory=list)
     forgets: int = 0
     conversations: Counter[tuple[str, str]] = field(default_factory=Counter)
+    #: observations that failed permanently, each dead-lettered (also in ``dead_letters``)
+    failed: list[Failed[Observation]] = field(default_factory=list)
 
     def merge(self, other: IngestReport) -> None:
         """Add ``other`` (a later part of the same input) to this report."""
@@ -55,6 +64,7 @@ class IngestReport:
         self.results += other.results
         self.dead_letters += other.dead_letters
         self.conversations.update(other.conversations)
+        self.failed += other.failed
 
 
 class EmbeddedPipeline:
@@ -84,13 +94,17 @@ class EmbeddedPipeline:
                 await self.forget(part.scope, part.event_id)
                 report.forgets += 1
                 continue
-            report.merge(await self.ingest(part, keep_results=keep_results))
-        report.dead_letters = bad
+            report.merge(await self.ingest(part, keep_results=keep_results, source=source))
+        report.dead_letters = bad + report.dead_letters
         return report
 
     async def ingest(self, observations: Sequence[Observation], on_chunk: Callable[[int], None] | None = None,
-                     keep_results: bool = True) -> IngestReport:
+                     keep_results: bool = True, source: str = "ingest") -> IngestReport:
         """Write ``observations`` (any number; duplicates of an event are one event).
+
+        An observation that fails permanently is isolated (see the module's docstring): it is in
+        the report's ``failed`` and ``dead_letters`` (stored, sourced ``"{source}:{stage}"``) and
+        not counted as accepted; the others are written. A transient failure raises.
 
         They are numbered up front, then written in chunks of ``chunk`` events, pipelined: chunk
         i+1 is embedded (in worker threads, reading no store) while chunk i is typed, materialised
@@ -104,7 +118,24 @@ class EmbeddedPipeline:
         if not obs:
             return IngestReport()
         async with self._lock:
-            return await self._write(obs, on_chunk, keep_results)
+            before = await stored_events(self.stores, obs)
+            report = IngestReport()
+
+            async def attempt(part: list[Observation]) -> None:
+                # an attempt's counts join the report only when it succeeds: a failed one is redone in halves
+                report.merge(await self._write(part, on_chunk, keep_results))
+
+            async def undo(f: Failed[Observation]) -> None:
+                await discard(self.stores, f.item, before)
+
+            failed = await isolate(obs, attempt, undo)
+            if failed:
+                letters = [DeadLetter.of(f.item.model_dump_json(), f.reason, f"{source}:{f.stage or 'write'}",
+                                         f.item.tenant_id) for f in failed]
+                await self.stores.dead_letters.put(letters)
+                observe.count("dead_letter", len(letters), "write")
+                report.failed, report.dead_letters = failed, letters
+            return report
 
     async def _write(self, obs: list[Observation], on_chunk: Callable[[int], None] | None,
                      keep_results: bool) -> IngestReport:

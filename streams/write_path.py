@@ -129,6 +129,35 @@ def dead_letter(original: bytes | str, reason: str, source: str) -> DeadLetter:
     return DeadLetter.of(original, reason, source)
 
 
+EventKey = tuple[str, str, str]
+
+
+async def stored_events(stores: Stores, obs: Sequence[Observation]) -> set[EventKey]:
+    """The (tenant, conversation, event id) of those of ``obs`` already stored (one read per
+    conversation, from the write path's in-memory conversations when attached)."""
+    source = stores.seq_source or stores.nodes
+    by_scope: dict[Scope, list[str]] = {}
+    for o in obs:
+        by_scope.setdefault(o.scope, []).append(o.event_id)
+    found = await asyncio.gather(*(source.seqs(scope, ids) for scope, ids in by_scope.items()))
+    return {(s.tenant_id, s.conversation_id, e) for s, seqs in zip(by_scope, found, strict=True) for e in seqs}
+
+
+async def discard(stores: Stores, obs: Observation, before: set[EventKey]) -> bool:
+    """Remove what failed attempts wrote of ``obs``, a record isolated as failing permanently
+    after its node was stored (e.g. refused at the relation stage): forgotten like a deleted
+    event (its seq stays reserved, so later records keep theirs, and sending the event again
+    brings it back at its place). Nothing is removed when the event was stored ``before`` the
+    batch (:func:`stored_events`: an accepted copy is never lost to a failing one) or when no
+    attempt stored it (a failure before materialising, e.g. the embedding). True when removed."""
+    key = (obs.tenant_id, obs.conversation_id, obs.event_id)
+    source = stores.seq_source or stores.nodes
+    if key in before or obs.event_id not in await source.seqs(obs.scope, [obs.event_id]):
+        return False
+    await stores.forget(obs.scope, obs.event_id)
+    return True
+
+
 async def number(nodes: SeqSource, obs: Sequence[Observation]) -> tuple[list[tuple[Observation, int]], int]:
     """Seqs for a deduplicated batch, read from the node store (the authority: a conversation has
     one writer, its partition's owner, and nodes are acknowledged before the input offset is

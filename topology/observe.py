@@ -1,4 +1,5 @@
-"""Observation hooks: stage timings, counters and the current trace id, with no dependency.
+"""Observation hooks: stage timings, counters and the current trace id, with no dependency but
+the error tree (an exception leaving a stage is noted with the stage's name).
 
 The stages report here; the composition root decides where it goes (Prometheus metrics, logs).
 With no observer registered every hook is a cheap no-op, so pure code and tests pay nothing.
@@ -20,6 +21,8 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from contextvars import ContextVar
 from typing import Protocol
+
+from topology.errors import STAGE_NOTE
 
 
 class Observer(Protocol):
@@ -55,10 +58,16 @@ def measure(name: str, value: float) -> None:
 
 @contextmanager
 def timed(name: str) -> Iterator[None]:
-    """Report the wall time of the ``with`` block as stage ``name`` (also when it raises)."""
+    """Report the wall time of the ``with`` block as stage ``name`` (also when it raises). An
+    exception leaving the block carries the stage in its notes, the innermost stage first
+    (``topology.errors.stage_of`` reads it: a dead letter names where its record failed)."""
     t0 = time.perf_counter()
     try:
         yield
+    except Exception as exc:
+        if not any(isinstance(n, str) and n.startswith(STAGE_NOTE) for n in getattr(exc, "__notes__", ())):
+            exc.add_note(STAGE_NOTE + name)
+        raise
     finally:
         tally = _TALLY.get()
         if OBSERVERS or tally is not None:

@@ -17,7 +17,7 @@ from fastapi.responses import JSONResponse
 from jevmem.settings import Settings
 from jevmem.wiring import build_embedded
 from tests.conftest import chat_observations, serve_http
-from topology.embedding_service import EmbeddingUnavailable, ServiceEmbedder
+from topology.embedding_service import EmbeddingRefused, EmbeddingUnavailable, ServiceEmbedder
 
 DIM = 16
 
@@ -90,7 +90,7 @@ def test_transient_failures_are_retried_and_refusals_are_not(service: Fake) -> N
         emb.embed(["a"])
     service.requests.clear()
     service.fail[:] = [400]
-    with pytest.raises(EmbeddingUnavailable, match="refused 1 texts: HTTP 400"):
+    with pytest.raises(EmbeddingRefused, match="refused 1 texts: HTTP 400"):  # the input: permanent, not an outage
         emb.embed(["a"])
     assert len(service.requests) == 1
     emb.close()

@@ -13,7 +13,7 @@ from typesafe_sdk import AsyncTypeSafeClient
 from jevmem.settings import Settings
 from jevmem.wiring import build_embedded
 from tests.conftest import chat_observations, serve_http
-from topology.errors import SystemOneError
+from topology.errors import ServiceMisconfigured, SystemOneError
 from topology.ports import Embedder
 from topology.systemone.catalog import ALL_TASKS, CONSOLIDATION, RELATION, ROUTE, TYPING
 from topology.systemone.features import SCORE_FEATURES
@@ -159,7 +159,7 @@ async def test_typesafe_backend_splits_large_batches(jev: Any) -> None:
 async def test_typesafe_errors_are_translated(jev: Any) -> None:
     _, url = jev
     so = TypeSafeSystemOne(AsyncTypeSafeClient(api_key="wrong", base_url=url, compression=False))
-    with pytest.raises(SystemOneError, match="Invalid API key"):
+    with pytest.raises(ServiceMisconfigured, match="Invalid API key"):  # the deployment's key: not the input
         await so.ask([Item(ROUTE, {"question": "q"})])
     await so.aclose()
 

@@ -5,6 +5,12 @@ items (``{"items": [...]}``) and every question is namespaced by its item index 
 Batches with more than ``max_questions`` questions are split into chunks sent concurrently; each
 chunk is one controller request (``requests_for`` tells the counting wrapper how many).
 ``base_url`` may point at any Jev-compatible server (POST /v1/systemone).
+
+Errors: an HTTP refusal of the request's content (4xx other than 408, 429 and the configuration
+statuses, ``topology.errors.status_kind``) is :class:`~topology.errors.SystemOneRefused`
+(permanent), a refusal of this deployment (401, 403, 404, ...)
+:class:`~topology.errors.ServiceMisconfigured`, anything else :class:`~topology.errors.SystemOneError`
+(transient).
 """
 
 from __future__ import annotations
@@ -14,9 +20,10 @@ from collections.abc import Sequence
 from typing import Any
 
 from typesafe_sdk import AsyncTypeSafeClient, Choice, Noul
+from typesafe_sdk import TypeSafeAPIError as _SdkStatusError
 from typesafe_sdk import TypeSafeError as _SdkError
 
-from topology.errors import SystemOneError
+from topology.errors import ServiceMisconfigured, SystemOneError, SystemOneRefused, status_kind
 from topology.systemone.port import Answer, Item
 from topology.systemone.port import Choice as CatalogChoice
 
@@ -75,6 +82,13 @@ class TypeSafeSystemOne:
         state = {"items": [{"index": i, "task": items[i].task.name, **items[i].state} for i in indices]}
         try:
             resp = await self._client.system_one(state=state, questions=questions, model=self._model)
+        except _SdkStatusError as exc:
+            kind, message = status_kind(exc.status), f"typesafe system_one failed: HTTP {exc.status}: {exc}"
+            if kind == "permanent":
+                raise SystemOneRefused(message, exc.status) from exc
+            if kind == "configuration":
+                raise ServiceMisconfigured(message, exc.status) from exc
+            raise SystemOneError(message) from exc
         except _SdkError as exc:
             raise SystemOneError(f"typesafe system_one failed: {exc}") from exc
         out: dict[int, Answer] = {}
