@@ -294,14 +294,22 @@ class DistributedService:
 
 def run_worker(settings: Settings) -> None:
     """Start one Faust worker process (blocks until it stops); JSON logs, and Prometheus metrics
-    on ``settings.metrics_port`` when set."""
+    on ``settings.metrics_port`` when set, with the readiness check at ``/ready`` there (503
+    while a partition is stalled, see :mod:`streams.stalls`)."""
     from faust.worker import Worker
 
     from jevmem import logs, metrics
     from streams.faust_app import AppConfig, Services, consumer_lag, create_app
+    from streams.stalls import Stalls
+
+    stalls = Stalls()
+
+    def ready() -> dict[str, Any]:
+        stalled = stalls.stalled()
+        return {"ready": not stalled, "stalled": {f"{t}:{p}": round(s, 1) for (t, p), s in sorted(stalled.items())}}
 
     if settings.metrics_port:
-        metrics.serve(settings.metrics_port)
+        metrics.serve(settings.metrics_port, ready=ready)
     else:
         metrics.install()
 
@@ -320,7 +328,7 @@ def run_worker(settings: Settings) -> None:
                        datadir=str(settings.worker_datadir))
     output = ObservationProducer(settings.kafka(), settings.topic_prefix, None,
                                  **{"compression.type": settings.kafka_output_compression})
-    app = create_app(config, Services(write_path(settings, stores, embedder), stores, output.publish, keyring))
+    app = create_app(config, Services(write_path(settings, stores, embedder), stores, output.publish, keyring, stalls))
 
     @app.timer(5.0)  # type: ignore[untyped-decorator]
     async def report_lag() -> None:
@@ -328,6 +336,11 @@ def run_worker(settings: Settings) -> None:
         metrics.CONSUMER_LAG.clear()  # partitions this worker no longer owns disappear
         for (topic, partition), lag in lags.items():
             metrics.CONSUMER_LAG.labels(topic, str(partition)).set(lag)
+
+    @app.timer(1.0)  # type: ignore[untyped-decorator]
+    async def report_stalls() -> None:
+        stalls.keep((tp.topic, tp.partition) for tp in app.consumer.assignment())
+        metrics.report_stalled(stalls.stalled().items())
 
     Worker(app, loglevel=settings.log_level,
            logging_config=logs.config(settings.log_level, settings.log_format)).execute_from_commandline()

@@ -6,17 +6,21 @@ status codes, dead-letter origins, partitions of a topic. Tenant and conversatio
 labels (unbounded cardinality, and they would leak tenants to whoever scrapes).
 
 ``install()`` registers the Prometheus observer with :mod:`topology.observe` (idempotent);
-``serve(port)`` starts a worker's scrape endpoint.
+``serve(port, ready)`` starts a worker's scrape endpoint, with its readiness check at ``/ready``.
 """
 
 from __future__ import annotations
 
+import json
+import threading
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterable
+from typing import Any
+from wsgiref.simple_server import WSGIRequestHandler, make_server
 
 from fastapi import FastAPI, Request, Response
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest, start_http_server
-from prometheus_client.exposition import CONTENT_TYPE_LATEST
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+from prometheus_client.exposition import CONTENT_TYPE_LATEST, ThreadingWSGIServer, make_wsgi_app
 
 from topology import observe
 
@@ -45,6 +49,11 @@ HTTP_SECONDS = Histogram("jevmem_http_request_seconds", "HTTP request latency by
                          ["method", "route"], buckets=_SECONDS, registry=REGISTRY)
 CONSUMER_LAG = Gauge("jevmem_consumer_lag", "Records behind the log end, per assigned partition.",
                      ["topic", "partition"], registry=REGISTRY)
+PARTITION_STALLED = Gauge(
+    "jevmem_partition_stalled_seconds",
+    "Seconds since a stalled partition's batch first failed (a transient or configuration error retried at least "
+    "streams.stalls.STALL_AFTER_ATTEMPTS times); absent when the partition moves.", ["topic", "partition"],
+    registry=REGISTRY)
 
 FORGOTTEN_RECORDS = Counter("jevmem_forgotten_records",
                             "Sealed input records skipped because a forget destroyed their key, by origin.", ["origin"],
@@ -88,10 +97,38 @@ def exposition() -> bytes:
     return generate_latest(REGISTRY)
 
 
-def serve(port: int, host: str = "0.0.0.0") -> None:
-    """Serve ``/metrics`` for a worker on ``port`` (a daemon thread)."""
+def report_stalled(stalled: Iterable[tuple[tuple[str, int], float]]) -> None:
+    """Set :data:`PARTITION_STALLED` to exactly the ``((topic, partition), seconds)`` given."""
+    PARTITION_STALLED.clear()
+    for (topic, partition), seconds in stalled:
+        PARTITION_STALLED.labels(topic, str(partition)).set(round(seconds, 1))
+
+
+Readiness = Callable[[], dict[str, Any]]
+"""A worker's readiness: ``{"ready": bool, ...}`` (the rest says why not)."""
+
+
+def serve(port: int, host: str = "0.0.0.0", ready: Readiness | None = None) -> None:
+    """Serve a worker's ``/metrics`` on ``port`` (a daemon thread), and ``/ready``: 200 with
+    ``ready()``'s JSON while it says ready, 503 with it otherwise (200 when ``ready`` is None)."""
     install()
-    start_http_server(port, addr=host, registry=REGISTRY)
+    metrics_app = make_wsgi_app(REGISTRY)
+
+    def app(environ: dict[str, Any], start_response: Any) -> Any:
+        if environ.get("PATH_INFO") == "/ready":
+            state = ready() if ready is not None else {"ready": True}
+            body = json.dumps(state).encode()
+            start_response("200 OK" if state.get("ready") else "503 Service Unavailable",
+                           [("Content-Type", "application/json"), ("Content-Length", str(len(body)))])
+            return [body]
+        return metrics_app(environ, start_response)
+
+    class Quiet(WSGIRequestHandler):
+        def log_message(self, format: str, *args: Any) -> None:
+            """Scrapes and probes are not logged."""
+
+    httpd = make_server(host, port, app, ThreadingWSGIServer, handler_class=Quiet)
+    threading.Thread(target=httpd.serve_forever, daemon=True, name="metrics").start()
 
 
 def attach(app: FastAPI) -> None:

@@ -22,8 +22,16 @@ Contracts (what makes a worker's death harmless, see docs/guarantees.md):
   (``topology.pipeline.assign_seqs``). There is no cached counter to go stale or to lose.
 * The batch's events are acknowledged (and so their offsets committed) only after every store
   write and every output record was acknowledged: at-least-once into idempotent upserts keyed by
-  deterministic ids. A failing batch is retried in place with capped exponential backoff (an
-  Elasticsearch or broker outage stalls the stream, loses nothing, and resumes by itself).
+  deterministic ids. A batch failing with a transient (or configuration) error is retried in
+  place with capped exponential backoff (an Elasticsearch or broker outage stalls the stream,
+  loses nothing, and resumes by itself); after ``STALL_AFTER_ATTEMPTS`` attempts its partitions
+  are reported stalled (:class:`streams.stalls.Stalls`: a metric and a failing readiness check).
+* One bad record costs one dead letter. A batch failing with a *permanent* error
+  (``topology.errors.kind_of``: a refusal, a record the stages cannot process) is split until the
+  failing records are isolated (:func:`streams.isolation.isolate`); each goes to the dead-letter
+  topic with the exception, the stage and its ``topic:partition:offset``, whatever the failed
+  attempts stored of it is removed, and the rest of the batch is written and committed in order
+  (records after a dead-lettered one are written after it).
 * ``stream_wait_empty`` (Faust's default) stays on: on a rebalance (and on a graceful stop) the
   worker finishes and acks its batch before giving up the partition, so the next owner never
   overlaps it (no zombie writes) and a stop never acks a batch it did not finish.
@@ -52,11 +60,13 @@ import faust
 import orjson
 
 from streams import forget as forgetting
+from streams.isolation import Failed, isolate
 from streams.kafka_client import KafkaClient
 from streams.keyring import Keyring, letter_owner, sealed
-from streams.write_path import Stores, Written, dead_letter, write_batch
+from streams.stalls import Partition, Stalls
+from streams.write_path import EventKey, Stores, Written, dead_letter, discard, stored_events, write_batch
 from topology import observe, sealing
-from topology.errors import InvalidEvent
+from topology.errors import InvalidEvent, kind_of
 from topology.pipeline import WritePath, dedupe
 from topology.schemas import DeadLetter, EdgeEvent, Forget, Observation, Scope, decode_input, encode
 from topology.sealing import DataKey
@@ -99,27 +109,44 @@ class Services:
     publish: Publish
     #: seals the personal fields of every output record and opens sealed input (None: plaintext)
     keyring: Keyring | None = None
+    #: the partitions whose batch keeps failing (the worker's metric and readiness check read it)
+    stalls: Stalls = field(default_factory=Stalls)
 
 
 async def retrying(what: str, attempt: Callable[[], Awaitable[None]],
-                   first_s: float = RETRY_FIRST_S, max_s: float = RETRY_MAX_S) -> int:
+                   first_s: float = RETRY_FIRST_S, max_s: float = RETRY_MAX_S,
+                   stalls: Stalls | None = None, partitions: Sequence[Partition] = ()) -> int:
     """Run ``attempt`` until it succeeds; returns the number of failed attempts. Only safe for an
-    idempotent attempt (a batch: upserts by deterministic ids, seqs from the store)."""
-    failures, delay = 0, first_s
+    idempotent attempt (a batch: upserts by deterministic ids, seqs from the store). Every failed
+    attempt is logged with its kind (``topology.errors.kind_of``: a permanent error reaching here
+    is one isolation could not pin on a record) and told to ``stalls`` for ``partitions``, which
+    report them stalled after ``stalls.after_attempts`` failures; success clears them."""
+    failures, delay, first = 0, first_s, 0.0
     while True:
         try:
             await attempt()
+            if stalls is not None:
+                stalls.cleared(partitions)
             return failures
         except asyncio.CancelledError:
             raise
         except Exception as exc:
             failures += 1
-            log.warning("%s failed (attempt %d), retrying in %.1f s: %r", what, failures, delay, exc)
+            if failures == 1:
+                first = time.monotonic()
+            if stalls is not None:
+                stalls.failed(partitions, failures, first)
+                if failures == stalls.after_attempts:
+                    log.error("%s stalled: %d attempts failed over %.1f s; partitions %s reported stalled, still "
+                              "retrying: %r", what, failures, time.monotonic() - first,
+                              ", ".join(f"{t}:{p}" for t, p in partitions), exc)
+            log.warning("%s failed (attempt %d, %s), retrying in %.1f s: %r", what, failures, kind_of(exc), delay, exc)
             await asyncio.sleep(delay)
             delay = min(max_s, delay * 2)
 
 
 def decode_batch(values: Sequence[tuple[bytes | dict[str, Any], str]], timestamps: Sequence[float] | None = None,
+                 origins: dict[EventKey, tuple[bytes | dict[str, Any], str]] | None = None,
                  ) -> tuple[list[Observation | Forget], list[DeadLetter]]:
     """Observations and forgets of a batch in order (between two forgets, the first copy of each
     event id is kept, see ``dedupe``; a copy after a forget is a new request) and a dead letter for
@@ -127,7 +154,8 @@ def decode_batch(values: Sequence[tuple[bytes | dict[str, Any], str]], timestamp
     to, "topic:partition:offset"). An
     observation without ``observed_at`` (from a producer other than ours, which stamps them) is
     observed at its record's timestamp (``timestamps``, seconds: in the log, so a replay sees the
-    same)."""
+    same). ``origins``, when given, gets each observation's first record (value, source) by
+    (tenant, conversation, event id): what a dead letter of it carries."""
     good: list[Observation | Forget] = []
     letters: list[DeadLetter] = []
     for i, (value, source) in enumerate(values):
@@ -135,6 +163,8 @@ def decode_batch(values: Sequence[tuple[bytes | dict[str, Any], str]], timestamp
             item = decode_input(value)
             if isinstance(item, Observation) and timestamps is not None:
                 item = item.stamped(datetime.fromtimestamp(timestamps[i], UTC))
+            if isinstance(item, Observation) and origins is not None:
+                origins.setdefault((item.tenant_id, item.conversation_id, item.event_id), (value, source))
             good.append(item)
         except InvalidEvent as exc:
             letters.append(dead_letter(value if isinstance(value, bytes) else orjson.dumps(value), exc.reason, source))
@@ -223,6 +253,7 @@ def create_app(config: AppConfig, services: Services) -> faust.App:
         topic(role)
     memories, candidates, judgments, edges, consolidation, deadletters = (spec[r].name for r in outputs)
     wp, stores, publish, keyring = services.write_path, services.stores, services.publish, services.keyring
+    stalls = services.stalls
 
     async def process(values: Sequence[tuple[bytes, str]], trace_ids: Sequence[str],
                       timestamps: Sequence[float]) -> None:
@@ -250,19 +281,44 @@ def create_app(config: AppConfig, services: Services) -> faust.App:
                 key, v = opened.keys[i], opened.values[i]
                 if key is not None and isinstance(v, dict) and isinstance(v.get("event_id"), str):
                     event_keys[(key.tenant_id, key.conversation_id, v["event_id"])] = key
-        items, letters = decode_batch(inputs, timestamps)
-        if letters:
-            keys = await keyring.create([letter_owner(d) for d in letters]) if keyring is not None else []
-            await publish([(deadletters, [("rejected", sealed(d, keys[i] if keys else None))
-                                          for i, d in enumerate(letters)])])
-            observe.count("dead_letter", len(letters), "topic")
-            for d in letters:
-                log.warning("dead letter %s: %s", d.source, d.reason)
+        origins: dict[EventKey, tuple[bytes | dict[str, Any], str]] = {}
+        items, letters = decode_batch(inputs, timestamps, origins)
+        await reject(letters, "topic")
         for part in forgetting.split_at_forgets(items):
             if isinstance(part, Forget):
                 await forget(part)
             else:
-                await write(part, event_keys)
+                await write_isolated(part, event_keys, origins)
+
+    async def reject(letters: Sequence[DeadLetter], origin: str) -> None:
+        """Log ``letters`` on the dead-letter topic (each sealed under a key of its own)."""
+        if not letters:
+            return
+        keys = await keyring.create([letter_owner(d) for d in letters]) if keyring is not None else []
+        await publish([(deadletters, [("rejected", sealed(d, keys[i] if keys else None))
+                                      for i, d in enumerate(letters)])])
+        observe.count("dead_letter", len(letters), origin)
+        for d in letters:
+            log.warning("dead letter %s: %s", d.source, d.reason)
+
+    async def write_isolated(obs: list[Observation], event_keys: Mapping[tuple[str, str, str], DataKey],
+                             origins: Mapping[EventKey, tuple[bytes | dict[str, Any], str]]) -> None:
+        """:func:`write`, isolating the records that fail permanently (see the module's docstring):
+        each is undone from the stores as soon as it is isolated, and dead-lettered with its
+        record's value and ``topic:partition:offset`` once the rest is written."""
+        before = await stored_events(stores, obs)
+
+        async def undo(f: Failed[Observation]) -> None:
+            await discard(stores, f.item, before)
+
+        failed = await isolate(obs, functools.partial(write, event_keys=event_keys), undo)
+        letters = []
+        for f in failed:
+            value, source = origins.get((f.item.tenant_id, f.item.conversation_id, f.item.event_id),
+                                        (f.item.model_dump(mode="json"), "write"))
+            original = value if isinstance(value, bytes) else orjson.dumps(value)
+            letters.append(DeadLetter.of(original, f.reason, source, f.item.tenant_id))
+        await reject(letters, "write")
 
     async def forget(request: Forget) -> None:
         marker = await forgetting.plan(stores, request)
@@ -341,8 +397,9 @@ def create_app(config: AppConfig, services: Services) -> faust.App:
             trace_ids = sorted({t for ev in events if (t := trace_id_of(ev.message.headers))})
             stamps = [float(ev.message.timestamp) for ev in events]
             first = values[0][1] if values else "empty"
+            partitions = sorted({(ev.message.topic, ev.message.partition) for ev in events})
             await retrying(f"batch from {first} ({len(values)} records)",
-                           functools.partial(process, values, trace_ids, stamps))
+                           functools.partial(process, values, trace_ids, stamps), stalls=stalls, partitions=partitions)
             yield None  # the batch's events are acked when the stream moves on
 
     @app.task  # type: ignore[untyped-decorator]

@@ -307,3 +307,40 @@ async def test_a_record_refused_after_its_node_was_stored_leaves_nothing(embedde
         assert again.accepted == 1 and not again.failed  # sent again, it comes back at its place
     finally:
         await mem.close()
+
+
+# --- the worker: stalls are said, not silent ------------------------------------------------------
+
+
+async def test_a_batch_that_keeps_failing_stalls_its_partitions_and_says_so() -> None:
+    from jevmem import metrics
+    from streams.faust_app import retrying
+    from streams.stalls import STALL_AFTER_ATTEMPTS, Stalls
+    from tests.conftest import free_port
+
+    stalls = Stalls()
+    seen: list[bool] = []
+
+    async def flaky() -> None:
+        seen.append(stalls.ready())
+        if len(seen) <= STALL_AFTER_ATTEMPTS + 1:
+            raise StoreUnavailable("elasticsearch: no answer")
+
+    port = free_port()
+    metrics.serve(port, host="127.0.0.1", ready=lambda: {"ready": stalls.ready(), "stalled": len(stalls.stalled())})
+    # the ready flag as each attempt began: healthy until STALL_AFTER_ATTEMPTS attempts failed
+    failures = await retrying("batch", flaky, first_s=0.0, stalls=stalls, partitions=[("obs", 3)])
+    assert failures == STALL_AFTER_ATTEMPTS + 1
+    assert seen == [True] * STALL_AFTER_ATTEMPTS + [False, False]
+    assert stalls.ready() and not stalls.stalled()  # the batch went through: the partition moves again
+
+    stalls.failed([("obs", 3)], STALL_AFTER_ATTEMPTS, first_failure=0.0)
+    metrics.report_stalled(stalls.stalled().items())
+    with httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=10) as c:
+        r = c.get("/ready")
+        assert r.status_code == 503 and r.json() == {"ready": False, "stalled": 1}
+        assert re.search(r'^jevmem_partition_stalled_seconds\{partition="3",topic="obs"\} \d', c.get("/metrics").text, re.M)
+        stalls.keep([("obs", 1)])  # the partition moved to another worker
+        metrics.report_stalled(stalls.stalled().items())
+        assert c.get("/ready").status_code == 200
+        assert "jevmem_partition_stalled_seconds{" not in c.get("/metrics").text
