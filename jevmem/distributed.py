@@ -26,6 +26,7 @@ from storage.elastic import (
 )
 from storage.elastic_vectors import ElasticVectorIndex
 from storage.ports import VectorIndex
+from storage.purge import Expunger
 from storage.qdrant import QdrantVectorIndex, check_server
 from storage.scope_cache import ScopeCache
 from streams.kafka_admin import ensure_topics, read_topic
@@ -133,14 +134,22 @@ def distributed_stores(settings: Settings, prefix: str, dim: int, owner: bool = 
     Every read sees every write acknowledged before it began (``storage.elastic.Visibility``);
     ``owner`` (a worker, or the service): only after :meth:`Stores.fresh_reads`, which the
     owner calls when that matters (a partition assignment, a request), and always for what
-    this process wrote itself. ``keyring``: dead letters are sealed (and read) with it."""
+    this process wrote itself. ``keyring``: dead letters are sealed (and read) with it. After
+    forgets, :attr:`Stores.purge` expunges the deleted documents of the generation's indices and
+    of the data-key index (``storage.purge.Expunger``)."""
     es = settings.elasticsearch()
     seen = Visibility(es, strict_reads=not owner)  # one bulk per batch; reads refresh what they need
     vectors: VectorIndex = (_qdrant_vectors(settings, prefix, dim) if settings.qdrant_url
                             else ElasticVectorIndex(es, prefix, dim, seen))
+    # forgotten means gone from the index files too: the generation's indices and the data keys'
+    expunger = Expunger(es, [f"{prefix}*", f"{settings.topic_prefix.lower()}-datakeys"])
+
+    async def purge(_scopes: Sequence[Scope]) -> None:
+        await expunger.expunge()
+
     return Stores(nodes=ElasticNodeStore(es, prefix, seen), edges=ElasticEdgeStore(es, prefix, seen), vectors=vectors,
                   lexical=ElasticLexicalIndex(es, prefix, seen), dead_letters=TopicDeadLetters(settings, keyring),
-                  visibility=seen.flush, invalidate=seen.invalidate)
+                  visibility=seen.flush, invalidate=seen.invalidate, purge=purge)
 
 
 class TopicDeadLetters:

@@ -16,8 +16,17 @@ from query_api.service import ForgetApplied
 from query_api.system_two import OpenAICompatibleSystemTwo
 from storage.keys import ElasticKeyStore, KeyStore, SqliteKeyStore
 from storage.scope_cache import ScopeCache
-from storage.sqlite import CACHE_MB, SqliteDeadLetters, SqliteEdgeStore, SqliteLexicalIndex, SqliteNodeStore, check_model, connect
-from storage.sqlite_base import DirLock
+from storage.sqlite import (
+    CACHE_MB,
+    SqliteDeadLetters,
+    SqliteEdgeStore,
+    SqliteLexicalIndex,
+    SqliteNodeStore,
+    check_model,
+    connect,
+    lexical_table,
+)
+from storage.sqlite_base import DirLock, scrub
 from storage.vector_matrix import MAX_ROWS as VECTOR_ROWS
 from storage.vector_matrix import MatrixVectorIndex
 from streams.embedded import EmbeddedPipeline
@@ -73,7 +82,9 @@ def embedded_stores(data_dir: Path | str, dim: int, embedder: str | None = None,
                     vector_rows: int = VECTOR_ROWS) -> Stores:
     """SQLite under ``data_dir`` (``memory.sqlite3``: nodes with their embeddings, edges, lexical,
     dead letters), with vector search over the nodes' own embeddings (at most ``vector_rows``
-    held in memory); ``":memory:"`` keeps everything in RAM. The process holds the directory's
+    held in memory); ``":memory:"`` keeps everything in RAM. After a forget, the forgotten
+    tenants' FTS5 segments are merged and the write-ahead log is checkpointed and truncated
+    (``storage.sqlite_base.scrub``; the file is opened with ``secure_delete``). The process holds the directory's
     lock until the stores close (:class:`~storage.sqlite_base.DirLock`).
 
     ``embedder`` is recorded with a new store; opening a store built with another model raises
@@ -91,10 +102,14 @@ def embedded_stores(data_dir: Path | str, dim: int, embedder: str | None = None,
         if lock is not None:
             lock.release()
         raise
+    async def purge(scopes: Sequence[Scope]) -> None:  # forgotten means gone from the file and its log too
+        scrub(conns[2], sorted({lexical_table(s.tenant_id) for s in scopes}))
+
     return Stores(
         nodes=SqliteNodeStore(conns[0], lock), edges=SqliteEdgeStore(conns[1]),
         vectors=MatrixVectorIndex(conns[0], dim, vector_rows),
         lexical=SqliteLexicalIndex(conns[2]), dead_letters=SqliteDeadLetters(conns[3]),
+        purge=None if mem else purge,
     )
 
 

@@ -18,6 +18,7 @@ from pydantic import BaseModel, ConfigDict
 
 from storage.elastic import es_errors, failed_items
 from storage.sqlite import open_file, sqlite_errors, translated
+from storage.sqlite_base import scrub
 from topology.errors import StoreUnavailable
 from topology.schemas import Scope
 
@@ -95,14 +96,19 @@ class SqliteDataKeys:
 
     @translated
     async def destroy(self, scope: Scope, node_ids: Sequence[str] | None, before: float) -> int:
+        """Deletes the keys, then checkpoints and truncates the write-ahead log (the file is opened
+        with ``secure_delete``): a destroyed key is in neither file when this returns."""
         where, args = "tenant = ? AND conversation = ? AND created <= ?", [scope.tenant_id, scope.conversation_id, before]
         if node_ids is None:
-            return self._conn.execute(f"DELETE FROM data_keys WHERE {where}", args).rowcount
-        n = 0
-        for i in range(0, len(node_ids), 500):
-            part = list(node_ids[i: i + 500])
-            n += self._conn.execute(f"DELETE FROM data_keys WHERE {where} AND node IN ({','.join('?' * len(part))})",
-                                    [*args, *part]).rowcount
+            n = self._conn.execute(f"DELETE FROM data_keys WHERE {where}", args).rowcount
+        else:
+            n = 0
+            for i in range(0, len(node_ids), 500):
+                part = list(node_ids[i: i + 500])
+                n += self._conn.execute(f"DELETE FROM data_keys WHERE {where} AND node IN ({','.join('?' * len(part))})",
+                                        [*args, *part]).rowcount
+        if n:
+            scrub(self._conn, ())
         return n
 
     @translated

@@ -68,15 +68,32 @@ def transaction(conn: sqlite3.Connection) -> Iterator[None]:
 
 def open_file(path: str | Path) -> sqlite3.Connection:
     """A SQLite connection to ``path``, created with its folder: WAL, autocommit, a 10 s busy
-    timeout; ``:memory:`` for tests. The memory store (:func:`connect`) and the side files (API
-    keys, data keys) all open this way."""
+    timeout, ``secure_delete`` (deleted content and freed pages are overwritten with zeros, so a
+    forgotten text or a destroyed key is not left in the file: ``storage.purge``); ``:memory:``
+    for tests. The memory store (:func:`connect`) and the side files (API keys, data keys) all
+    open this way."""
     if str(path) != ":memory:":
         Path(path).parent.mkdir(parents=True, exist_ok=True)
     with sqlite_errors(str(path)):
         conn = sqlite3.connect(str(path), check_same_thread=False, isolation_level=None)
         conn.execute("PRAGMA journal_mode=WAL")
         conn.execute("PRAGMA busy_timeout=10000")
+        conn.execute("PRAGMA secure_delete=ON")
     return conn
+
+
+def scrub(conn: sqlite3.Connection, fts_tables: Iterable[str]) -> None:
+    """Merge the FTS5 segments of ``fts_tables`` that exist (a deleted document's terms leave the
+    index), then checkpoint the write-ahead log into the database and truncate it. Raises
+    :class:`~topology.errors.StoreUnavailable` when the checkpoint could not complete (a reader
+    of another process held an old snapshot past the busy timeout)."""
+    with sqlite_errors("purge"):
+        for table in fts_tables:
+            if conn.execute("SELECT 1 FROM sqlite_master WHERE name=?", (table,)).fetchone() is not None:
+                conn.execute(f"INSERT INTO {table}({table}) VALUES ('optimize')")
+        busy, _, _ = conn.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchone()
+    if busy:
+        raise StoreUnavailable("sqlite purge: the write-ahead log could not be checkpointed (a reader is busy)")
 
 
 class DirLock:

@@ -164,9 +164,12 @@ class EmbeddedPipeline:
 
     async def forget(self, scope: Scope, event_id: str | None) -> ForgetReport:
         """Forget one observation or the whole conversation (:meth:`Stores.forget`), serialised
-        with writes (a forget lands between two batches, never inside one)."""
+        with writes (a forget lands between two batches, never inside one). What the store's
+        files kept of the deleted data is purged before this returns (:meth:`Stores.purged`)."""
         async with self._lock:
-            return await self.stores.forget(scope, event_id)
+            report = await self.stores.forget(scope, event_id)
+            await self.stores.purged([scope])
+            return report
 
     async def close(self) -> None:
         await self.so.aclose()

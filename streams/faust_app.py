@@ -9,7 +9,9 @@ events it deletes) splits its micro-batch: the observations before it are writte
 applied, then the rest. Applying it: plan (``streams.forget.plan``), log the
 :class:`~topology.schemas.Forgotten` marker on the memories, edges and consolidation topics, then
 delete. Logging first means a crash between the two leaves a marker whose deletion the retry (or a
-rebuild from the derived log) performs; the deletion is idempotent.
+rebuild from the derived log) performs; the deletion is idempotent. Once per batch, after its
+forgets, the stores' files are purged of what they deleted (``Stores.purge``: Elasticsearch's
+deleted documents expunged) before the batch is committed and its forgets logged as applied.
 
 Contracts (what makes a worker's death harmless, see docs/guarantees.md):
 
@@ -284,11 +286,16 @@ def create_app(config: AppConfig, services: Services) -> faust.App:
         origins: dict[EventKey, tuple[bytes | dict[str, Any], str]] = {}
         items, letters = decode_batch(inputs, timestamps, origins)
         await reject(letters, "topic")
+        applied: list[tuple[Scope, dict[str, Any]]] = []
         for part in forgetting.split_at_forgets(items):
             if isinstance(part, Forget):
-                await forget(part)
+                applied.append(await forget(part))
             else:
                 await write_isolated(part, event_keys, origins)
+        if applied:  # one purge per batch, however many forgets it held; before the batch is committed
+            await stores.purged([scope for scope, _ in applied])
+            for _, what in applied:
+                log.info("forget applied", extra=what)
 
     async def reject(letters: Sequence[DeadLetter], origin: str) -> None:
         """Log ``letters`` on the dead-letter topic (each sealed under a key of its own)."""
@@ -320,16 +327,18 @@ def create_app(config: AppConfig, services: Services) -> faust.App:
             letters.append(DeadLetter.of(original, f.reason, source, f.item.tenant_id))
         await reject(letters, "write")
 
-    async def forget(request: Forget) -> None:
+    async def forget(request: Forget) -> tuple[Scope, dict[str, Any]]:
+        """Apply ``request``; returns its scope and what to log once the batch's purge is done
+        (the forget is reported applied only when the files no longer hold what it deleted)."""
         marker = await forgetting.plan(stores, request)
         key, value = marker.scope.key, encode(marker)
         await publish([(memories, [(key, value)]), (edges, [(key, value)]), (consolidation, [(key, value)])])
         await forgetting.apply(stores, marker)
+        destroyed = None
         if keyring is not None:  # after the stores are clean: from now on the log's copies are unreadable
             destroyed = await keyring.destroy(marker.scope, None if marker.event_id is None else marker.node_ids,
                                               before=request.requested_at.timestamp())
-            log.info("forget applied", extra={"event": marker.event_id, "nodes": len(marker.node_ids),
-                                              "keys_destroyed": destroyed})
+        return marker.scope, {"event": marker.event_id, "nodes": len(marker.node_ids), "keys_destroyed": destroyed}
 
     async def output_keys(w: Written, event_keys: Mapping[tuple[str, str, str], DataKey]) -> dict[str, DataKey]:
         """The key sealing each output record, by node id: an observation's node (and what was

@@ -69,6 +69,10 @@ class Stores:
     #: called when the conversations this process writes may have changed hands (a Faust
     #: rebalance): in-memory views drop everything and reload from the stores on use
     on_reassign: list[Callable[[], None]] = field(default_factory=list)
+    #: after forgets of these scopes deleted what they name: removes what the stores keep of the
+    #: deleted data in their files (``storage.purge``: SQLite's write-ahead log and FTS5 segments,
+    #: Elasticsearch's deleted documents), before a forget is reported applied; None: nothing kept
+    purge: Callable[[Sequence[Scope]], Awaitable[None]] | None = None
 
     def attach(self, cache: ScopeCache) -> None:
         """Keep the write path's in-memory conversations (``cache``) in step with these stores:
@@ -115,6 +119,11 @@ class Stores:
         request = Forget(tenant_id=scope.tenant_id, conversation_id=scope.conversation_id, event_id=event_id,
                          requested_at=requested_at or datetime.now(UTC))
         return await forgetting.apply(self, await forgetting.plan(self, request))
+
+    async def purged(self, scopes: Sequence[Scope]) -> None:
+        """Call :attr:`purge` for forgets of ``scopes`` (none: nothing to do)."""
+        if self.purge is not None and scopes:
+            await self.purge(scopes)
 
     async def close(self) -> None:
         """Close every store; the node store last (an embedded one holds the directory's lock)."""
