@@ -303,6 +303,8 @@ class RelationJudgment(_Event):
     caused_by: float
     causes: float
     alias: float | None = None
+    #: p(the newer memory replaced what the older one stated as true); 0 from judges before it was asked
+    updates: float = 0.0
 
 
 class EdgeEvent(_Event):

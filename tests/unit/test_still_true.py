@@ -123,3 +123,17 @@ async def test_as_of_and_validity_over_http(embedder) -> None:  # type: ignore[n
         lines = h.post("/v1/recall", json={"question": q["question"], "format": "prompt"}).json()["lines"]
         assert any("(superseded on 2024-06-10 by: " in line for line in lines)
         assert h.post("/v1/query", json={**q, "as_of": "1066-10-14T00:00:00"}).status_code == 422
+
+
+async def test_an_update_is_caught_when_written(memory: Embedded) -> None:
+    """The relation request judges the new turn against its candidates: a read right after the
+    write sees the supersedes edge (no consolidation has run: fewer than 20 writes)."""
+    turns = [("Ana", "I live in Porto, near the old bridge."), ("Ben", "Porto is lovely in spring."),
+             ("Ana", "My sister lives in Madrid."), ("Ana", "I moved to Lisbon last month, I live there now.")]
+    await memory.pipeline.ingest([Observation(tenant_id="t1", conversation_id="c1", event_id=f"u{i}", content=t,
+                                              speaker=s, observed_at=T0 + timedelta(days=i))
+                                  for i, (s, t) in enumerate(turns)])
+    edges = [e for e in await memory.stores.edges.scan(SCOPE) if e.label == currency.SUPERSEDES]
+    node = {i: ids.node_id("t1", "c1", f"u{i}") for i in range(4)}
+    assert [(e.source, e.target) for e in edges] == [(node[3], node[0])]  # not the sister's city
+    assert edges[0].probability >= memory.controller.params.theta_update and not await memory.stores.edges.decisions(SCOPE)

@@ -19,6 +19,9 @@ from topology.text import alias_plausibility, entity_id
 
 #: Alias questions are asked only for name pairs this plausible by a cheap string test.
 ALIAS_PREFILTER = 0.5
+#: The label of the edge from a newer memory to an earlier one it updates (the read path ranks the
+#: older one below it: ``query_api.currency``); consolidation writes the same edge (same id).
+SUPERSEDES = "supersedes"
 
 
 def _edge(node: MemoryNode, view: str, source: str, target: str, p: float, label: str,
@@ -167,7 +170,8 @@ async def judge(csets: Sequence[CandidateSet], earlier: dict[str, MemoryNode], s
     turn (the ``theta_rel`` gate would leave about 2 edges a turn), and each edge carries the judge's
     probability. The turn's most similar candidate (:func:`nearest`) is linked too, labelled
     :data:`NEAREST`, as consolidation's pair. Causal and alias edges exist at or above
-    ``params.theta_rel``."""
+    ``params.theta_rel``; a ``supersedes`` edge (temporal, newer -> older) at or above
+    ``params.theta_update`` of the judge's ``updates`` answer."""
     theta_rel = params.theta_rel
     items: list[Item] = []
     keys: list[tuple[str, CandidateSet, MemoryNode, tuple[str, str] | None]] = []
@@ -198,8 +202,11 @@ async def judge(csets: Sequence[CandidateSet], earlier: dict[str, MemoryNode], s
             continue
         j = RelationJudgment(tenant_id=node.tenant_id, conversation_id=node.conversation_id,
                              source=other.id, target=node.id, semantic=round(ans.p("semantic"), 6),
-                             caused_by=round(ans.p("caused_by"), 6), causes=round(ans.p("causes"), 6))
+                             caused_by=round(ans.p("caused_by"), 6), causes=round(ans.p("causes"), 6),
+                             updates=round(ans.p("updates"), 6))
         judgments.append(j)
+        if j.updates >= params.theta_update:  # caught when written: the newer memory supersedes the older
+            edges.append(_edge(node, "temporal", node.id, other.id, j.updates, SUPERSEDES, "system_one", True))
         if j.caused_by >= theta_rel:
             edges.append(_edge(node, "causal", other.id, node.id, j.caused_by, "causes", "system_one", True))
         if j.causes >= theta_rel:
