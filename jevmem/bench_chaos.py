@@ -12,6 +12,11 @@ LoCoMo observations (paced, so faults land mid-stream) and injects one fault at 
 * ``es_outage``: Elasticsearch unreachable for ``--es-outage`` seconds (SIGSTOP/SIGCONT of the
   node: connections hang and time out, as in a network partition).
 * ``scale``: a third worker joins two mid-stream.
+* ``poison``: records that deterministically fail a stage mixed into the stream: the workers'
+  embedding service refuses (HTTP 400) every text that names a marker (:mod:`jevmem.bench_poison`);
+  the round also checks that each poison record is exactly one dead letter naming its cause, and
+  that no pause between two batches is longer than a few seconds (the graph is compared with the
+  embedded run without the poison records).
 * ``qdrant_kill``: SIGKILL the Qdrant server, restart it (``scripts/qdrant/qdrant.sh start``) after a
   few seconds; the round also checks that every vector acknowledged before the kill is still there
   after the restart (the server's write-ahead log). Only with vectors in Qdrant
@@ -72,7 +77,7 @@ from typing import Any
 
 from confluent_kafka import Consumer, TopicPartition
 
-from jevmem import locomo
+from jevmem import bench_poison, locomo
 from jevmem.bench_kafka import spawn_worker, stop_workers, worker_env
 from jevmem.bench_meter import server_dirs
 from jevmem.distributed import distributed_stores
@@ -89,7 +94,7 @@ from topology.ports import Embedder
 from topology.schemas import ConsolidationDecision, Observation, Scope
 
 FAULTS = ("kill", "double_kill", "broker_restart", "es_outage", "scale", "qdrant_kill", "broker_loss",
-          "broker_rolling", "qdrant_node_loss")
+          "broker_rolling", "qdrant_node_loss", "poison")
 #: Faults that need vectors in a Qdrant server.
 QDRANT_FAULTS = ("qdrant_kill", "qdrant_node_loss")
 #: Faults on a single server (one broker, one Qdrant node) and on a cluster of three.
@@ -153,6 +158,9 @@ class RoundResult:
     duplicated: int = 0
     stalled: bool = False
     graph_mismatch: bool = False
+    #: poison rounds: poison records without exactly one dead letter naming the cause, a pause
+    #: between batches longer than ``bench_poison.MAX_PAUSE_S``, a retried batch
+    poison_problems: int = 0
     seconds: float = 0.0
     max_gap_s: float = 0.0
     fault_at_nodes: int = 0
@@ -403,17 +411,21 @@ async def run_round(obs: list[Observation], ref: Reference, settings: Settings, 
     stores = distributed_stores(rnd.settings, rnd.settings.store_prefix or "", embedder.dim)
     scopes = list(ref.graphs)
     producer: asyncio.Task[None] | None = None
+    stream, poison = bench_poison.poisoned(obs, rng) if fault == "poison" else (obs, [])
     try:
         await rnd.wait_ready([rnd.start_worker() for _ in range(3 if fault == "double_kill" else 2)])
-        producer = asyncio.create_task(produce(rnd.settings.kafka(), rnd.settings.topic_prefix, obs))
-        result.fault_at_nodes = rng.randint(len(obs) // 8, len(obs) * 2 // 3)
+        producer = asyncio.create_task(produce(rnd.settings.kafka(), rnd.settings.topic_prefix, stream))
+        result.fault_at_nodes = rng.randint(len(obs) // 8, len(obs) * 2 // 3) if not poison else 0
         deadline = t0 + timeout_s
         while (await _count(stores, scopes))[0] < result.fault_at_nodes:
             if time.monotonic() > deadline or (producer.done() and producer.exception() is not None):
                 result.detail.append("fault point never reached")
                 break
             await asyncio.sleep(0.5)
-        result.detail += await inject(rnd, servers, rng, es_outage_s, stores, scopes)
+        if poison:  # the fault is in the stream itself
+            result.detail.append(f"{len(poison)} poison records among {len(stream)}")
+        else:
+            result.detail += await inject(rnd, servers, rng, es_outage_s, stores, scopes)
         await producer
         last, since = (-2, -2, -2), time.monotonic()
         now = last
@@ -433,6 +445,15 @@ async def run_round(obs: list[Observation], ref: Reference, settings: Settings, 
             result.stalled = not offsets or any(o["committed"] < o["end"] for o in offsets.values())
         await check(stores, ref, result)
         result.max_gap_s = await asyncio.to_thread(longest_gap_s, rnd.settings)
+        if poison:
+            problems = await asyncio.to_thread(bench_poison.letter_problems, rnd.settings, poison)
+            if result.max_gap_s > bench_poison.MAX_PAUSE_S:
+                problems.append(f"a pause of {result.max_gap_s} s between batches (at most {bench_poison.MAX_PAUSE_S})")
+            retried = sum(rnd.log(n).read_text(errors="replace").count("failed (attempt") for n in range(len(rnd.workers)))
+            if retried:
+                problems.append(f"{retried} batch attempts failed and were retried (a poison record held its partition)")
+            result.poison_problems = len(problems)
+            result.detail += [f"problem: {p}" for p in problems]
     finally:
         if producer is not None and not producer.done():
             producer.cancel()
@@ -442,7 +463,8 @@ async def run_round(obs: list[Observation], ref: Reference, settings: Settings, 
         for script, node in rnd.down:  # the next round starts with the whole cluster
             await servers.cluster(script, "start-node", node)
     result.seconds = round(time.monotonic() - t0, 1)
-    result.passed = not (result.lost or result.duplicated or result.stalled or result.graph_mismatch)
+    result.passed = not (result.lost or result.duplicated or result.stalled or result.graph_mismatch
+                         or result.poison_problems)
     return result
 
 
@@ -507,13 +529,25 @@ async def run_chaos(directory: Path, settings: Settings, rounds: int = 10, turns
     rng = random.Random(seed)
     embedder = settings.load_embedder()
     obs = conversations(directory, "chaos", turns)
-    ref = await reference(obs, settings, embedder)
+    chosen = faults[:rounds] if rounds < len(faults) else faults
+    ref = await reference(obs, settings, embedder) if set(chosen) - {"poison"} else None
     servers = Servers()
     logdir = Path(tempfile.mkdtemp(prefix="jevmem-chaos-"))
     results = []
-    for i in range(rounds):
-        results.append(await run_round(obs, ref, settings, faults[i % len(faults)], servers, rng, logdir, embedder,
-                                       stall_s=stall_s, timeout_s=timeout_s, es_outage_s=es_outage_s))
+    with contextlib.ExitStack() as stack:
+        # poison rounds: the workers (and their reference run) embed through a service that refuses the poison
+        poisoned = None
+        if "poison" in chosen:
+            url = stack.enter_context(bench_poison.refusing_service(embedder))
+            p_settings = bench_poison.settings_for(settings, url, embedder.dim)
+            p_embedder = p_settings.load_embedder()
+            poisoned = (p_settings, await reference(obs, p_settings, p_embedder), p_embedder)
+        for i in range(rounds):
+            fault = faults[i % len(faults)]
+            r_settings, r_ref, r_embedder = poisoned if fault == "poison" and poisoned is not None else (settings, ref, embedder)
+            assert r_ref is not None
+            results.append(await run_round(obs, r_ref, r_settings, fault, servers, rng, logdir, r_embedder,
+                                           stall_s=stall_s, timeout_s=timeout_s, es_outage_s=es_outage_s))
     per_fault: dict[str, dict[str, int]] = {}
     for r in results:
         f = per_fault.setdefault(r.fault, {"rounds": 0, "passed": 0})
@@ -522,7 +556,8 @@ async def run_chaos(directory: Path, settings: Settings, rounds: int = 10, turns
     return {
         "rounds": rounds, "passed": sum(r.passed for r in results), "lost": sum(r.lost for r in results),
         "duplicated": sum(r.duplicated for r in results), "stalled": sum(r.stalled for r in results),
-        "graph_mismatches": sum(r.graph_mismatch for r in results), "faults": per_fault,
+        "graph_mismatches": sum(r.graph_mismatch for r in results),
+        "poison_problems": sum(r.poison_problems for r in results), "faults": per_fault,
         "max_gap_s": {f: max(r.max_gap_s for r in results if r.fault == f) for f in per_fault},
         "observations": len(obs), "seed": seed, "logs": str(logdir),
         "results": [r.__dict__ for r in results],

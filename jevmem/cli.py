@@ -77,6 +77,7 @@ class Fault(StrEnum):
     broker_loss = "broker_loss"
     broker_rolling = "broker_rolling"
     qdrant_node_loss = "qdrant_node_loss"
+    poison = "poison"
 
 
 class ReplaySource(StrEnum):
@@ -804,8 +805,9 @@ def bench_chaos(directory: Annotated[Path, typer.Argument(metavar="DIR", help="L
                 seed: Annotated[int | None, typer.Option(metavar="N", help="Random seed (kill points, victims).")] = None,
                 as_json: Json = False) -> None:
     """Worker kills, a second kill during recovery, a broker restart, an Elasticsearch outage,
-    scaling mid-stream and (vectors in Qdrant) a Qdrant server SIGKILL + restart, on real servers:
-    nothing lost, duplicated or stalled, same graph as embedded.
+    scaling mid-stream, poison records (an embedding service refusing some texts) and (vectors in
+    Qdrant) a Qdrant server SIGKILL + restart, on real servers: nothing lost, duplicated or
+    stalled, same graph as embedded, each poison record one dead letter.
 
     Needs a source checkout of jevmem for the faults that restart a server (broker_restart,
     qdrant_kill, broker_loss, broker_rolling, qdrant_node_loss run its scripts/); kill,

@@ -2,6 +2,7 @@
 
 * two of three workers SIGKILLed (the second while the group rebalances after the first), at a
   random point, with no replacement worker and nothing nudging the group;
+* records an embedding service refuses mixed into the stream (each one dead letter, the rest written);
 * the Qdrant server SIGKILLed mid-stream and restarted (``scripts/qdrant/qdrant.sh``): the workers
   back off and retry their batch, every vector acknowledged before the kill is there after it.
 
@@ -45,3 +46,14 @@ async def test_qdrant_server_killed_and_restarted_mid_stream() -> None:
     acknowledged = int(re.findall(r"\((\d+) points acknowledged\)", killed[0])[0])
     assert acknowledged > 0, result  # the kill landed after some vectors were written: the WAL was exercised
     assert "Qdrant restarted" in result["detail"]
+
+
+async def test_poison_records_are_dead_letters_and_the_stream_moves_on() -> None:
+    """Records an embedding service refuses (HTTP 400) mixed into the stream: each is one dead
+    letter naming its cause, every other record is written once, the graph equals the embedded
+    run without them, and no batch pause is longer than a few seconds."""
+    out = await run_chaos(LOCOMO, SETTINGS, rounds=1, turns=16, faults=("poison",), stall_s=60.0, timeout_s=240.0)
+    result = out["results"][0]
+    assert out["passed"] == 1, result
+    assert (out["lost"], out["duplicated"], out["stalled"], out["graph_mismatches"], out["poison_problems"]) == (0, 0, 0, 0, 0)
+    assert any("poison records among" in d for d in result["detail"]), result
