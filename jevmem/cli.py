@@ -796,6 +796,24 @@ def models_list() -> None:
         sys.stdout.write(f"{name}\t{spec.dim}\t{where}\t{state}{default}\n")
 
 
+@bench_app.command("serve")
+def bench_serve(directory: Annotated[Path, typer.Argument(metavar="DIR", help="LoCoMo conversations (*.json).")],
+                clients: Annotated[list[int] | None, typer.Option(
+                    metavar="N", help="Concurrency levels (repeatable) [default: 1, 4, 16].")] = None,
+                seconds: Annotated[float, typer.Option(metavar="S", help="Seconds of load per level.")] = 30.0,
+                as_json: Json = False) -> None:
+    """Load on `jevmem serve` (embedded, a fresh data directory): closed-loop clients querying and
+    ingesting at each concurrency level; requests/s, p50/p95/p99 per kind, errors and 5xx, and
+    acknowledged observations not stored."""
+    from jevmem.bench_serve import run_serve
+
+    out = _run(run_serve(directory, tuple(clients) if clients else (1, 4, 16), seconds))
+    if as_json:
+        sys.stdout.write(orjson.dumps(out).decode() + "\n")
+    else:
+        Console().print(out)
+
+
 @bench_app.command("chaos")
 def bench_chaos(directory: Annotated[Path, typer.Argument(metavar="DIR", help="LoCoMo conversations (*.json).")],
                 rounds: Annotated[int, typer.Option(metavar="N", help="Rounds, cycling through the faults.")] = 10,
