@@ -35,7 +35,6 @@ from topology.errors import (
     Unauthenticated,
     Unavailable,
     UnknownConversation,
-    Unprocessable,
 )
 from topology.schemas import ConsolidationDecision, DeadLetter, EdgeEvent, MemoryNode, Observation, Realm, Scope
 
@@ -279,7 +278,6 @@ ERRORS: tuple[_Row, ...] = (
     _Row(TooManyItems, 413, "too large"),
     _Row(InvalidRequest, 422, "invalid request"),
     _Row(Refused, 422, "refused"),  # before the System One and Two rows: their refusals are permanent
-    _Row(Unprocessable, 422, "could not be processed"),
     _Row(ServiceMisconfigured, 502, "a model service refused this deployment's configuration"),
     _Row(Unavailable, 503, "temporarily unavailable, retry later", retry=True),
     _Row(SystemOneError, 502, "System One failed, retry later", retry=True),

@@ -19,7 +19,6 @@ Every error this product raises on purpose is a :class:`JevMemError`::
     │   └── SystemTwoError
     │       └── SystemTwoRefused   (also a Refused)
     ├── Refused                 a service refused what it was sent (HTTP 4xx); sending it again cannot help
-    ├── Unprocessable           a record the write path's stages cannot process
     ├── Misconfigured           the deployment, not the input, is at fault
     │   ├── ServiceMisconfigured  a service refused this deployment (credentials, address, model)
     │   ├── IncompatibleStore   a store server's version is not supported
@@ -154,16 +153,6 @@ class SystemTwoRefused(SystemTwoError, Refused):
     """The System Two service refused a request's content (permanent, see :class:`Refused`)."""
 
 
-class Unprocessable(JevMemError):
-    """A record the write path's stages cannot process: ``cause`` is what it raised and ``stage``
-    where (``embed``, ``typing``, ``relations``, ...; "" when unknown). Permanent."""
-
-    def __init__(self, cause: BaseException, stage: str = "") -> None:
-        where = f"{stage}: " if stage else ""
-        super().__init__(f"{where}{type(cause).__name__}: {cause}")
-        self.cause, self.stage = cause, stage
-
-
 class Misconfigured(JevMemError):
     """The deployment, not the input, is at fault: every record would fail alike. Never
     dead-lettered; a worker retries and reports itself unhealthy until an operator fixes it."""
@@ -207,11 +196,11 @@ def status_kind(status: int) -> Kind:
 def kind_of(exc: BaseException) -> Kind:
     """Whether a retry can fix ``exc``, an ``Exception`` (cancellation is never classified; see
     the module's docstring): ``permanent`` for a refusal, validation, a record that does not open,
-    an :class:`Unprocessable` record and any exception that is not ours and not a timeout or
-    connection failure (a bug a record triggers); ``configuration`` for :class:`Misconfigured`
+    and any exception that is not ours and not a timeout or connection failure (a bug a record
+    triggers: the stages cannot process it); ``configuration`` for :class:`Misconfigured`
     and our other errors (a missing model file); ``transient`` for :class:`Unavailable`,
     :class:`UpstreamError`, timeouts and ``OSError``."""
-    if isinstance(exc, Refused | InvalidEvent | RequestError | SealingError | Unprocessable):
+    if isinstance(exc, Refused | InvalidEvent | RequestError | SealingError):
         return "permanent"
     if isinstance(exc, Misconfigured):
         return "configuration"
@@ -224,8 +213,6 @@ def kind_of(exc: BaseException) -> Kind:
 
 def stage_of(exc: BaseException) -> str:
     """The write-path stage ``exc`` escaped first (``topology.observe.timed`` notes it), or ""."""
-    if isinstance(exc, Unprocessable) and exc.stage:
-        return exc.stage
     for note in getattr(exc, "__notes__", ()):
         if isinstance(note, str) and note.startswith(STAGE_NOTE):
             return note[len(STAGE_NOTE):]
