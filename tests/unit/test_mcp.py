@@ -272,9 +272,12 @@ async def test_prompt_format_answers_the_compact_lines_over_http_and_mcp(api: Ap
     async with mcp_http(api, "a") as c:
         res = await c.call_tool("recall", {"question": "the puppy", "conversation_ids": ["fmt"], "top_k": 3,
                                            "format": "prompt"})
-        # what the model reads: the prompt lines alone, one text block
-        assert not res.is_error and [b.text for b in res.content] == [short["text"]]  # type: ignore[union-attr]
-        assert res.structured_content == {"text": short["text"]}
+        # what the model reads: the prompt lines alone, one text block (as POST /v1/recall's text)
+        async with httpx.AsyncClient(base_url=api.url, headers=auth, timeout=60) as http:
+            same = (await http.post("/v1/recall", json={"question": "the puppy", "conversation_ids": ["fmt"],
+                                                        "top_k": 3, "format": "prompt"})).json()["text"]
+        assert not res.is_error and [b.text for b in res.content] == [same]  # type: ignore[union-attr]
+        assert res.structured_content == {"text": same} and same.count("\n") == 2
         js = await c.call_tool("recall", {"question": "the puppy", "conversation_ids": ["fmt"], "top_k": 3})
         assert orjson.loads(js.content[0].text) == js.structured_content  # type: ignore[union-attr]
         assert "\n" not in js.content[0].text  # type: ignore[union-attr]  # compact JSON

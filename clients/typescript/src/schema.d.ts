@@ -407,6 +407,10 @@ export interface components {
             superseded_by: string[];
             /** Temporal Refs */
             temporal_refs: components["schemas"]["TemporalRef"][];
+            /** Valid From */
+            valid_from?: string | null;
+            /** Valid Until */
+            valid_until?: string | null;
             /** Via */
             via: string;
         };
@@ -588,6 +592,11 @@ export interface components {
              * @default false
              */
             answer: boolean;
+            /**
+             * As Of
+             * @description Answer with what was true at this time (ISO 8601; naive is UTC): only memories observed by then count, and a memory superseded only later is current.
+             */
+            as_of?: string | null;
             /** Conversation Id */
             conversation_id: string;
             /**
@@ -655,6 +664,11 @@ export interface components {
          * @description Body of ``POST /v1/recall`` (the tenant comes from the API key).
          */
         RecallRequest: {
+            /**
+             * As Of
+             * @description Answer with what was true at this time (ISO 8601; naive is UTC): only memories observed by then count, and a memory superseded only later is current.
+             */
+            as_of?: string | null;
             /**
              * Conversation Ids
              * @description Search only these conversations (at most 1000); default: all of them.
