@@ -160,13 +160,18 @@ class MatrixVectorIndex:
             raise TypeError("a vector realm search takes a vector")
         if realm.conversation_ids is not None:
             return self._rank_conversations(realm, query, limit)
-        held = self._load_realm((realm.tenant_id, realm.user_id))
-        if not held.n or limit <= 0:
+        return self._rank_realm(self._load_realm((realm.tenant_id, realm.user_id)), query, limit)
+
+    @staticmethod
+    def _rank_realm(held: _HeldRealm, query: Sequence[float], limit: int, only: set[str] | None = None) -> list[Hit]:
+        """A held realm's best ``limit`` rows (of the conversations ``only``, when given): one float32
+        product, then the exact ranking of the best."""
+        kept = np.arange(held.n) if only is None else np.flatnonzero([c in only for c in held.convs[:held.n]])
+        if not len(kept) or limit <= 0:
             return []
-        q32 = np.asarray(query, dtype=np.float32)
-        rough = held.matrix[:held.n] @ q32
-        take = min(held.n, limit + _REALM_MARGIN)
-        best = np.argpartition(-rough, take - 1)[:take] if take < held.n else np.arange(held.n)
+        rough = held.matrix[kept] @ np.asarray(query, dtype=np.float32)
+        take = min(len(kept), limit + _REALM_MARGIN)
+        best = kept[np.argpartition(-rough, take - 1)[:take]] if take < len(kept) else kept
         exact = held.matrix[best].astype(np.float64) @ np.asarray(query, dtype=np.float64)
         seqs, ids = held.seqs, held.ids
         order = sorted(range(len(best)), key=lambda j: (-exact[j], seqs[best[j]], ids[best[j]]))[:limit]
@@ -174,18 +179,15 @@ class MatrixVectorIndex:
 
     def _rank_conversations(self, realm: Realm, vector: Sequence[float], limit: int) -> list[Hit]:
         """A realm limited to its ``conversation_ids``: each conversation's best, ranked together."""
+        if realm.user_id is not None:  # the user's rows, then only those of the listed conversations
+            return self._rank_realm(self._load_realm((realm.tenant_id, realm.user_id)), vector, limit,
+                                    set(realm.conversation_ids or ()))
         hits: list[tuple[float, int, str, str]] = []
         for conv in dict.fromkeys(realm.conversation_ids or ()):
             held = self._load(Scope(tenant_id=realm.tenant_id, conversation_id=conv))
-            for h in self._rank(held, vector, limit, None):
-                if realm.user_id is None or self._user_of(realm.tenant_id, conv, h.id) == realm.user_id:
-                    hits.append((h.score, int(held.seqs[held.row_of[h.id]]), h.id, conv))
+            hits += [(h.score, int(held.seqs[held.row_of[h.id]]), h.id, conv) for h in self._rank(held, vector, limit, None)]
         hits.sort(key=lambda x: (-x[0], x[1], x[2]))
         return [Hit(nid, score, conv) for score, _, nid, conv in hits[:limit]]
-
-    def _user_of(self, tenant: str, conv: str, nid: str) -> str | None:
-        row = self._conn.execute("SELECT user FROM nodes WHERE tenant=? AND conv=? AND id=?", (tenant, conv, nid)).fetchone()
-        return None if row is None or row[0] is None else str(row[0])
 
     @translated
     async def search_many(self, queries: Sequence[tuple[Scope, Sequence[float], int | None]],

@@ -75,6 +75,9 @@ async def test_scores_are_one_ranking_and_a_conversation_list_limits_it(memory: 
                         conversation_ids=["ana-s001", "ana-s002", "ana-s002", "nope"])
     assert {e.conversation_id for e in only.evidence} <= {"ana-s001", "ana-s002"} and only.evidence
     assert FACT not in [e.content for e in only.evidence]
+    mine = await recall(_Service(memory), "acme", "What is my locker code at the gym?", top_k=10, user_id="ana",
+                        conversation_ids=["ana-s037", "ana-s002"])
+    assert {e.conversation_id for e in mine.evidence} == {"ana-s037", "ana-s002"} and mine.evidence[0].content == FACT
     with pytest.raises(TooManyConversations):
         await recall(_Service(memory), "acme", "q", conversation_ids=[f"c{i}" for i in range(MAX_CONVERSATIONS + 1)])
 

@@ -31,15 +31,14 @@ from __future__ import annotations
 import functools
 import math
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from importlib import resources
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
-import orjson
 
-from topology.errors import SystemOneError
 from topology.systemone.features import RelationState
+from topology.systemone.logistic import LogisticModel, fit_balanced
 from topology.text import STOPWORDS, stem
 
 #: The package file holding the shipped weights.
@@ -394,30 +393,12 @@ def update_features(st: RelationState) -> list[float]:
 
 
 @dataclass(frozen=True)
-class UpdateModel:
-    """p(update) = sigmoid(intercept + coef . ((x - mean) / scale)) over :data:`UPDATE_FEATURES`."""
+class UpdateModel(LogisticModel):
+    """p(update) over :data:`UPDATE_FEATURES` (:class:`~topology.systemone.logistic.LogisticModel`)."""
 
-    features: tuple[str, ...]
-    mean: np.ndarray
-    scale: np.ndarray
-    coef: np.ndarray
-    intercept: float
-    meta: dict[str, Any] = field(default_factory=dict)
-
-    def __post_init__(self) -> None:
-        if self.features != UPDATE_FEATURES:
-            raise SystemOneError(f"update model features {self.features} differ from UPDATE_FEATURES")
-        n = len(self.features)
-        if not (self.mean.shape == self.scale.shape == self.coef.shape == (n,)):
-            raise SystemOneError(f"update model arrays must all have {n} entries")
-        if (self.scale <= 0).any() or not np.isfinite(self.coef).all() or not math.isfinite(self.intercept):
-            raise SystemOneError("update model has a non-positive scale or a non-finite weight")
-
-    def probabilities(self, rows: np.ndarray) -> np.ndarray:
-        """p(update) for feature rows (n, F); each row's answer is independent of the others."""
-        z = (((rows - self.mean) / self.scale) * self.coef).sum(axis=1) + self.intercept
-        out: np.ndarray = 0.5 * (1.0 + np.tanh(0.5 * z))
-        return out
+    FEATURES: ClassVar[tuple[str, ...]] = UPDATE_FEATURES
+    FEATURES_NAME: ClassVar[str] = "UPDATE_FEATURES"
+    WHAT: ClassVar[str] = "update"
 
     def answer(self, states: list[RelationState]) -> list[float]:
         """p(update) for parsed relation states, one evaluation for the batch."""
@@ -425,34 +406,6 @@ class UpdateModel:
             return []
         rows = np.asarray([update_features(st) for st in states], dtype=np.float64)
         return [float(p) for p in self.probabilities(rows)]
-
-    def to_json(self) -> bytes:
-        return orjson.dumps(
-            {
-                "features": list(self.features),
-                "mean": [round(float(v), 8) for v in self.mean],
-                "scale": [round(float(v), 8) for v in self.scale],
-                "coef": [round(float(v), 8) for v in self.coef],
-                "intercept": round(self.intercept, 8),
-                "meta": self.meta,
-            },
-            option=orjson.OPT_INDENT_2,
-        )
-
-    @classmethod
-    def from_json(cls, raw: bytes | str) -> UpdateModel:
-        try:
-            d = orjson.loads(raw)
-            return cls(
-                features=tuple(d["features"]),
-                mean=np.asarray(d["mean"], dtype=np.float64),
-                scale=np.asarray(d["scale"], dtype=np.float64),
-                coef=np.asarray(d["coef"], dtype=np.float64),
-                intercept=float(d["intercept"]),
-                meta=dict(d.get("meta", {})),
-            )
-        except (orjson.JSONDecodeError, KeyError, TypeError, ValueError) as exc:
-            raise SystemOneError(f"unreadable update model: {exc}") from exc
 
     @classmethod
     def shipped(cls) -> UpdateModel:
@@ -466,26 +419,6 @@ def _shipped() -> UpdateModel:
 
 
 def fit(x: np.ndarray, y: np.ndarray, l2: float = 1.0, iters: int = 50, meta: dict[str, Any] | None = None) -> UpdateModel:
-    """Class-balanced, L2-regularised logistic regression by Newton's method on standardised
-    features (each class weighs half). Deterministic: no sampling, a fixed iteration budget."""
-    if x.ndim != 2 or x.shape[1] != len(UPDATE_FEATURES) or len(x) != len(y):
-        raise ValueError(f"expected rows of {len(UPDATE_FEATURES)} features and one label each")
-    pos = float(y.sum())
-    if pos == 0 or pos == len(y):
-        raise ValueError("training pairs need both updates and other pairs")
-    mean, scale = x.mean(axis=0), x.std(axis=0)
-    scale[scale < 1e-9] = 1.0
-    z = np.column_stack([np.ones(len(x)), (x - mean) / scale])
-    weight = np.where(y > 0, 0.5 * len(y) / pos, 0.5 * len(y) / (len(y) - pos))
-    w = np.zeros(z.shape[1])
-    reg = np.full(z.shape[1], l2)
-    reg[0] = 0.0
-    for _ in range(iters):
-        p = 0.5 * (1.0 + np.tanh(0.5 * (z @ w)))
-        grad = z.T @ (weight * (p - y)) + reg * w
-        hess = (z * (weight * p * (1 - p))[:, None]).T @ z + np.diag(reg) + 1e-9 * np.eye(len(w))
-        step = np.linalg.solve(hess, grad)
-        w -= step
-        if np.abs(step).max() < 1e-8:
-            break
-    return UpdateModel(UPDATE_FEATURES, mean, scale, w[1:], float(w[0]), meta or {})
+    """:func:`~topology.systemone.logistic.fit_balanced` over :data:`UPDATE_FEATURES`."""
+    fitted = fit_balanced(x, y, len(UPDATE_FEATURES), l2, iters, "training pairs need both updates and other pairs")
+    return UpdateModel(UPDATE_FEATURES, *fitted, meta or {})
