@@ -564,13 +564,14 @@ class RetrievalController:
         fetched = [(n, i) for n, i in await self._fetch(reach, missing) if currency.visible(n, run.as_of)] if missing else []
         newer = {i: c.node for i, c in st.pool.items()} | {n.id: n for n, _ in fetched}
         run.stale = {i: s for i, s in currency.superseded(edges, newer, run.as_of).items() if i in st.pool}
+        strongest: dict[str, float] = {}
         for e in edges:
             n = newer.get(e.source)
             if n is not None and n.observed_at is not None and currency.visible(n, run.as_of):
                 run.current[e.source] = n.observed_at
-        strongest = {e.source: e.probability for e in sorted(edges, key=lambda e: e.probability)}
-        joining = [_Cand(n, info, "supersedes", 1.0, strongest.get(n.id, 0.0)) for n, info in fetched
-                   if any(e.source == n.id and e.target in run.stale for e in edges)]
+            strongest[e.source] = max(strongest.get(e.source, 0.0), e.probability)
+        # each fetched node is a visible replacement of a pool member (``missing``): it joins the pool
+        joining = [_Cand(n, info, "supersedes", 1.0, strongest[n.id]) for n, info in fetched]
         if joining and run.so.calls + run.so.requests_for([len(SCORE.questions)] * len(joining)) \
                 <= self.params.limits.controller_calls and len(st.pool) < self.params.limits.visited_nodes:
             joining = joining[: self.params.limits.visited_nodes - len(st.pool)]
