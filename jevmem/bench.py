@@ -20,9 +20,13 @@ from jevmem.wiring import build_embedded
 from query_api import baselines
 from query_api.controller import RetrievalController
 from query_api.recall import PromptEvidence
+from streams.write_path import chunk_size
+from topology import observe
 from topology.embedding import Embedder
 from topology.params import Params
-from topology.schemas import Scope
+from topology.schemas import MemoryNode, Scope
+from topology.stages import context
+from topology.stages.memory_nodes import embedding_text
 
 KS = (5, 10, 20)
 METHODS = ("jevmem", "bm25", "vector", "hybrid_rrf")
@@ -88,6 +92,8 @@ async def run_locomo(directory: Path, settings: Settings, embedder: Embedder,
     n_obs = n_q = 0
     build_s = 0.0
     write_calls = consolidation_calls = query_calls = 0
+    embed_alone_s = 0.0
+    stages: dict[str, float] = {}
     latencies: list[float] = []
     contexts: dict[str, list[str]] = {"json": [], "prompt": []}  # top-10 evidence as each format sends it
     for path in files:
@@ -107,12 +113,17 @@ async def run_locomo(directory: Path, settings: Settings, embedder: Embedder,
                         progress(f"build {conv}", done, total)
 
                 t0 = time.perf_counter()
-                rep = await mem.pipeline.ingest(obs, on_chunk=built)
+                with observe.tally() as tally:
+                    rep = await mem.pipeline.ingest(obs, on_chunk=built)
                 build_s += time.perf_counter() - t0
+                for name, sec in tally.items():
+                    stages[name] = stages.get(name, 0.0) + sec
+                scope = Scope(tenant_id="bench", conversation_id=conv)
+                embed_alone_s += await embedder_alone(mem.embedder, await mem.stores.nodes.scan(scope),
+                                                      chunk_size(len(obs), mem.pipeline.chunk))
                 write_calls += rep.write_calls
                 consolidation_calls += rep.consolidation_calls
                 n_obs += len(obs)
-                scope = Scope(tenant_id="bench", conversation_id=conv)
                 static = baselines.StaticRetriever(mem.embedder, mem.stores.vectors, mem.stores.lexical,
                                                    mem.stores.nodes, settings.params)
                 flat = RetrievalController(mem.embedder, mem.controller.so, mem.stores.vectors, mem.stores.lexical,
@@ -145,6 +156,11 @@ async def run_locomo(directory: Path, settings: Settings, embedder: Embedder,
         "questions": n_q,
         "build_seconds": round(build_s, 3),
         "observations_per_second": round(n_obs / build_s, 2) if build_s else None,
+        # the embedding model alone on the texts the build embedded, in the build's batches
+        "embedder_alone_per_second": round(n_obs / embed_alone_s, 2) if embed_alone_s else None,
+        "build_vs_embedder": round(embed_alone_s / build_s, 3) if build_s and embed_alone_s else None,
+        # seconds per write-path stage, summed (the next chunk's embedding overlaps the linking)
+        "build_stage_seconds": {k: round(v, 3) for k, v in sorted(stages.items())},
         "query_ms": {"p50": round(percentile(latencies, 50), 2), "p95": round(percentile(latencies, 95), 2)},
         "controller_calls": {
             "per_write": round(write_calls / n_obs, 4) if n_obs else None,
@@ -154,6 +170,20 @@ async def run_locomo(directory: Path, settings: Settings, embedder: Embedder,
         "context_tokens_per_query": context_tokens(contexts),
         "recall": acc.table(),
     }
+
+
+async def embedder_alone(embedder: Embedder, nodes: Sequence[MemoryNode], batch: int) -> float:
+    """Seconds the embedder takes alone over what the build embedded for ``nodes`` (each
+    observation read after the turn its node names, ``MemoryNode.after``, or alone), in calls of
+    ``batch`` texts as the build made them."""
+    by_id = {n.id: n for n in nodes}
+    turns = sorted((n for n in nodes if n.kind == "observation"), key=lambda n: n.seq)
+    pairs = [(context.before_text(b) if (b := by_id.get(n.after or "")) is not None else None,
+              embedding_text(n.speaker, n.content)) for n in turns]
+    t0 = time.perf_counter()
+    for i in range(0, len(pairs), max(1, batch)):
+        embedder.embed_after(pairs[i: i + batch])
+    return time.perf_counter() - t0
 
 
 #: Evidence items per query whose context cost is counted (the usual top-k of an agent's recall).

@@ -98,7 +98,9 @@ class Settings(BaseSettings):
     write_wait_s: float = 0.1  # a worker waits at most this long to fill a micro-batch (latency floor)
     embedder: str = "e5-small-v2-int8@0.36.2"  # a name of topology.embedding.MODELS; recorded with each store
     model_cache: Path | None = None  # default: ~/.cache/jevmem/models
-    # embedder = "openai:<model>": embeddings from an OpenAI-compatible /v1/embeddings service
+    # embedder = "openai:<model>[:<dimensions>][+joined]": embeddings from an OpenAI-compatible /v1/embeddings
+    # service; a service returns pooled vectors, so it embeds each turn alone, or with "+joined" the turn before
+    # it and the turn as one text (topology.embedding_service); the name, suffix included, is recorded with a store
     embedding_url: str | None = None  # e.g. http://gpu-box:8000/v1
     embedding_api_key: SecretStr | None = None
     embedding_dimensions: int | None = None  # ask the service for this many (models that can shorten)
@@ -179,11 +181,13 @@ class Settings(BaseSettings):
             raise ValueError(f"JEVMEM_EMBEDDER={self.embedder} needs JEVMEM_EMBEDDING_URL (the service's base URL)")
         from topology.embedding_service import ServiceEmbedder
 
-        model, _, dims = self.embedder.removeprefix("openai:").partition(":")
+        spec = self.embedder.removeprefix("openai:")
+        joined = spec.endswith("+joined")
+        model, _, dims = spec.removesuffix("+joined").partition(":")
         key = self.embedding_api_key.get_secret_value() if self.embedding_api_key else None
         return ServiceEmbedder(self.embedding_url, model, key, int(dims) if dims else self.embedding_dimensions,
                                query_prefix=self.embedding_query_prefix, passage_prefix=self.embedding_passage_prefix,
-                               max_tokens=self.embedding_max_tokens)
+                               max_tokens=self.embedding_max_tokens, joined=joined)
 
     def oidc(self) -> OidcVerifier | None:
         """The bearer-token verifier of the configured issuer, or None (API keys only)."""

@@ -51,6 +51,11 @@ class DataKeyStore(Protocol):
         one when ``node_ids`` is None, else those protecting one of ``node_ids``; the count."""
         ...
 
+    async def of_nodes(self, scope: Scope, node_ids: Sequence[str]) -> list[WrappedKey]:
+        """Every key of the scope protecting one of ``node_ids`` (a node's observation may have
+        been produced more than once, each time with a key of its own)."""
+        ...
+
     async def kek_ids(self) -> set[str]:
         """The fingerprints of the key-encryption keys that wrap some stored key."""
         ...
@@ -110,6 +115,16 @@ class SqliteDataKeys:
         if n:
             scrub(self._conn, ())
         return n
+
+    @translated
+    async def of_nodes(self, scope: Scope, node_ids: Sequence[str]) -> list[WrappedKey]:
+        out: list[WrappedKey] = []
+        for i in range(0, len(node_ids), 500):
+            part = list(node_ids[i: i + 500])
+            rows = self._conn.execute("SELECT * FROM data_keys WHERE tenant = ? AND conversation = ? AND node IN "
+                                      f"({','.join('?' * len(part))})", [scope.tenant_id, scope.conversation_id, *part])
+            out += [self._record(r) for r in rows.fetchall()]
+        return out
 
     @translated
     async def kek_ids(self) -> set[str]:
@@ -205,6 +220,19 @@ class ElasticDataKeys:
                 if failed:
                     raise StoreUnavailable(f"elasticsearch datakeys destroy {self._index}: {failed[0].get('error')}")
                 n += len(hits)
+
+    async def of_nodes(self, scope: Scope, node_ids: Sequence[str]) -> list[WrappedKey]:
+        """Refreshes first, so it finds every key written before it."""
+        if not node_ids:
+            return []
+        await self._ensure()
+        query = {"bool": {"filter": [{"term": {"tenant_id": scope.tenant_id}},
+                                     {"term": {"conversation_id": scope.conversation_id}},
+                                     {"terms": {"node_id": list(node_ids)}}]}}
+        with es_errors(f"datakeys of nodes {self._index}"):
+            await self._es.indices.refresh(index=self._index)
+            res = await self._es.search(index=self._index, query=query, size=10_000)
+        return [WrappedKey(kid=h["_id"], **h["_source"]) for h in res["hits"]["hits"]]
 
     async def kek_ids(self) -> set[str]:
         await self._ensure()

@@ -30,7 +30,6 @@ from storage.sqlite_edges import ADJACENCY_AFTER, EDGE_CACHE, SqliteEdgeStore, m
 from topology import text as textmod
 from topology.errors import ModelMismatch
 from topology.schemas import DeadLetter, MemoryNode, Realm, Scope
-from topology.vectors import retrieval_rows
 
 log = logging.getLogger("jevmem.sqlite")
 
@@ -59,7 +58,6 @@ CREATE TABLE IF NOT EXISTS postings (
   tenant TEXT NOT NULL, conv TEXT NOT NULL, token TEXT NOT NULL, node TEXT NOT NULL, seq INTEGER NOT NULL,
   PRIMARY KEY (tenant, conv, token, node));
 CREATE INDEX IF NOT EXISTS postings_seq ON postings(tenant, conv, token, seq);
-CREATE TABLE IF NOT EXISTS node_contexts (n INTEGER PRIMARY KEY, context BLOB NOT NULL);
 CREATE TABLE IF NOT EXISTS forgotten (
   tenant TEXT NOT NULL, conv TEXT NOT NULL, event_id TEXT NOT NULL, seq INTEGER NOT NULL,
   PRIMARY KEY (tenant, conv, event_id));
@@ -81,10 +79,6 @@ _NODE_INDEXES = ("CREATE UNIQUE INDEX IF NOT EXISTS nodes_event ON nodes(tenant,
 #: A user's nodes (``MemoryNode.user_id``; NULL: none), for the vector rows of a user's realm.
 _USER_INDEX = "CREATE INDEX IF NOT EXISTS nodes_user ON nodes(tenant, user) WHERE user IS NOT NULL"
 _NODE_COLUMNS = "tenant, conv, id, event_id, seq, kind, body, embedding"
-#: A node's context vector (float16 bytes) lives in ``node_contexts`` under the node's row key:
-#: a node row (body and float32 embedding) is about 2 KB, two to a 4 KB page, and would take a
-#: page of its own with the context vector in it.
-WITH_CONTEXT = "nodes LEFT JOIN node_contexts c ON c.n = nodes.n"
 
 
 def migrate_nodes(conn: sqlite3.Connection) -> int:
@@ -191,6 +185,9 @@ def connect(path: str | Path, cache_kib: int = CACHE_KIB) -> sqlite3.Connection:
         conn.execute(f"PRAGMA cache_size=-{max(64, cache_kib)}")
         conn.executescript(_SCHEMA)
         migrate_nodes(conn)
+        # stores of an earlier layout kept a second vector per turn (its context vector); a turn's
+        # embedding is now read after the turn before it in one pass, and the table goes
+        conn.execute("DROP TABLE IF EXISTS node_contexts")
         migrate_lexical(conn)
         migrate_edges(conn)
     return conn
@@ -246,29 +243,28 @@ def _body(raw: bytes) -> bytes:
 #: queries fetch the same nodes again and again (a query reads at most ``limits.visited_nodes``).
 NODE_CACHE = 4096
 
-#: A cached node: the node without its vectors, its embedding and its context vector as stored
-#: (float32 and float16 bytes, or None).
-_Cached = tuple[MemoryNode, bytes | None, bytes | None]
+#: A cached node: the node without its embedding, and its embedding as stored (float32 bytes, or None).
+_Cached = tuple[MemoryNode, bytes | None]
 
 
 def _blob(vector: Sequence[float] | None, dtype: type[np.floating] = np.float32) -> bytes | None:
     return None if vector is None else np.asarray(vector, dtype=dtype).tobytes()
 
 
-def retrieval_matrix(embeddings: Sequence[bytes | None], contexts: Sequence[bytes | None], dim: int) -> np.ndarray:
-    """The nodes' retrieval rows (:mod:`topology.vectors`) from their stored vectors."""
-    return retrieval_rows(_matrix(embeddings, dim), _matrix(contexts, dim, np.float16))
+def retrieval_matrix(embeddings: Sequence[bytes | None], dim: int) -> np.ndarray:
+    """The nodes' retrieval rows (their embeddings, :mod:`topology.vectors`) from their stored vectors."""
+    return _matrix(embeddings, dim)
 
 
-def _full(n: MemoryNode, emb: bytes | None, ctx: bytes | None) -> MemoryNode:
-    """A cached node with its vectors."""
+def _full(n: MemoryNode, emb: bytes | None) -> MemoryNode:
+    """A cached node with its embedding."""
     if emb is None:
         return n
-    return n.model_copy(update={"embedding": _vec(emb), "context": _vec(ctx, np.float16)})
+    return n.model_copy(update={"embedding": _vec(emb)})
 
 
 class SqliteNodeStore(Base):
-    """Canonical nodes (JSON body, float32 embedding, float16 context vector) and an entity posting table.
+    """Canonical nodes (JSON body, float32 embedding) and an entity posting table.
 
     ``get`` and ``get_rows`` keep an LRU of decoded nodes; this store is its database's only
     writer of nodes, and an upsert or a delete drops the nodes it rewrites from the cache, so the
@@ -319,18 +315,12 @@ class SqliteNodeStore(Base):
         for n in nodes:
             emb = _blob(n.embedding)
             row = self._new_row(n.tenant_id, n.conversation_id)
-            at = self._conn.execute(
+            self._conn.execute(
                 f"INSERT INTO nodes (n, {_NODE_COLUMNS}, user) VALUES (?,?,?,?,?,?,?,?,?,?) ON CONFLICT(tenant, conv, id) "
                 "DO UPDATE SET body=excluded.body, embedding=COALESCE(excluded.embedding, nodes.embedding), "
-                "seq=excluded.seq, user=excluded.user RETURNING n",
+                "seq=excluded.seq, user=excluded.user",
                 (row, n.tenant_id, n.conversation_id, n.id, n.event_id, n.seq, n.kind, _packed_body(n), emb,
-                 n.user_id)).fetchone()[0]
-            if n.embedding is not None:  # written with its embedding: its context vector is what it carries
-                if n.context is None:
-                    self._conn.execute("DELETE FROM node_contexts WHERE n=?", (at,))
-                else:
-                    self._conn.execute("INSERT OR REPLACE INTO node_contexts VALUES (?,?)",
-                                       (at, _blob(n.context, np.float16)))
+                 n.user_id))
             self._conn.executemany(
                 "INSERT OR IGNORE INTO node_entities VALUES (?,?,?,?,?)",
                 [(n.tenant_id, n.conversation_id, e.id, n.id, n.seq) for e in n.entities])
@@ -350,10 +340,10 @@ class SqliteNodeStore(Base):
         if missing:
             marks = ",".join("?" * len(missing))
             rows = self._conn.execute(
-                f"SELECT id, body, embedding, c.context FROM {WITH_CONTEXT} WHERE tenant=? AND conv=? AND id IN ({marks})",
+                f"SELECT id, body, embedding FROM nodes WHERE tenant=? AND conv=? AND id IN ({marks})",
                 (scope.tenant_id, scope.conversation_id, *missing)).fetchall()
-            for nid, body, emb, ctx in rows:
-                found[nid] = cache[nid] = (MemoryNode.model_validate_json(_body(body)), emb, ctx)
+            for nid, body, emb in rows:
+                found[nid] = cache[nid] = (MemoryNode.model_validate_json(_body(body)), emb)
             while len(cache) > NODE_CACHE:
                 cache.popitem(last=False)
         return [found[i] for i in ids if i in found]
@@ -365,7 +355,7 @@ class SqliteNodeStore(Base):
     @translated
     async def get_rows(self, scope: Scope, ids: Sequence[str], dim: int) -> tuple[list[MemoryNode], np.ndarray]:
         got = self._read(scope, ids)
-        return [g[0] for g in got], retrieval_matrix([g[1] for g in got], [g[2] for g in got], dim)
+        return [g[0] for g in got], retrieval_matrix([g[1] for g in got], dim)
 
     @translated
     async def seqs(self, scope: Scope, event_ids: Sequence[str]) -> dict[str, int]:
@@ -444,7 +434,7 @@ class SqliteNodeStore(Base):
         return [r[0] for r in rows]
 
     def _drop_cached(self, scope: Scope) -> None:
-        for nid in [i for i, (n, _, _) in self._cache.items()
+        for nid in [i for i, (n, _) in self._cache.items()
                     if n.tenant_id == scope.tenant_id and n.conversation_id == scope.conversation_id]:
             del self._cache[nid]
 
@@ -456,8 +446,6 @@ class SqliteNodeStore(Base):
             self._cache.pop(i, None)
         marks, sc = ",".join("?" * len(ids)), (scope.tenant_id, scope.conversation_id)
         return self._delete([(f"DELETE FROM node_entities WHERE tenant=? AND conv=? AND node IN ({marks})", (*sc, *ids)),
-                             ("DELETE FROM node_contexts WHERE n IN (SELECT n FROM nodes WHERE tenant=? AND conv=? "
-                              f"AND id IN ({marks}))", (*sc, *ids)),
                              (f"DELETE FROM nodes WHERE tenant=? AND conv=? AND id IN ({marks})", (*sc, *ids))])
 
     @translated
@@ -465,9 +453,8 @@ class SqliteNodeStore(Base):
         self._drop_cached(scope)
         sc = (scope.tenant_id, scope.conversation_id)
         return self._delete([("DELETE FROM node_entities WHERE tenant=? AND conv=?", sc),
-                             ("DELETE FROM node_contexts WHERE n IN (SELECT n FROM nodes WHERE tenant=? AND conv=?)", sc),
                              ("DELETE FROM nodes WHERE tenant=? AND conv=?", sc),
-                             ("DELETE FROM forgotten WHERE tenant=? AND conv=?", sc)], counted=2)
+                             ("DELETE FROM forgotten WHERE tenant=? AND conv=?", sc)], counted=1)
 
     @translated
     async def record_forgotten(self, scope: Scope, event_id: str, seq: int) -> None:

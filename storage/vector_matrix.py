@@ -1,10 +1,10 @@
 """Embedded vector search: exact ranking over the node store's own vectors, a conversation at a time.
 
-The embedded store keeps each node's embedding and context vector once, as float32 and float16
-bytes in its node tables (:class:`storage.sqlite.SqliteNodeStore`). Every search is scoped to one
-conversation, so this index reads that conversation's retrieval rows (:mod:`topology.vectors`)
-into one float32 matrix and answers with a matrix product: no second copy of the vectors on disk,
-and the cost of a search follows the size of its conversation, never the size of the store.
+The embedded store keeps each node's embedding once, as float32 bytes in its node table
+(:class:`storage.sqlite.SqliteNodeStore`). Every search is scoped to one conversation, so this
+index reads that conversation's retrieval rows (:mod:`topology.vectors`) into one float32 matrix
+and answers with a matrix product: no second copy of the vectors on disk, and the cost of a
+search follows the size of its conversation, never the size of the store.
 
 Contracts:
 
@@ -36,7 +36,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from storage.ports import Hit
-from storage.sqlite import WITH_CONTEXT, retrieval_matrix
+from storage.sqlite import retrieval_matrix
 from storage.sqlite_base import translated
 from topology.schemas import MemoryNode, Realm, Scope
 
@@ -103,10 +103,10 @@ class MatrixVectorIndex:
         if held is not None:
             self._held.move_to_end(scope)
             return held
-        found = [(nid, int(seq), blob, ctx) for nid, seq, blob, ctx in self._conn.execute(
-            f"SELECT id, seq, embedding, c.context FROM {WITH_CONTEXT} WHERE tenant=? AND conv=? "
+        found = [(nid, int(seq), blob) for nid, seq, blob in self._conn.execute(
+            "SELECT id, seq, embedding FROM nodes WHERE tenant=? AND conv=? "
             "AND embedding IS NOT NULL", (scope.tenant_id, scope.conversation_id)) if len(blob) == 4 * self._dim]
-        rows = retrieval_matrix([f[2] for f in found], [f[3] for f in found], self._dim)
+        rows = retrieval_matrix([f[2] for f in found], self._dim)
         held = _Held(self._dim, rows, [f[0] for f in found], [f[1] for f in found])
         self._held[scope] = held
         self._rows += held.n
@@ -120,10 +120,10 @@ class MatrixVectorIndex:
             return held
         tenant, user = key
         where, args = ("AND user=?", (tenant, user)) if user is not None else ("", (tenant,))
-        found = [(nid, str(conv), int(seq), blob, ctx) for nid, conv, seq, blob, ctx in self._conn.execute(
-            f"SELECT id, conv, seq, embedding, c.context FROM {WITH_CONTEXT} WHERE tenant=? {where} "
+        found = [(nid, str(conv), int(seq), blob) for nid, conv, seq, blob in self._conn.execute(
+            f"SELECT id, conv, seq, embedding FROM nodes WHERE tenant=? {where} "
             "AND embedding IS NOT NULL", args) if len(blob) == 4 * self._dim]
-        rows = retrieval_matrix([f[3] for f in found], [f[4] for f in found], self._dim)
+        rows = retrieval_matrix([f[3] for f in found], self._dim)
         realm = _HeldRealm(self._dim, rows, [f[0] for f in found], [f[2] for f in found], [f[1] for f in found])
         self._held[key] = realm
         self._rows += realm.n

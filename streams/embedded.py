@@ -70,6 +70,7 @@ class IngestReport:
 class EmbeddedPipeline:
     def __init__(self, stores: Stores, write_path: WritePath, so: CountingSystemOne, chunk: int = 64) -> None:
         self.stores, self.write_path, self.so, self.chunk = stores, write_path, so, max(1, chunk)
+        stores.embedder = write_path.embedder  # a forget re-embeds the turn after the forgotten one
         self._lock = asyncio.Lock()
 
     async def ingest_raw(self, payloads: Sequence[bytes | str], source: str = "ingest",

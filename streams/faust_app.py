@@ -333,7 +333,11 @@ def create_app(config: AppConfig, services: Services) -> faust.App:
         marker = await forgetting.plan(stores, request)
         key, value = marker.scope.key, encode(marker)
         await publish([(memories, [(key, value)]), (edges, [(key, value)]), (consolidation, [(key, value)])])
-        await forgetting.apply(stores, marker)
+        report = await forgetting.apply(stores, marker, embedder=wp.embedder)
+        if report.rewritten:  # the next turn, re-embedded after its new turn before: logged after the marker
+            own = await keyring.of_nodes(marker.scope, [n.id for n in report.rewritten]) if keyring is not None else {}
+            keys = await keyring.node_keys(report.rewritten, own) if keyring is not None else {}
+            await publish([(memories, [(n.scope.key, sealed(n, keys.get(n.id))) for n in report.rewritten])])
         destroyed = None
         if keyring is not None:  # after the stores are clean: from now on the log's copies are unreadable
             destroyed = await keyring.destroy(marker.scope, None if marker.event_id is None else marker.node_ids,
@@ -366,16 +370,15 @@ def create_app(config: AppConfig, services: Services) -> faust.App:
             w = await write_batch(stores, wp, obs, chunk=config.batch)
             with observe.timed("emit"):
                 keys = await output_keys(w, event_keys) if keyring is not None else {}
+                # a node read after the turn before it: sealed under both turns' keys
+                sealing_nodes = await keyring.node_keys(w.nodes, keys) if keyring is not None else {}
                 written = {n.id for n in w.nodes + w.derived}
 
                 def edge_key(e: EdgeEvent) -> DataKey | None:
                     return keys.get(sealing.edge_owner(e.source, e.target, written))
 
                 await publish([
-                    # without context vectors: one carries the turn before it, which a forget of that
-                    # turn could not take back from this record (sealed under this turn's key)
-                    (memories, [(n.scope.key, sealed(n if n.context is None else n.model_copy(update={"context": None}),
-                                                       keys.get(n.id)))
+                    (memories, [(n.scope.key, sealed(n, sealing_nodes.get(n.id, keys.get(n.id))))
                                 for n in w.nodes + w.derived]),
                     # the node travels whole on the memories topic; here it is named, not repeated
                     (candidates, [(c.node.scope.key, sealed(c.model_copy(update={"node": c.node.without_embedding()}),

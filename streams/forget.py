@@ -12,9 +12,15 @@ A forget is two steps, so that every driver deletes exactly the same things:
   the deletion is cut short), then edges touching the nodes, decisions referencing them, the
   dead letters naming the conversation (or the event), vectors, lexical entries, and the nodes
   last (so a retry still finds what is left). Every step is an idempotent delete, but one: the
-  turn right after a forgotten observation loses its context vector (embedded with the forgotten
-  turn's text, :mod:`topology.stages.context`), rewritten in the vector index and the node store
-  before the nodes, vectors and lexical entries are deleted. The Faust
+  next observation after a forgotten one was read after it (its embedding is one pass over
+  the two turns, :mod:`topology.stages.context`), so it is embedded again after its new turn
+  before (the observation before the forgotten one when of the same sitting, else alone),
+  exactly as writing the conversation without the forgotten turn computes it, and rewritten in
+  the vector index and the node store before the forgotten nodes are deleted (then the
+  in-memory views drop the conversation and reload it). It is in the report (``rewritten``) so
+  the Faust worker logs the new node record. The re-embedding is deterministic, so a retry
+  rewrites the same vector. A rebuild from the derived log does not re-embed (``embedder``
+  None): the worker logged the rewritten node after the marker. The Faust
   worker logs the marker on the memories, edges and consolidation topics *before* applying it,
   and a rebuild from that derived log applies each topic's share of it (``parts``) at the same
   point of that topic.
@@ -32,7 +38,7 @@ nothing and records nothing.
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Collection, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol, TypeVar
 
 from storage.ports import (
@@ -46,7 +52,9 @@ from storage.ports import (
     VectorIndex,
 )
 from topology import ids
+from topology.ports import Embedder
 from topology.schemas import Forget, Forgotten, MemoryNode, Observation, Scope
+from topology.stages import context
 
 
 class ForgetNodes(NodeReader, EarlierNodes, NodeWriter, NodeEraser, Protocol):
@@ -89,6 +97,8 @@ class ForgetReport:
     edges: int = 0
     decisions: int = 0
     seq: int | None = None
+    #: the next observation, re-embedded after its new turn before (see the module)
+    rewritten: list[MemoryNode] = field(default_factory=list)
 
     def as_dict(self) -> dict[str, Any]:
         """``status`` is "deleted" when anything was removed, else "not_found"."""
@@ -128,10 +138,13 @@ async def plan(stores: ForgetTargets, forget: Forget) -> Forgotten:
     return Forgotten(**base, seq=seq, node_ids=derived_closure(root, nodes))
 
 
-async def apply(stores: ForgetTargets, marker: Forgotten, parts: Collection[Part] = ALL_PARTS) -> ForgetReport:
+async def apply(stores: ForgetTargets, marker: Forgotten, parts: Collection[Part] = ALL_PARTS,
+                embedder: Embedder | None = None) -> ForgetReport:
     """Delete what ``marker`` describes from the stores named by ``parts`` ("nodes": the
     forgotten-event record, vectors, lexical entries and nodes; "edges"; "decisions"), then tell
-    ``stores.on_forget`` (in-memory views drop the conversation). Idempotent."""
+    ``stores.on_forget`` (in-memory views drop the conversation). With ``embedder`` (and "nodes"),
+    the next observation after a forgotten one is re-embedded and rewritten first (see the
+    module). Idempotent."""
     scope, rep = marker.scope, ForgetReport(seq=marker.seq)
     whole = marker.event_id is None
     if "nodes" in parts and not whole and marker.seq is not None and marker.event_id is not None:
@@ -141,8 +154,8 @@ async def apply(stores: ForgetTargets, marker: Forgotten, parts: Collection[Part
     if "decisions" in parts:
         rep.decisions = await (stores.edges.delete_scope_decisions(scope) if whole
                                else stores.edges.delete_decisions(scope, marker.node_ids))
-    if "nodes" in parts and not whole and marker.seq is not None:
-        await _drop_next_context(stores, scope, marker.seq)
+    if "nodes" in parts and not whole and marker.seq is not None and embedder is not None:
+        rep.rewritten = await reembed_next(stores, scope, marker.seq, embedder)
     if "nodes" in parts:
         await stores.dead_letters.forget(scope, marker.event_id)
         if whole:
@@ -158,13 +171,29 @@ async def apply(stores: ForgetTargets, marker: Forgotten, parts: Collection[Part
     return rep
 
 
-async def _drop_next_context(stores: ForgetTargets, scope: Scope, seq: int) -> None:
-    """Rewrite the observation at ``seq + 1`` without its context vector (when it has one)."""
-    for node in await stores.nodes.get(scope, await stores.nodes.preceding(scope, seq + 2, 1)):
-        if node.seq == seq + 1 and node.context is not None and node.embedding is not None:
-            plain = node.model_copy(update={"context": None})
-            await stores.vectors.upsert([plain])
-            await stores.nodes.upsert([plain])
+async def _at(stores: ForgetTargets, scope: Scope, before_seq: int) -> MemoryNode | None:
+    """The latest stored observation of ``scope`` before ``before_seq``, or None."""
+    got = await stores.nodes.get(scope, await stores.nodes.preceding(scope, before_seq, 1))
+    return got[0] if got else None
+
+
+async def reembed_next(stores: ForgetTargets, scope: Scope, seq: int, embedder: Embedder) -> list[MemoryNode]:
+    """Re-embed the next stored observation after the forgotten ``seq`` (later forgotten seqs
+    with no node skipped) after the latest observation before ``seq``, as writing the
+    conversation without the forgotten turn would (``topology.stages.context``), and rewrite it
+    in the vector index and the node store; returns it (none when there is none)."""
+    gone = set((await stores.nodes.forgotten(scope)).values())
+    at = seq + 1
+    while (nxt := await _at(stores, scope, at + 1)) is None or nxt.seq != at:
+        if at not in gone:
+            return []
+        at += 1
+    before = await _at(stores, scope, seq)
+    plain = nxt.model_copy(update={"embedding": None, "context": None, "after": None})
+    [node] = await context.embed([plain], {plain.id: before} if before is not None else {}, embedder)
+    await stores.vectors.upsert([node])
+    await stores.nodes.upsert([node])
+    return [node]
 
 
 def split_at_forgets(items: Sequence[Observation | T]) -> list[list[Observation] | T]:

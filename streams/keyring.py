@@ -12,6 +12,12 @@ forget was requested gets a new key, which survives (as its memory does). This c
 the processes that make keys (producers, workers) and the one that stamps the forget: keep them
 synchronised (NTP); a clock running more than a forget's round trip ahead could keep a key alive.
 
+A memory node whose embedding was read after the turn before it (``MemoryNode.after``) is
+sealed under the joint key of its own observation's key and that turn's
+(:func:`topology.sealing.joint_key`): a forget of either turn destroys a key it needs.
+:meth:`Keyring.lookup` derives a joint key from its two parts when both exist, and
+:meth:`Keyring.of_nodes` finds a turn's key by its node.
+
 Caching: unwrapped keys a process looked up are kept in its memory at most ``ttl_s`` seconds
 (``max_keys`` at most, oldest dropped first): a worker reads each input key once. Keys it makes
 are not cached, and reads that must see a destruction at once (the API's dead-letter listing)
@@ -56,12 +62,22 @@ class Keyring:
         self.store, self.keks = store, keks
         self.ttl_s, self.max_keys = ttl_s, max_keys
         self._cache: OrderedDict[str, tuple[float, DataKey]] = OrderedDict()
+        #: (tenant, conversation, node id) -> the id of a cached key protecting that node
+        self._by_node: dict[tuple[str, str, str], str] = {}
 
     def _remember(self, key: DataKey) -> None:
         self._cache[key.kid] = (time.monotonic() + self.ttl_s, key)
         self._cache.move_to_end(key.kid)
+        if key.node_id is not None:
+            self._by_node[(key.tenant_id, key.conversation_id, key.node_id)] = key.kid
         while len(self._cache) > self.max_keys:
-            self._cache.popitem(last=False)
+            _, (_, old) = self._cache.popitem(last=False)
+            self._unindex(old)
+
+    def _unindex(self, key: DataKey) -> None:
+        at = (key.tenant_id, key.conversation_id, key.node_id or "")
+        if self._by_node.get(at) == key.kid:
+            del self._by_node[at]
 
     def _cached(self, kid: str) -> DataKey | None:
         hit = self._cache.get(kid)
@@ -69,6 +85,7 @@ class Keyring:
             return None
         if hit[0] < time.monotonic():
             del self._cache[kid]
+            self._unindex(hit[1])
             return None
         return hit[1]
 
@@ -91,8 +108,18 @@ class Keyring:
         return keys  # not cached: whoever made a key seals with it at once; readers look it up
 
     async def lookup(self, kids: Sequence[str], cache: bool = True) -> dict[str, DataKey]:
-        """The keys of ``kids`` that exist (a destroyed key is absent); ``cache`` False: read the
-        store and keep nothing (for reads that must see a destruction at once)."""
+        """The keys of ``kids`` that exist (a destroyed key is absent; a joint key is present
+        when both its parts are, see :func:`topology.sealing.joint_key`); ``cache`` False: read
+        the store and keep nothing (for reads that must see a destruction at once)."""
+        plain = await self._lookup([p for kid in dict.fromkeys(kids) for p in sealing.kid_parts(kid)], cache)
+        out: dict[str, DataKey] = {}
+        for kid in kids:
+            parts = sealing.kid_parts(kid)
+            if all(p in plain for p in parts):
+                out[kid] = plain[kid] if len(parts) == 1 else sealing.joint_key(plain[parts[0]], plain[parts[1]])
+        return out
+
+    async def _lookup(self, kids: Sequence[str], cache: bool) -> dict[str, DataKey]:
         out: dict[str, DataKey] = {}
         missing: list[str] = []
         for kid in dict.fromkeys(kids):
@@ -102,12 +129,58 @@ class Keyring:
             else:
                 out[kid] = hit
         for rec in await self.store.get(missing) if missing else []:
-            secret = self.keks.by_id(rec.kek_id).unwrap(rec.wrapped, rec.tenant_id, rec.conversation_id, rec.kid)
-            key = DataKey(kid=rec.kid, tenant_id=rec.tenant_id, conversation_id=rec.conversation_id,
-                          secret=secret, node_id=rec.node_id)
+            key = self._unwrapped(rec)
             if cache:
                 self._remember(key)
             out[key.kid] = key
+        return out
+
+    def _unwrapped(self, rec: WrappedKey) -> DataKey:
+        secret = self.keks.by_id(rec.kek_id).unwrap(rec.wrapped, rec.tenant_id, rec.conversation_id, rec.kid)
+        return DataKey(kid=rec.kid, tenant_id=rec.tenant_id, conversation_id=rec.conversation_id,
+                       secret=secret, node_id=rec.node_id)
+
+    async def of_nodes(self, scope: Scope, node_ids: Sequence[str]) -> dict[str, DataKey]:
+        """A key of each of ``node_ids`` that has one (the newest, when its observation was
+        produced more than once), by node id: from this process's cache, else the store."""
+        out: dict[str, DataKey] = {}
+        missing: list[str] = []
+        for nid in dict.fromkeys(node_ids):
+            kid = self._by_node.get((scope.tenant_id, scope.conversation_id, nid))
+            hit = self._cached(kid) if kid is not None else None
+            if hit is None:
+                missing.append(nid)
+            else:
+                out[nid] = hit
+        newest: dict[str, WrappedKey] = {}
+        for rec in await self.store.of_nodes(scope, missing) if missing else []:
+            if rec.node_id is not None and (rec.node_id not in newest or rec.created_at > newest[rec.node_id].created_at):
+                newest[rec.node_id] = rec
+        for nid, rec in newest.items():
+            out[nid] = self._unwrapped(rec)
+            self._remember(out[nid])
+        return out
+
+    async def node_keys(self, nodes: Sequence[MemoryNode], keys: Mapping[str, DataKey]) -> dict[str, DataKey]:
+        """The key sealing each of ``nodes``' memory records, by node id: its own key (``keys``,
+        by node id; a node without one is left out), joined with the key of the turn it was read
+        after (``MemoryNode.after``: from ``keys`` or :meth:`of_nodes`), so a forget of either
+        turn makes the record unreadable. A turn before that has no key was never sealed (logged
+        before encryption was on): there is nothing of it to protect, and its own key seals it."""
+        wanted: dict[Scope, list[str]] = {}
+        for n in nodes:
+            if n.after is not None and n.after not in keys and n.id in keys:
+                wanted.setdefault(n.scope, []).append(n.after)
+        found = dict(keys)
+        for scope, ids_ in wanted.items():
+            found.update(await self.of_nodes(scope, ids_))
+        out: dict[str, DataKey] = {}
+        for n in nodes:
+            own = keys.get(n.id)
+            if own is None:
+                continue
+            other = found.get(n.after) if n.after is not None else None
+            out[n.id] = own if other is None else sealing.joint_key(own, other)
         return out
 
     async def destroy(self, scope: Scope, node_ids: Sequence[str] | None, before: float) -> int:
@@ -119,6 +192,7 @@ class Keyring:
             if (k.tenant_id, k.conversation_id) == (scope.tenant_id, scope.conversation_id) and (
                     nodes is None or k.node_id in nodes):
                 del self._cache[kid]
+                self._unindex(k)
         return n
 
     async def rotate(self, page: int = 500) -> int:
@@ -140,6 +214,7 @@ class Keyring:
 
     async def close(self) -> None:
         self._cache.clear()
+        self._by_node.clear()
         await self.store.close()
 
     async def open(self, raws: Sequence[bytes | dict[str, Any]], cache: bool = True) -> Opened:

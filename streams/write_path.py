@@ -21,7 +21,7 @@ from streams import forget as forgetting
 from streams.forget import ForgetReport
 from topology import observe
 from topology.pipeline import SeqState, WritePath, assign_seqs, consolidation_runs
-from topology.ports import LinkMemory
+from topology.ports import Embedder, LinkMemory
 from topology.schemas import (
     CandidateSet,
     ConsolidationDecision,
@@ -33,6 +33,7 @@ from topology.schemas import (
     RelationJudgment,
     Scope,
 )
+from topology.stages import context, memory_nodes
 
 
 @dataclass
@@ -73,6 +74,10 @@ class Stores:
     #: deleted data in their files (``storage.purge``: SQLite's write-ahead log and FTS5 segments,
     #: Elasticsearch's deleted documents), before a forget is reported applied; None: nothing kept
     purge: Callable[[Sequence[Scope]], Awaitable[None]] | None = None
+    #: the model that re-embeds the observation after a forgotten one (read after it:
+    #: ``streams.forget.reembed_next``), set by the driver that writes these stores; None: a
+    #: forget does not re-embed (a rebuild from the derived log, which logged the rewritten node)
+    embedder: Embedder | None = None
 
     def attach(self, cache: ScopeCache) -> None:
         """Keep the write path's in-memory conversations (``cache``) in step with these stores:
@@ -118,7 +123,7 @@ class Stores:
         vectors and lexical entries (see :mod:`streams.forget` for the order and the seq rule)."""
         request = Forget(tenant_id=scope.tenant_id, conversation_id=scope.conversation_id, event_id=event_id,
                          requested_at=requested_at or datetime.now(UTC))
-        return await forgetting.apply(self, await forgetting.plan(self, request))
+        return await forgetting.apply(self, await forgetting.plan(self, request), embedder=self.embedder)
 
     async def purged(self, scopes: Sequence[Scope]) -> None:
         """Call :attr:`purge` for forgets of ``scopes`` (none: nothing to do)."""
@@ -244,11 +249,12 @@ async def write_batch(stores: Stores, wp: WritePath, obs: list[Observation],
     count). Reports the accepted observations and the write path's System
     One requests per observation to :mod:`topology.observe`.
 
-    The batch is numbered up front (while its first chunk is embedded: the model needs no seq),
-    then written in chunks of ``chunk`` events (see :func:`chunk_size`), pipelined: chunk i+1 is
-    embedded (worker threads, no store reads) while chunk i is typed, materialised and linked, so
-    the model and the linking work overlap. The graph is the same as for any other batching:
-    discovery only sees earlier seqs, materialised first.
+    The batch is numbered up front, then written in chunks of ``chunk`` events (see
+    :func:`chunk_size`), pipelined: chunk i+1 is embedded (worker threads) while chunk i is typed,
+    materialised and linked, so the model and the linking work overlap. Each turn is embedded
+    after the latest earlier observation of its conversation (``WritePath.embed``: found in the
+    numbered batch, or stored by an earlier batch), so the vectors, and the graph (discovery only
+    sees earlier seqs, materialised first), are the same as for any other batching.
     ``on_chunk`` gets each chunk's part of the result as it completes. Without ``keep`` the
     result holds no records (the count of new nodes and of write-path requests only), so a batch
     of any size holds at most two chunks' records at a time."""
@@ -259,17 +265,17 @@ async def write_batch(stores: Stores, wp: WritePath, obs: list[Observation],
     if not obs:
         return out
     size = chunk_size(len(obs), chunk)
-    parts = [obs[i: i + size] for i in range(0, len(obs), size)]
-    ahead: asyncio.Task[list[list[float]]] | None = asyncio.create_task(_vectors(wp, parts[0]))
+    with observe.timed("numbering"):
+        numbered, out.new = await number(stores.seq_source or stores.nodes, obs)  # in the order of ``obs``
+    batch = context.Numbered(numbered)
+    chunks = [numbered[i: i + size] for i in range(0, len(numbered), size)]
+    ahead: asyncio.Task[list[MemoryNode]] | None = asyncio.create_task(_embedded(wp, chunks[0], batch))
     try:
-        with observe.timed("numbering"):
-            numbered, out.new = await number(stores.seq_source or stores.nodes, obs)  # in the order of ``obs``
-        chunks = [numbered[i: i + size] for i in range(0, len(numbered), size)]
         for i in range(len(chunks)):
             assert ahead is not None
-            vectors = await ahead
-            ahead = asyncio.create_task(_vectors(wp, parts[i + 1])) if i + 1 < len(parts) else None
-            w = await write_chunk(stores, wp, wp.nodes(chunks[i], vectors), since(calls))
+            embedded = await ahead
+            ahead = asyncio.create_task(_embedded(wp, chunks[i + 1], batch)) if i + 1 < len(chunks) else None
+            w = await write_chunk(stores, wp, embedded, since(calls))
             out.merge(w, keep)
             if on_chunk is not None:
                 on_chunk(w)
@@ -297,26 +303,20 @@ def chunk_size(n: int, chunk: int | None) -> int:
     return max(1, size)
 
 
-async def _vectors(wp: WritePath, observations: list[Observation]) -> list[list[float]]:
+async def _embedded(wp: WritePath, numbered: list[tuple[Observation, int]], batch: context.Numbered) -> list[MemoryNode]:
+    nodes = [memory_nodes.describe(o, s) for o, s in numbered]
     with observe.timed("embed"):
-        return await wp.vectors(observations)
-
-
-async def _contexts(wp: WritePath, nodes: list[MemoryNode]) -> list[list[float] | None]:
-    with observe.timed("context"):
-        return await wp.contexts(nodes)
+        return await wp.embed(nodes, batch)
 
 
 async def write_chunk(stores: Stores, wp: WritePath, embedded: list[MemoryNode],
                       calls: Callable[[], int] = lambda: 0) -> Written:
     """One chunk of :func:`write_batch`, from numbered nodes that carry their embeddings (not
-    yet typed) on: type and context vectors (concurrently) -> materialise -> candidates ->
-    relations -> edges -> consolidation (each timed as a stage). ``calls()`` is the chunk's
-    System One requests when it returns; the result's ``new`` is 0 (the batch counts new events
-    once, when numbering)."""
+    yet typed) on: type -> materialise -> candidates -> relations -> edges -> consolidation (each
+    timed as a stage). ``calls()`` is the chunk's System One requests when it returns; the
+    result's ``new`` is 0 (the batch counts new events once, when numbering)."""
     with observe.timed("typing"):
-        typed, contexts = await asyncio.gather(wp.type(embedded), _contexts(wp, embedded))
-    nodes = [t if c is None else t.model_copy(update={"context": c}) for t, c in zip(typed, contexts, strict=True)]
+        nodes = await wp.type(embedded)
     with observe.timed("store_writes"):
         await stores.materialise(nodes)
     with observe.timed("candidates"):

@@ -21,6 +21,14 @@ Contracts:
 * Both cores: ``sessions`` single-threaded inference sessions work through a batch in parallel
   (onnxruntime releases the GIL while it runs).
 * e5 is asymmetric: memories are embedded as ``"passage: ..."`` and questions as ``"query: ..."``.
+* **One pass per turn, read after the turn before it** (:meth:`OnnxEmbedder.embed_after`; late
+  chunking): the model runs over ``[CLS] passage: <before> <turn> [SEP]`` and the vector is the
+  mean of the token states of the turn's own tokens and the closing ``[SEP]`` only, so the turn
+  is read in its context but described by its own words. The two texts are tokenised apart and
+  joined (a BERT tokenizer splits at the space between them, so this is the joint tokenisation);
+  when they exceed :data:`MAX_TOKENS` the start of ``before`` is cut, never the turn (a turn
+  longer than the window keeps its start, as :meth:`~OnnxEmbedder.embed` does). Without a turn
+  before (None) the vector is exactly :meth:`~OnnxEmbedder.embed`'s.
 """
 
 from __future__ import annotations
@@ -148,6 +156,10 @@ class OnnxEmbedder:
         self._tok = Tokenizer.from_file(str(paths["tokenizer"]))
         self._tok.no_padding()
         self._tok.enable_truncation(MAX_TOKENS)
+        cls, sep = self._tok.token_to_id("[CLS]"), self._tok.token_to_id("[SEP]")
+        if cls is None or sep is None:
+            raise ModelMissing(f"the tokenizer of {spec.name} has no [CLS] or [SEP] token")
+        self._cls, self._sep = cls, sep
 
         def session(threads: int) -> Any:
             opts = ort.SessionOptions()
@@ -172,30 +184,56 @@ class OnnxEmbedder:
         self._pool = ThreadPoolExecutor(len(self._sessions), thread_name_prefix="embed")
         self._lock = threading.Lock()  # one batch at a time owns the sessions
 
-    def _one(self, session: Any, ids: Sequence[int]) -> np.ndarray:
+    def _one(self, session: Any, ids: Sequence[int], start: int = 0) -> np.ndarray:
+        """The L2-normalised mean of the token states from position ``start`` on."""
         x = np.asarray([ids], dtype=np.int64)
         feed = {"input_ids": x, "attention_mask": np.ones_like(x)}
         if "token_type_ids" in self._inputs:
             feed["token_type_ids"] = np.zeros_like(x)
         hidden = session.run([self._output], feed)[0][0]  # (tokens, dim); no padding, so a plain mean
-        v = hidden.mean(axis=0)
+        v = hidden[start:].mean(axis=0)
         return v / max(float(np.linalg.norm(v)), 1e-12)  # type: ignore[no-any-return]
 
     def _run(self, texts: Sequence[str]) -> list[list[float]]:
         if not texts:
             return []
-        encs = [e.ids for e in self._tok.encode_batch(list(texts), add_special_tokens=True)]
+        return self._pooled([(e.ids, 0) for e in self._tok.encode_batch(list(texts), add_special_tokens=True)])
+
+    def after_ids(self, pairs: Sequence[tuple[str | None, str]]) -> list[tuple[list[int], int]]:
+        """The model inputs of :meth:`embed_after`: each pair's token ids and the position its
+        pooling starts at (0: the whole text, a turn alone)."""
+        alone = [i for i, (before, _) in enumerate(pairs) if before is None]
+        after = [i for i, (before, _) in enumerate(pairs) if before is not None]
+        out: list[tuple[list[int], int]] = [([], 0)] * len(pairs)
+        prefix = self.spec.passage_prefix
+        for i, e in zip(alone, self._tok.encode_batch([prefix + pairs[i][1] for i in alone], add_special_tokens=True),
+                        strict=True):
+            out[i] = (e.ids, 0)
+        texts = [t for i in after for t in (prefix + (pairs[i][0] or ""), pairs[i][1])]
+        encs = self._tok.encode_batch(texts, add_special_tokens=False) if texts else []
+        room = MAX_TOKENS - 2
+        for k, i in enumerate(after):
+            own = encs[2 * k + 1].ids[:room]
+            head = encs[2 * k].ids
+            head = head[max(0, len(head) - (room - len(own))):] if room > len(own) else []
+            out[i] = ([self._cls, *head, *own, self._sep], 1 + len(head))
+        return out
+
+    def _pooled(self, encs: Sequence[tuple[Sequence[int], int]]) -> list[list[float]]:
+        """Each input's pooled vector (:meth:`_one`), the batch spread over the sessions."""
+        if not encs:
+            return []
         out = np.empty((len(encs), self.dim), dtype=np.float32)
         n = len(self._sessions)
 
         def work(k: int) -> None:
             for i in range(k, len(encs), n):
-                out[i] = self._one(self._sessions[k], encs[i])
+                out[i] = self._one(self._sessions[k], *encs[i])
 
         with self._lock:
             if n == 1 or len(encs) == 1:
-                for i, ids in enumerate(encs):
-                    out[i] = self._one(self._sessions[0], ids)
+                for i, (ids, start) in enumerate(encs):
+                    out[i] = self._one(self._sessions[0], ids, start)
             else:
                 for f in [self._pool.submit(work, k) for k in range(n)]:
                     f.result()
@@ -203,6 +241,11 @@ class OnnxEmbedder:
 
     def embed(self, texts: Sequence[str]) -> list[list[float]]:
         return self._run([self.spec.passage_prefix + t for t in texts])
+
+    def embed_after(self, pairs: Sequence[tuple[str | None, str]]) -> list[list[float]]:
+        """Each ``(before, text)``'s vector: ``text`` read after ``before`` in one pass, pooled
+        over ``text``'s own tokens (see the module); ``before`` None: :meth:`embed`'s vector."""
+        return self._pooled(self.after_ids(pairs))
 
     def embed_query(self, texts: Sequence[str]) -> list[list[float]]:
         """Questions; one question runs on the query session (the same vector as in a batch: a

@@ -4,8 +4,16 @@ API, or a GPU server such as vLLM, TEI or Ollama in their OpenAI-compatible mode
 Contracts (those of :class:`topology.ports.Embedder`, plus):
 
 * ``name`` is ``openai:<model>`` (``openai:<model>:<dimensions>`` when a dimension count is
-  requested): what a store records, so a store built with one model refuses another, as with the
-  in-process models. The service's URL is not part of it: moving the service keeps the store.
+  requested), then ``+joined`` when turns are embedded joined to the turn before them (below):
+  what a store records, so a store built with one model (or one way of embedding a turn)
+  refuses another, as with the in-process models. The service's URL is not part of it: moving
+  the service keeps the store.
+* **A turn after the turn before it** (:meth:`ServiceEmbedder.embed_after`): a service returns
+  pooled vectors, not token states, so it cannot read a turn in its context and describe it by
+  its own words as the in-process models do (``topology.embedding``). It embeds either the turn
+  alone (``joined=False``, the default: the name has no suffix), or the two turns as one text,
+  ``<before> <turn>`` (``joined=True``, name suffix ``+joined``), the start of ``before`` cut so
+  that the text fits ``max_tokens`` whole turn first.
 * Vectors are L2-normalised and rounded to 6 decimals like the in-process models'; ``dim`` is the
   requested ``dimensions``, else learned from one call when the embedder is made.
 * **Inputs fit the model.** Each input (prefix included) is cut to ``max_tokens`` UTF-8 bytes,
@@ -78,6 +86,18 @@ def cut(text: str, max_bytes: int) -> str:
     return raw[:max_bytes].decode("utf-8", "ignore")
 
 
+def joined(before: str, text: str, max_bytes: int) -> str:
+    """``before`` and ``text`` as one text of at most ``max_bytes`` UTF-8 bytes: the end of
+    ``before`` that fits (never half a character), a space, then ``text`` (which :func:`cut`
+    shortens when it alone does not fit)."""
+    room = max_bytes - len(text.encode("utf-8", "surrogatepass")) - 1
+    if room <= 0:
+        return text
+    raw = before.encode("utf-8", "surrogatepass")
+    tail = raw[max(0, len(raw) - room):].decode("utf-8", "ignore")
+    return f"{tail} {text}" if tail else text
+
+
 class ServiceEmbedder:
     """An :class:`~topology.ports.Embedder` over ``base_url`` (e.g. ``https://api.openai.com/v1``
     or ``http://gpu-box:8000/v1``). ``query_prefix`` / ``passage_prefix`` are prepended to
@@ -88,7 +108,7 @@ class ServiceEmbedder:
     def __init__(self, base_url: str, model: str, api_key: str | None = None, dimensions: int | None = None,
                  batch: int = BATCH, timeout_s: float = 30.0, attempts: int = ATTEMPTS, backoff_s: float = BACKOFF_S,
                  query_prefix: str = "", passage_prefix: str = "", transport: httpx.BaseTransport | None = None,
-                 max_tokens: int | None = None) -> None:
+                 max_tokens: int | None = None, joined: bool = False) -> None:
         if batch < 1 or attempts < 1:
             raise ValueError("batch and attempts must be at least 1")
         self.max_tokens = max_tokens or KNOWN_LIMITS.get(model, DEFAULT_MAX_TOKENS)
@@ -100,7 +120,8 @@ class ServiceEmbedder:
         self.model, self.dimensions, self.batch, self.attempts = model, dimensions, batch, attempts
         self.backoff_s = backoff_s
         self.query_prefix, self.passage_prefix = query_prefix, passage_prefix
-        self.name = f"openai:{model}" + (f":{dimensions}" if dimensions else "")
+        self.joined = joined
+        self.name = f"openai:{model}" + (f":{dimensions}" if dimensions else "") + ("+joined" if joined else "")
         self.dim = dimensions or len(self._embed(["dimension probe"])[0])
 
     def close(self) -> None:
@@ -111,6 +132,13 @@ class ServiceEmbedder:
 
     def embed_query(self, texts: Sequence[str]) -> list[list[float]]:
         return self._embed([self.query_prefix + t for t in texts])
+
+    def embed_after(self, pairs: Sequence[tuple[str | None, str]]) -> list[list[float]]:
+        """Each turn alone, or (``joined``) after the turn before it as one text (see the module)."""
+        if not self.joined:
+            return self.embed([t for _, t in pairs])
+        room = self.max_tokens - len(self.passage_prefix.encode("utf-8", "surrogatepass"))
+        return self._embed([self.passage_prefix + (t if b is None else joined(b, t, room)) for b, t in pairs])
 
     def _embed(self, texts: list[str]) -> list[list[float]]:
         texts = [cut(t, self.max_tokens) for t in texts]

@@ -36,8 +36,8 @@ class HashingEmbedder:
     without content tokens embeds as its lowercased words, and a text without words as the zero
     vector's stand-in, one fixed direction, so every vector is unit length."""
 
-    def __init__(self, dim: int = HASHING_DIM, name: str = "hashing-v1") -> None:
-        self.dim, self.name = dim, f"{name}-{dim}"
+    def __init__(self, dim: int = HASHING_DIM, name: str = "hashing-v1", after: bool = False) -> None:
+        self.dim, self.name, self.after = dim, f"{name}-{dim}" + ("+after" if after else ""), after
 
     def _one(self, t: str) -> np.ndarray:
         words = text.tokens(t) or t.lower().split() or ["<empty>"]
@@ -48,6 +48,16 @@ class HashingEmbedder:
     def embed(self, texts: Sequence[str]) -> list[list[float]]:
         """Vectors of memories; the same text always gets the same vector."""
         return rounded(np.asarray([self._one(t) for t in texts], dtype=np.float64).reshape(len(texts), self.dim))
+
+    def embed_after(self, pairs: Sequence[tuple[str | None, str]]) -> list[list[float]]:
+        """Each text alone (:meth:`embed`), or with ``after``, a text read after another as its
+        own direction plus a third of the other's (normalised): a vector that changes with the
+        turn before it, as the real models' does."""
+        if not self.after:
+            return self.embed([t for _, t in pairs])
+        rows = [self._one(t) if b is None else self._one(t) + self._one(b) / 3 for b, t in pairs]
+        m = np.asarray(rows, dtype=np.float64).reshape(len(pairs), self.dim)
+        return rounded(m / np.linalg.norm(m, axis=1, keepdims=True).clip(1e-12))
 
     def embed_query(self, texts: Sequence[str]) -> list[list[float]]:
         """Vectors of questions (symmetric: the same as :meth:`embed`)."""

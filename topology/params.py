@@ -124,8 +124,6 @@ class Params(BaseModel):
     consolidation_pairs: int = Field(default=20, description="pairs judged per consolidation run")
     theta_summary: float = THETA_SUMMARY
     theta_contradiction: float = THETA_CONTRADICTION
-    context_vectors: bool = Field(default=True, description="embed each turn also after the turn before it "
-                                  "(topology.stages.context); off: about half the embedding work, lower recall")
     theta_obsolete: float = THETA_OBSOLETE
     theta_update: float = THETA_UPDATE
     admission_enabled: bool = False

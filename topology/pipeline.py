@@ -1,8 +1,8 @@
 """The write path over ports: the stages both drivers (embedded, Faust) run, and seq assignment.
 
 :class:`WritePath` holds what the stages need (embedder, System One, the read-your-writes
-reader, parameters) and offers one method per stage: numbered observations -> :meth:`~WritePath.nodes`
-(with :meth:`~WritePath.vectors`) -> :meth:`~WritePath.type` -> (the driver materialises them) ->
+reader, parameters) and offers one method per stage: numbered, described observations ->
+:meth:`~WritePath.embed` -> :meth:`~WritePath.type` -> (the driver materialises them) ->
 :meth:`~WritePath.discover` -> :meth:`~WritePath.judge` -> (the driver writes the edges) ->
 :meth:`~WritePath.consolidate`. The driver that sequences them, numbers the batch and writes to the
 stores is :func:`streams.write_path.write_batch`.
@@ -112,6 +112,13 @@ def assign_seqs(observations: Sequence[Observation], known: Mapping[tuple[str, s
     return out
 
 
+async def stored_before(reader: MemoryReader, scope: Scope, seq: int) -> MemoryNode | None:
+    """The latest observation of ``scope`` that ``reader`` holds before ``seq``, or None."""
+    ids = await reader.preceding(scope, seq, 1)
+    got = await reader.get_nodes(scope, ids) if ids else []
+    return got[0] if got else None
+
+
 def consolidation_runs(nodes: Sequence[MemoryNode], every: int) -> list[tuple[Scope, int, int]]:
     """(scope, run, last seq) for every node whose seq completes a block of ``every`` writes."""
     return [(n.scope, (n.seq + 1) // every, n.seq) for n in nodes
@@ -128,35 +135,31 @@ class WritePath:
         self.summariser = summariser
 
     async def build_nodes(self, numbered: Sequence[tuple[Observation, int]]) -> list[MemoryNode]:
-        """Describe, embed and type (one embedding call, one typing request)."""
-        return await memory_nodes.type_nodes([memory_nodes.describe(o, s) for o, s in numbered], self.embedder, self.so)
+        """Describe, embed (:meth:`embed`) and type (one embedding call, one typing request)."""
+        return await self.type(await self.embed([memory_nodes.describe(o, s) for o, s in numbered]))
 
-    async def vectors(self, observations: Sequence[Observation]) -> list[list[float]]:
-        """The observations' embeddings (off the event loop): the CPU-heavy half of
-        :meth:`build_nodes`, safe to run ahead of numbering and of earlier batches' linking
-        because it needs no seq and reads no store."""
-        return await memory_nodes.embed_texts([memory_nodes.embedding_text(o.speaker, o.content) for o in observations],
-                                        self.embedder)
+    async def embed(self, nodes: Sequence[MemoryNode], batch: context.Numbered | None = None) -> list[MemoryNode]:
+        """Numbered, described nodes with their embeddings (one embedding call, off the event
+        loop; :mod:`topology.stages.context`): each observation read after the latest earlier
+        observation of its conversation, found among ``nodes`` and ``batch`` (the whole batch
+        being written, numbered) or else read (earlier batches are materialised first), when
+        both are of one sitting. A node is read after the same turn however the batch was cut,
+        so the vectors do not depend on batching."""
+        found = context.latest_before(nodes)
+        for n in nodes:
+            if batch is not None and context.needs_store(n, found.get(n.id)) and \
+                    (best := context.later(found.get(n.id), batch.before(n))) is not None:
+                found[n.id] = best
+        wanted = [n for n in nodes if context.needs_store(n, found.get(n.id))]
+        for n, stored in zip(wanted, await asyncio.gather(*(self.stored_before(n.scope, n.seq) for n in wanted)),
+                             strict=True):
+            if (best := context.later(found.get(n.id), stored)) is not None:
+                found[n.id] = best
+        return await context.embed(nodes, found, self.embedder)
 
-    @staticmethod
-    def nodes(numbered: Sequence[tuple[Observation, int]], vectors: Sequence[list[float]]) -> list[MemoryNode]:
-        """The described nodes with their :meth:`vectors` (same order), not yet typed."""
-        return memory_nodes.with_vectors([memory_nodes.describe(o, s) for o, s in numbered], vectors)
-
-    async def contexts(self, nodes: Sequence[MemoryNode]) -> list[list[float] | None]:
-        """The context vectors of numbered nodes (:mod:`topology.stages.context`), same order:
-        one embedding call; the turn before each is among ``nodes`` or read (earlier seqs are
-        materialised first, so the reader has it). ``params.context_vectors`` off: all None."""
-        if not self.params.context_vectors:
-            return [None] * len(nodes)
-        earlier: dict[tuple[Scope, int], MemoryNode] = {}
-
-        async def read(scope: Scope, seq: int) -> None:
-            for n in await self.reader.get_nodes(scope, await self.reader.preceding(scope, seq + 1, 1)):
-                earlier[(scope, n.seq)] = n
-
-        await asyncio.gather(*(read(scope, s) for scope, seqs in context.wanted(nodes).items() for s in seqs))
-        return await context.contexts(nodes, earlier, self.embedder)
+    async def stored_before(self, scope: Scope, seq: int) -> MemoryNode | None:
+        """The latest stored observation of ``scope`` before ``seq``, or None."""
+        return await stored_before(self.reader, scope, seq)
 
     async def type(self, nodes: Sequence[MemoryNode]) -> list[MemoryNode]:
         """Type embedded nodes (one request): the other half of :meth:`build_nodes`."""

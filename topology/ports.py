@@ -32,6 +32,12 @@ class Embedder(Protocol):
         """Vectors of questions."""
         ...
 
+    def embed_after(self, pairs: Sequence[tuple[str | None, str]]) -> list[list[float]]:
+        """Vectors of memories, each ``(before, text)``'s ``text`` read after ``before`` (the end
+        of the turn before it in its sitting; ``topology.stages.context``); ``before`` None:
+        ``embed([text])``'s vector. What an embedder makes of ``before`` is part of its ``name``."""
+        ...
+
 
 class MemoryReader(Protocol):
     async def similar_before(self, scope: Scope, vector: Sequence[float], before_seq: int, limit: int) -> list[str]:

@@ -240,11 +240,15 @@ class MemoryNode(_Event):
     tokens: list[str] = Field(default_factory=list)
     types: TypeScores = TypeScores()
     embedding: list[float] | None = None
-    #: the turn embedded after the turn before it in its sitting (``topology.stages.context``):
-    #: what it means in its place in the conversation; None for a sitting's first turn and for
-    #: derived nodes. Only the read path uses it (:meth:`retrieval_vector`); the graph is built
-    #: from ``embedding`` alone.
+    #: a second vector of the turn, embedded after the turn before it, kept only by nodes that
+    #: stores of an earlier layout wrote (the read path ranks them by :meth:`retrieval_vector`);
+    #: nodes written now carry it in ``embedding`` itself (``topology.stages.context``) and None here
     context: list[float] | None = None
+    #: the id of the turn this node's embedding was read after (the latest earlier observation of
+    #: its conversation, in the same sitting: ``topology.stages.context``); None when it was
+    #: embedded alone. A forget of that turn re-embeds this one (``streams.forget``), and a logged
+    #: copy is sealed under both turns' keys (``streams.keyring``)
+    after: str | None = None
     derived_from: list[str] = Field(default_factory=list)
 
     @property

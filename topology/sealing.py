@@ -13,6 +13,12 @@ to a schema later is sealed unless someone decides otherwise. Records with nothi
 (forget requests and markers, judgments, consolidation decisions, and edges whose label is a
 rule's name, :data:`RULE_LABELS`) are not sealed.
 
+**Sealed under two keys.** A record that carries something computed from another record's text
+(a node whose embedding was read after the turn before it, ``MemoryNode.after``) is sealed under
+a *joint key* of the two observations' data keys (:func:`joint_key`): its secret is derived
+(HKDF-SHA256) from both secrets, and its id names both (``<own kid>+<other kid>``), so reading
+it needs both keys and destroying either (a forget of either turn) makes it unreadable.
+
 The associated data of each ciphertext is its key id and the key's scope, and a key is only ever
 handed out for its own scope (``streams.keyring``), so a sealed part cannot be moved to another
 record's key or conversation without failing authentication. Data keys are wrapped by a
@@ -34,7 +40,9 @@ from typing import Any
 import numpy as np
 import orjson
 from cryptography.exceptions import InvalidTag
+from cryptography.hazmat.primitives import hashes
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
+from cryptography.hazmat.primitives.kdf.hkdf import HKDF
 
 from topology.errors import KekMissing, SealingError
 
@@ -91,6 +99,28 @@ def new_data_key(tenant_id: str, conversation_id: str, node_id: str | None = Non
     """A fresh random data key with a random 128-bit id."""
     return DataKey(kid=os.urandom(16).hex(), tenant_id=tenant_id, conversation_id=conversation_id,
                    secret=os.urandom(KEY_BYTES), node_id=node_id)
+
+
+#: Joins the two key ids of a joint key's id (key ids are hex: never part of one).
+JOINT = "+"
+
+
+def joint_key(own: DataKey, other: DataKey) -> DataKey:
+    """A key that only both ``own`` and ``other`` (two keys of one scope) give: its secret is
+    HKDF-SHA256 of both secrets (bound to both ids), its id ``own.kid + JOINT + other.kid``, its
+    node ``own``'s. Deterministic: whoever holds both keys derives the same key."""
+    if (own.tenant_id, own.conversation_id) != (other.tenant_id, other.conversation_id):
+        raise SealingError("a joint key joins two keys of one scope")
+    kid = f"{own.kid}{JOINT}{other.kid}"
+    secret = HKDF(algorithm=hashes.SHA256(), length=KEY_BYTES, salt=None,
+                  info=f"jevmem.joint.v1|{kid}".encode()).derive(own.secret + other.secret)
+    return DataKey(kid=kid, tenant_id=own.tenant_id, conversation_id=own.conversation_id, secret=secret,
+                   node_id=own.node_id)
+
+
+def kid_parts(kid: str) -> list[str]:
+    """The ids of the keys a (joint) key id needs."""
+    return kid.split(JOINT)
 
 
 @dataclass(frozen=True)
