@@ -1,7 +1,9 @@
 """Crypto-shredding on a real broker, Elasticsearch and Qdrant, with a Faust worker: personal text
 never reaches a topic or a log in the clear, a forget makes every record of what it forgot
-unreadable, both replays rebuild the graph without it, and a wrong or missing key-encryption key
-stops a process at start-up.
+unreadable (a turn read after it too: its memory record is sealed under both turns' keys, and
+the worker logs it again, re-embedded after the turn before the forgotten one), both replays
+rebuild the graph and the vectors without it, and a wrong or missing key-encryption key stops a
+process at start-up.
 
 Needs ``JEVMEM_TEST_KAFKA``, ``JEVMEM_TEST_ES_URL`` and ``JEVMEM_TEST_QDRANT_URL`` (``scripts/test``
 starts the servers).
@@ -12,6 +14,7 @@ from __future__ import annotations
 import base64
 import os
 from collections.abc import Iterator
+from datetime import timedelta
 from pathlib import Path
 
 import orjson
@@ -35,14 +38,19 @@ from topology import ids, sealing  # noqa: E402
 from topology.embedding import default_embedder  # noqa: E402
 from topology.errors import KekMissing  # noqa: E402
 from topology.schemas import DeadLetter, Observation, Scope  # noqa: E402
+from topology.stages import context  # noqa: E402
 from topology.topics import topics  # noqa: E402
 
 SECRET = "okapi-marmalade-4417"  # in content, metadata, provenance and speakers: must never be readable
 
 
 def marked(tenant: str, conversation: str) -> list[Observation]:
+    """The chat turns, one sitting (a minute apart: each read after the turn before it)."""
+    first = chat_observations(tenant=tenant, conversation=conversation)[0].observed_at
+    assert first is not None
     return [o.model_copy(update={"content": f"{o.content} ({SECRET} {i})", "speaker": f"{o.speaker}-{SECRET}",
-                                 "metadata": {"note": f"{SECRET}-meta"}, "provenance": {"by": SECRET}})
+                                 "metadata": {"note": f"{SECRET}-meta"}, "provenance": {"by": SECRET},
+                                 "observed_at": first + timedelta(minutes=i)})
             for i, o in enumerate(chat_observations(tenant=tenant, conversation=conversation))]
 
 
@@ -98,7 +106,8 @@ async def test_the_log_holds_no_personal_text_and_a_forget_shreds_it_everywhere(
         letters = await service.dead_letters("sl", 10)
         assert len(letters) == 2 and all(SECRET in d.original for d in letters)  # readable through the API
 
-        gone = ids.node_id("sl", "c1", "e3")
+        gone, nxt, prev = (ids.node_id("sl", "c1", e) for e in ("e3", "e4", "e2"))
+        assert (await stores.nodes.get(c1, [nxt]))[0].after == gone
         await service.forget(c1, "e3")
         await service.forget(c2, None)
 
@@ -107,6 +116,11 @@ async def test_the_log_holds_no_personal_text_and_a_forget_shreds_it_everywhere(
                     and "keys_destroyed" in "".join(p.read_text() for p in stack.tmp.glob("worker*.log")))
 
         await wait_for(forgotten, "the forgets applied and their keys destroyed", stack)
+        # the turn after the forgotten one, re-embedded after the turn before it, as if never written
+        [before, after] = await stores.nodes.get(c1, [prev, nxt])
+        assert after.after == prev
+        assert after.embedding == default_embedder().embed_after(
+            [(context.before_text(before), context.embedding_text(after.speaker, after.content))])[0]
         fresh = settings.keyring()  # a process that never saw the keys
         assert fresh is not None
         try:
@@ -122,8 +136,11 @@ async def test_the_log_holds_no_personal_text_and_a_forget_shreds_it_everywhere(
             for role in ("memories", "candidates"):
                 nodes = [(d.get("node", d), ok) for d, ok in opened_as(role) if d.get("op") is None]
                 assert {ok for n, ok in nodes if n["id"] == gone or n["conversation_id"] == "c2"} == {False}, role  # type: ignore[index]
+                # on the memories topic the turn read after the forgotten one was sealed under both
+                # turns' keys: unreadable now, and logged again after the forget
+                assert [ok for n, ok in nodes if n["id"] == nxt] == ([False, True] if role == "memories" else [True])  # type: ignore[index]
                 assert {ok for n, ok in nodes if n["conversation_id"] == "c1" and n["kind"] == "observation"  # type: ignore[index]
-                        and n["id"] != gone} == {True}, role  # type: ignore[index]
+                        and n["id"] not in (gone, nxt)} == {True}, role  # type: ignore[index]
             # edges whose label names something (entity edges) are sealed; a rule's label is not
             edges = [(d, ok) for d, ok in opened_as("edges") if d.get("op") is None and "sealed" in d]
             assert {ok for d, ok in edges if d["conversation_id"] == "c2"} == {False}
@@ -135,6 +152,8 @@ async def test_the_log_holds_no_personal_text_and_a_forget_shreds_it_everywhere(
         assert [d.conversation_id for d in await service.dead_letters("sl", 10)] == ["c1"]
 
         live = await graph_of(stores, c1)
+        live_ids = [n for n, _ in live.nodes]
+        live_vectors = {n.id: (n.embedding, n.after) for n in await stores.nodes.get(c1, live_ids)}
         for source, tag in (("edges", "r2-"), ("observations", "r1-")):
             out = await replay(settings, source, f"{settings.store_prefix}{tag}", switch=False)
             assert out["unreadable"] > 0
@@ -143,6 +162,7 @@ async def test_the_log_holds_no_personal_text_and_a_forget_shreds_it_everywhere(
                 graph = await graph_of(rebuilt, c1)
                 assert (graph.nodes, graph.forgotten) == (live.nodes, live.forgotten), source
                 assert gone not in {n.id for n in await rebuilt.nodes.scan(c1)} and not await rebuilt.nodes.scan(c2)
+                assert {n.id: (n.embedding, n.after) for n in await rebuilt.nodes.get(c1, live_ids)} == live_vectors, source
                 if source == "edges":  # the logged graph, exactly
                     assert out["identical"] and graph == live, out["problems"]
                 else:  # recomputed without the forgotten text: edges it influenced (a "next" edge, a
