@@ -493,6 +493,8 @@ export interface components {
          *     "earlier" for candidate discovery.
          */
         MemoryNode: {
+            /** After */
+            after?: string | null;
             /** Content */
             content: string;
             /** Context */
