@@ -255,6 +255,7 @@ def create_app(config: AppConfig, services: Services) -> faust.App:
         topic(role)
     memories, candidates, judgments, edges, consolidation, deadletters = (spec[r].name for r in outputs)
     wp, stores, publish, keyring = services.write_path, services.stores, services.publish, services.keyring
+    stores.embedder = wp.embedder  # a forget (or an undone record) re-embeds the turn after the forgotten one
     stalls = services.stalls
 
     async def process(values: Sequence[tuple[bytes, str]], trace_ids: Sequence[str],
@@ -333,7 +334,7 @@ def create_app(config: AppConfig, services: Services) -> faust.App:
         marker = await forgetting.plan(stores, request)
         key, value = marker.scope.key, encode(marker)
         await publish([(memories, [(key, value)]), (edges, [(key, value)]), (consolidation, [(key, value)])])
-        report = await forgetting.apply(stores, marker, embedder=wp.embedder)
+        report = await forgetting.apply(stores, marker, embedder=stores.embedder)
         if report.rewritten:  # the next turn, re-embedded after its new turn before: logged after the marker
             own = await keyring.of_nodes(marker.scope, [n.id for n in report.rewritten]) if keyring is not None else {}
             keys = await keyring.node_keys(report.rewritten, own) if keyring is not None else {}
