@@ -124,3 +124,21 @@ def test_settings_select_the_service_by_name(service: Fake) -> None:
     emb.close()
     with pytest.raises(ValueError, match="JEVMEM_EMBEDDING_URL"):
         Settings(embedder="openai:m").load_embedder()
+
+
+def test_a_service_embeds_a_turn_alone_or_joined_to_the_turn_before(service: Fake) -> None:
+    alone = Settings(embedder="openai:fake-embed", embedding_url=service.url, embedding_passage_prefix="passage: ",
+                     embedding_max_tokens=40).load_embedder()
+    joined = Settings(embedder="openai:fake-embed+joined", embedding_url=service.url,
+                      embedding_passage_prefix="passage: ", embedding_max_tokens=40).load_embedder()
+    assert isinstance(alone, ServiceEmbedder) and isinstance(joined, ServiceEmbedder)
+    # the choice is in the name a store records, so a store never mixes the two
+    assert (alone.name, joined.name) == ("openai:fake-embed", "openai:fake-embed+joined")
+    pairs: list[tuple[str | None, str]] = [("Ana: did you go to the group?", "Ben: yes"), (None, "Ana: hello")]
+    assert alone.embed_after(pairs) == alone.embed(["Ben: yes", "Ana: hello"])
+    joined.embed_after(pairs)
+    # the end of the turn before, then the turn, cut at the start so that the turn fits whole
+    assert service.requests[-1]["input"] == ["passage: d you go to the group? Ben: yes", "passage: Ana: hello"]
+    assert all(len(t.encode()) <= 40 for t in service.requests[-1]["input"])
+    alone.close()
+    joined.close()
