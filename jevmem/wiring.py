@@ -16,6 +16,7 @@ from query_api.service import ForgetApplied
 from query_api.system_two import OpenAICompatibleSystemTwo
 from storage.keys import ElasticKeyStore, KeyStore, SqliteKeyStore
 from storage.scope_cache import ScopeCache
+from storage.speaker_facts import speaker_facts
 from storage.sqlite import (
     CACHE_MB,
     SqliteDeadLetters,
@@ -133,7 +134,8 @@ def build_embedded(settings: Settings, embedder: Embedder | None = None, data_di
     so = CountingSystemOne(inner)
     reader = ScopeCache(stores.nodes, budget.write_nodes, emb.dim)
     stores.attach(reader)
-    write_path = WritePath(emb, so, reader, settings.params, summariser=system_two(settings))
+    write_path = WritePath(emb, so, reader, settings.params, summariser=system_two(settings),
+                           facts=speaker_facts(stores.vectors, stores.nodes))
     controller = RetrievalController(emb, so.inner, stores.vectors, stores.lexical, stores.nodes, stores.edges,
                                      settings.params, scorer=scorer)
     return Embedded(EmbeddedPipeline(stores, write_path, so, settings.write_batch), controller, emb, stores)

@@ -554,7 +554,9 @@ class RetrievalController:
     async def _currency(self, reach: Reach, run: _Run) -> None:
         """Step 4: read the pool's ``supersedes`` edges; a replacement missing from the pool joins
         it (scored in one request, when the controller budget allows); a superseded memory's
-        score falls by :func:`query_api.currency.stale_factor` (not for a question about the past)."""
+        score falls by :func:`query_api.currency.stale_factor` (not for a question about the past),
+        and for a question about the present it ranks below its replacement
+        (:func:`query_api.currency.current_first`)."""
         st = run.st
         ids = list(st.pool)
         edges = await reach.labelled(ids, ["temporal"], 100 * len(ids) + 100, currency.SUPERSEDES)
@@ -580,5 +582,9 @@ class RetrievalController:
                 st.by_seq.setdefault((c.node.conversation_id, c.node.seq), c)
             await self._score(run, joining)
         past = st.route.get("past", 0.0)
+        before = {i: c.score for i, c in st.pool.items()}
+        after = currency.current_first(before, run.stale) if currency.about_the_present(st.route) else dict(before)
         for i, s in run.stale.items():
-            st.pool[i].score *= currency.stale_factor(s.probability, past, self.params.stale_weight)
+            after[i] = min(after[i], before[i] * currency.stale_factor(s.probability, past, self.params.stale_weight))
+        for i, c in st.pool.items():
+            c.score = after[i]

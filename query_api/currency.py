@@ -29,6 +29,8 @@ class Superseded:
     by: tuple[str, ...]
     since: datetime | None
     probability: float
+    #: the ids of the newer memories (same order as ``by``)
+    by_ids: tuple[str, ...] = ()
 
 
 def visible(node: MemoryNode, as_of: datetime | None) -> bool:
@@ -52,7 +54,43 @@ def superseded(edges: Iterable[EdgeEvent], newer: Mapping[str, MemoryNode],
         items.sort(key=lambda np_: (np_[0].observed_at is None, np_[0].observed_at or datetime.min, np_[0].id))
         times = [n.observed_at for n, _ in items if n.observed_at is not None]
         out[old] = Superseded(by=tuple(dict.fromkeys(n.content for n, _ in items)), since=min(times, default=None),
-                              probability=max(p for _, p in items))
+                              probability=max(p for _, p in items), by_ids=tuple(dict.fromkeys(n.id for n, _ in items)))
+    return out
+
+
+#: A question is about the present when the route's ``recency`` is at least this ("now",
+#: "currently", "these days", "still") and its ``past`` below :data:`PAST_BELOW`.
+PRESENT_CUE = 0.5
+PAST_BELOW = 0.5
+#: How far below its lowest replacement a superseded memory is put (a fraction of that score).
+BELOW_MARGIN = 1e-3
+
+
+def about_the_present(route: Mapping[str, float]) -> bool:
+    """Whether a question routed ``route`` asks what is true now (see :data:`PRESENT_CUE`). A
+    question with no time cue is not: its superseded memories only lose :func:`stale_factor`."""
+    return route.get("recency", 0.0) >= PRESENT_CUE and route.get("past", 0.0) < PAST_BELOW
+
+
+def current_first(scores: Mapping[str, float], stale: Mapping[str, Superseded]) -> dict[str, float]:
+    """``scores`` with each of ``stale``'s memories in ``scores`` put just below its replacements
+    there, for a question about the present (:func:`about_the_present`): a replacement takes the
+    score of what it replaced when that is higher (what answered the question then is answered by
+    its replacement now), and the replaced memory goes :data:`BELOW_MARGIN` below its lowest
+    replacement. A chain (a replacement replaced in turn) ranks newest first."""
+    out = dict(scores)
+    order = [i for i in sorted(stale) if i in out and any(j in out for j in stale[i].by_ids)]
+    for _ in range(len(order) + 1):  # each pass settles one more link of the longest chain
+        before = dict(out)
+        for i in order:
+            for j in stale[i].by_ids:
+                if j in out:
+                    out[j] = max(out[j], out[i])
+        for i in order:
+            low = min(out[j] for j in stale[i].by_ids if j in out)
+            out[i] = min(out[i], low * (1.0 - BELOW_MARGIN))
+        if out == before:
+            break
     return out
 
 

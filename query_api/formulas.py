@@ -78,8 +78,10 @@ def recency_rho(t_star: datetime | None, t_v: datetime | None) -> float:
 
 
 def recency_adjust(s: float, r: float, rho: float, weight: float) -> float:
-    """s' = (s + weight*r*rho) / (1 + weight*r)."""
-    return (s + weight * r * rho) / (1.0 + weight * r)
+    """s' = s * (1 + weight*r*rho) / (1 + weight*r): the newest of equally relevant memories
+    first, without lifting an irrelevant one (an added term would outrank a relevant memory
+    whenever scores are small)."""
+    return s * (1.0 + weight * r * rho) / (1.0 + weight * r)
 
 
 def kind_adjust(s: float, kind: Mapping[str, float], penalty: KindPenalties) -> float:

@@ -28,6 +28,9 @@ THETA_OBSOLETE = 0.70
 #: p(updates): on the write path's own candidate pairs (held-out wordings) 0.8 keeps 14 of 16 caught
 #: updates and cuts false edges from 164 to 16 of 11,319 pairs; consolidation may still catch a miss.
 THETA_UPDATE = 0.8
+#: The update question's own candidates per new statement (:mod:`topology.stages.updates`): the
+#: speaker's most similar earlier memories across the user's conversations, beyond the candidates.
+K_UPDATE = 4
 #: A relation view takes part in a query when its route probability reaches this.
 THETA_ACT = 0.10
 #: Total graph-expansion budget per query, shared among active views.
@@ -126,6 +129,8 @@ class Params(BaseModel):
     theta_contradiction: float = THETA_CONTRADICTION
     theta_obsolete: float = THETA_OBSOLETE
     theta_update: float = THETA_UPDATE
+    k_update: int = Field(default=K_UPDATE, ge=0, description="earlier memories of the same speaker (across the "
+                          "user's conversations) asked the update question per new statement; 0: candidates only")
     admission_enabled: bool = False
     theta_act: float = THETA_ACT
     budget_total: int = BUDGET_TOTAL

@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from topology.params import Params
 from topology.ports import Embedder, MemoryReader
 from topology.schemas import (
+    CandidateFeatures,
     CandidateSet,
     ConsolidationDecision,
     EdgeEvent,
@@ -29,7 +30,7 @@ from topology.schemas import (
     RelationJudgment,
     Scope,
 )
-from topology.stages import candidates, consolidation, context, memory_nodes, relations
+from topology.stages import candidates, consolidation, context, memory_nodes, relations, updates
 from topology.systemone.port import CountingSystemOne
 
 
@@ -130,9 +131,12 @@ class WritePath:
     driver reports as the write path's controller requests)."""
 
     def __init__(self, embedder: Embedder, so: CountingSystemOne, reader: MemoryReader, params: Params,
-                 summariser: consolidation.Summariser | None = None) -> None:
+                 summariser: consolidation.Summariser | None = None, facts: updates.SpeakerFacts | None = None) -> None:
         self.embedder, self.so, self.reader, self.params = embedder, so, reader, params
         self.summariser = summariser
+        #: earlier memories of a speaker across the user's conversations (the update question's
+        #: bounded candidates, :mod:`topology.stages.updates`); None: the candidates alone
+        self.facts = facts
 
     async def build_nodes(self, numbered: Sequence[tuple[Observation, int]]) -> list[MemoryNode]:
         """Describe, embed (:meth:`embed`) and type (one embedding call, one typing request)."""
@@ -182,9 +186,18 @@ class WritePath:
         earlier: dict[str, MemoryNode] = {}
         for got in await asyncio.gather(*(self.reader.get_nodes(scope, sorted(ids)) for scope, ids in wanted.items())):
             earlier.update({n.id: n for n in got})
-        judgments, so_edges = await relations.judge(csets, earlier, self.so, self.params)
+        judgments, so_edges = await relations.judge(csets, earlier, self.so, self.params, await self._update_pairs(csets))
         edges = [e for cs in csets for e in relations.rule_edges(cs, earlier, self.params.theta_rel)] + so_edges
         return judgments, edges
+
+    async def _update_pairs(self, csets: Sequence[CandidateSet]
+                            ) -> dict[str, list[tuple[MemoryNode, CandidateFeatures]]]:
+        """The update-only pairs of ``csets``' statements (:func:`topology.stages.updates.pairs`)."""
+        asking = [cs.node for cs in csets if updates.asks(cs.node)]
+        if self.facts is None or not asking or self.params.k_update <= 0:
+            return {}
+        found = await self.facts.earlier_by_speaker(asking, self.params.k_update + self.params.k_write)
+        return updates.pairs(csets, {n.id: f for n, f in zip(asking, found, strict=True)}, self.params.k_update)
 
     async def consolidate(self, scope: Scope, run: int, last_seq: int,
                           neighbours: Callable[[Scope, Sequence[str]], Awaitable[list[EdgeEvent]]]

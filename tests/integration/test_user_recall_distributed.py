@@ -152,3 +152,51 @@ async def test_a_users_fact_is_recalled_across_their_sessions(deployment: tuple[
     after = await recall(service, "acme", QUESTION, top_k=10, user_id="ana")
     assert after.evidence and all(e.conversation_id != "ana-s007" for e in after.evidence)
     assert FACT not in [e.content for e in after.evidence]
+
+
+OLD_HOME = "I live in Porto, near the old bridge."
+NEW_HOME = "I moved to Lisbon last month, I live there now."
+HOME = "Where does Ana live now?"
+
+
+@pytest.mark.parametrize("deployment", ["qdrant"], indirect=True)
+async def test_an_update_in_a_later_session_is_caught_when_written(deployment: tuple[DistributedService, Path]) -> None:
+    """The worker's relation request asks the update question of the speaker's earlier memories in
+    the user's other sessions (read from the shared stores): the supersedes edge is written with
+    the newer session, recall by user ranks the replacement first and marks the older memory, and
+    forgetting the replacement makes the older memory current again."""
+    service, log = deployment
+
+    def said(session: str, day: int, text: str, speaker: str = "Ana") -> Observation:
+        return Observation(tenant_id="acme", conversation_id=session, event_id=f"d{day}", user_id="ana",
+                           content=text, speaker=speaker, observed_at=T0 + timedelta(days=day))
+
+    first = [said("home-s0", 0, OLD_HOME), said("home-s0", 1, "Porto is lovely in spring.", "Ben"),
+             said("home-s0", 2, "We watched a film about space travel.")]
+    later = [said("home-s1", 30, "Dinner was pasta with too much garlic."), said("home-s1", 31, NEW_HOME)]
+    s0, s1 = first[0].scope, later[0].scope
+    await service.submit(first)
+
+    async def count(scope: Scope, n: int) -> bool:
+        return await service.stores.nodes.observation_count(scope) == n
+
+    await wait_for(lambda: count(s0, 3), "the first session", log)
+    await service.submit(later)
+    await wait_for(lambda: count(s1, 2), "the later session", log)
+
+    async def superseding() -> bool:
+        return any(e.label == "supersedes" for e in await service.stores.edges.scan(s1))
+
+    await wait_for(superseding, "the supersedes edge", log)
+    edges = [e for e in await service.stores.edges.scan(s1) if e.label == "supersedes"]
+    old_id = next(n.id for n in await service.stores.nodes.scan(s0) if n.event_id == "d0")
+    new_id = next(n.id for n in await service.stores.nodes.scan(s1) if n.event_id == "d31")
+    assert [(e.source, e.target) for e in edges] == [(new_id, old_id)]
+    out = await recall(service, "acme", HOME, top_k=10, user_id="ana")
+    at = {e.event_id: (i, e) for i, e in enumerate(out.evidence)}
+    assert at["d31"][0] < at["d0"][0] and at["d0"][1].superseded_by == [NEW_HOME]
+
+    assert await service.forget(s1, "d31") == ForgetAccepted()
+    await wait_for(lambda: count(s1, 1), "the forget of the replacement", log)
+    again = {e.event_id: e for e in (await recall(service, "acme", HOME, top_k=10, user_id="ana")).evidence}
+    assert "d31" not in again and again["d0"].superseded_by == []

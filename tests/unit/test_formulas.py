@@ -68,7 +68,9 @@ def test_recency() -> None:
     assert formulas.recency_rho(now, now + timedelta(days=3)) == 1.0  # future clamps to 0 days
     assert formulas.recency_rho(None, now) == 0.0
     assert formulas.recency_adjust(0.5, 0.0, 1.0, 0.1) == 0.5
-    assert formulas.recency_adjust(0.5, 1.0, 1.0, 0.1) == pytest.approx(0.6 / 1.1)
+    assert formulas.recency_adjust(0.5, 1.0, 1.0, 0.1) == pytest.approx(0.5)  # today's memory keeps its score
+    assert formulas.recency_adjust(0.5, 1.0, 0.0, 0.1) == pytest.approx(0.5 / 1.1)  # an old one loses a little
+    assert formulas.recency_adjust(0.0, 1.0, 1.0, 0.1) == 0.0  # recency never lifts an irrelevant memory
 
 
 def test_stop_rules() -> None:

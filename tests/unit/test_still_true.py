@@ -137,3 +137,62 @@ async def test_an_update_is_caught_when_written(memory: Embedded) -> None:
     node = {i: ids.node_id("t1", "c1", f"u{i}") for i in range(4)}
     assert [(e.source, e.target) for e in edges] == [(node[3], node[0])]  # not the sister's city
     assert edges[0].probability >= memory.controller.params.theta_update and not await memory.stores.edges.decisions(SCOPE)
+
+
+def test_current_first_lifts_the_replacement_and_puts_the_replaced_just_below() -> None:
+    by = currency.Superseded(by=("new",), since=T0, probability=0.9, by_ids=("b",))
+    chain = currency.Superseded(by=("newest",), since=T0, probability=0.9, by_ids=("c",))
+    placed = currency.current_first({"a": 0.8, "b": 0.3, "c": 0.1, "x": 0.5}, {"a": by, "b": chain})
+    # the answer of the oldest now comes from the newest; each replaced memory right below its replacement
+    assert sorted(placed, key=lambda i: -placed[i]) == ["c", "b", "a", "x"]
+    assert placed["c"] == 0.8 and placed["x"] == 0.5
+    assert currency.current_first({"a": 0.8}, {"a": by}) == {"a": 0.8}  # a replacement outside the pool
+    # only a question about the present (a recency cue, no past one) puts them in that order
+    assert currency.about_the_present({"recency": 0.9, "past": 0.1})
+    assert not currency.about_the_present({"recency": 0.9, "past": 0.7})
+    assert not currency.about_the_present({"recency": 0.1, "past": 0.1})
+
+
+def _said(conversation: str, day: int, text: str, speaker: str = "Ana", role: str = "user",
+          event: str | None = None) -> Observation:
+    return Observation(tenant_id="t1", conversation_id=conversation, event_id=event or f"{conversation}-{day}",
+                       content=text, speaker=speaker, role=role, user_id="ana", observed_at=T0 + timedelta(days=day))
+
+
+async def test_an_update_in_a_later_session_is_caught_when_written(memory: Embedded) -> None:
+    """The update question also looks at the speaker's earlier memories in the user's other
+    conversations; the edge is kept with the newer turn's conversation, and recall by user ranks
+    the replacement first with the older memory marked, until the replacement is forgotten."""
+    await memory.pipeline.ingest([_said("s0", 0, "I live in Porto, near the old bridge."),
+                                  _said("s0", 1, "The weather was lovely on the beach today.", "Ben"),
+                                  _said("s0", 2, "We watched a film about space travel.")])
+    await memory.pipeline.ingest([_said("s1", 30, "Dinner was pasta with too much garlic."),
+                                  _said("s1", 31, "I moved to Lisbon last month, I live there now.")])
+    old, new = ids.node_id("t1", "s0", "s0-0"), ids.node_id("t1", "s1", "s1-31")
+    edges = [e for e in await memory.stores.edges.scan(Scope(tenant_id="t1", conversation_id="s1"))
+             if e.label == currency.SUPERSEDES]
+    assert [(e.source, e.target, e.conversation_id) for e in edges] == [(new, old, "s1")]
+    realm = Realm(tenant_id="t1", user_id="ana")
+    got = _by_event((await memory.controller.retrieve_realm(realm, "Where does Ana live now?", 10)).evidence)
+    assert got["s1-31"][0] < got["s0-0"][0]
+    assert got["s0-0"][1].superseded_by == ["I moved to Lisbon last month, I live there now."]
+    await memory.pipeline.forget(Scope(tenant_id="t1", conversation_id="s1"), "s1-31")
+    again = _by_event((await memory.controller.retrieve_realm(realm, "Where does Ana live now?", 10)).evidence)
+    assert "s1-31" not in again and again["s0-0"][1].superseded_by == []
+
+
+async def test_a_new_statement_supersedes_at_most_one_memory_and_only_a_persons(memory: Embedded) -> None:
+    """One supersedes edge per new turn (its most probable update); questions and an assistant's
+    turns ask no update question."""
+    await memory.pipeline.ingest([
+        _said("c9", 0, "I live in Porto, near the old bridge."),
+        _said("c9", 1, "I live in Porto, by the river, in a small flat."),
+        _said("c9", 2, "Do you still live in Porto?", "Ben"),
+        _said("c9", 3, "You live in Lisbon now, I believe.", "assistant", "assistant"),
+        _said("c9", 4, "I moved to Lisbon last month, I live there now."),
+    ])
+    edges = [e for e in await memory.stores.edges.scan(Scope(tenant_id="t1", conversation_id="c9"))
+             if e.label == currency.SUPERSEDES]
+    sources = [e.source for e in edges]
+    assert len(sources) == len(set(sources)) and ids.node_id("t1", "c9", "c9-4") in sources
+    assert ids.node_id("t1", "c9", "c9-3") not in sources and ids.node_id("t1", "c9", "c9-2") not in sources

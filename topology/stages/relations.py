@@ -161,7 +161,8 @@ def closest_incoming(edges: Sequence[EdgeEvent]) -> dict[str, EdgeEvent]:
 
 
 async def judge(csets: Sequence[CandidateSet], earlier: dict[str, MemoryNode], so: SystemOne,
-                params: Params) -> tuple[list[RelationJudgment], list[EdgeEvent]]:
+                params: Params, updates_only: Mapping[str, Sequence[tuple[MemoryNode, CandidateFeatures]]] | None = None,
+                ) -> tuple[list[RelationJudgment], list[EdgeEvent]]:
     """One System One request for all pairs of the batch; returns judgments and System One edges.
 
     Each new turn gets a semantic edge to its ``params.semantic_per_turn`` most probably related
@@ -170,8 +171,12 @@ async def judge(csets: Sequence[CandidateSet], earlier: dict[str, MemoryNode], s
     turn (the ``theta_rel`` gate would leave about 2 edges a turn), and each edge carries the judge's
     probability. The turn's most similar candidate (:func:`nearest`) is linked too, labelled
     :data:`NEAREST`, as consolidation's pair. Causal and alias edges exist at or above
-    ``params.theta_rel``; a ``supersedes`` edge (temporal, newer -> older) at or above
-    ``params.theta_update`` of the judge's ``updates`` answer."""
+    ``params.theta_rel``. A new turn supersedes at most one earlier memory: a ``supersedes`` edge
+    (temporal, newer -> older) to the pair with the highest ``updates`` answer at or above
+    ``params.theta_update``, among its candidates and its ``updates_only`` pairs (node id -> the
+    update candidates of :mod:`topology.stages.updates`, which may be in other conversations of
+    the same user: the edge is kept with the newer turn's conversation; of those pairs only the
+    ``updates`` answer is read, and no judgment is returned)."""
     theta_rel = params.theta_rel
     items: list[Item] = []
     keys: list[tuple[str, CandidateSet, MemoryNode, tuple[str, str] | None]] = []
@@ -188,10 +193,19 @@ async def judge(csets: Sequence[CandidateSet], earlier: dict[str, MemoryNode], s
             for a_id, b_id in _alias_pairs(node, other):
                 items.append(Item(ALIAS, {"a": names[a_id], "b": other_names[b_id]}))
                 keys.append(("alias", cset, other, (a_id, b_id)))
+        for older, features in (updates_only or {}).get(node.id, ()):
+            items.append(Item(RELATION, relation_state(node, older, features)))
+            keys.append(("update", cset, older, None))
     if not items:
         return [], []
     answers = await so.ask(items)
     judgments, edges = [], []
+    replaced: dict[str, tuple[float, MemoryNode]] = {}  # new turn -> its most probable update
+
+    def supersedes(node: MemoryNode, other: MemoryNode, p: float) -> None:
+        if p >= params.theta_update and p > replaced.get(node.id, (0.0, other))[0]:
+            replaced[node.id] = (p, other)
+
     for (kind, cset, other, pair), ans in zip(keys, answers, strict=True):
         node = cset.node
         if kind == "alias":
@@ -200,18 +214,23 @@ async def judge(csets: Sequence[CandidateSet], earlier: dict[str, MemoryNode], s
                 edges.append(_edge(node, "entity", other.id, node.id, ans.p("alias"),
                                    f"alias:{pair[1]}={pair[0]}", "system_one", False))
             continue
+        if kind == "update":
+            supersedes(node, other, round(ans.p("updates"), 6))
+            continue
         j = RelationJudgment(tenant_id=node.tenant_id, conversation_id=node.conversation_id,
                              source=other.id, target=node.id, semantic=round(ans.p("semantic"), 6),
                              caused_by=round(ans.p("caused_by"), 6), causes=round(ans.p("causes"), 6),
                              updates=round(ans.p("updates"), 6))
         judgments.append(j)
-        if j.updates >= params.theta_update:  # caught when written: the newer memory supersedes the older
-            edges.append(_edge(node, "temporal", node.id, other.id, j.updates, SUPERSEDES, "system_one", True))
+        supersedes(node, other, j.updates)  # caught when written: the newer memory supersedes the older
         if j.caused_by >= theta_rel:
             edges.append(_edge(node, "causal", other.id, node.id, j.caused_by, "causes", "system_one", True))
         if j.causes >= theta_rel:
             edges.append(_edge(node, "causal", node.id, other.id, j.causes, "causes", "system_one", True))
-    nodes, keep = {cs.node.id: cs.node for cs in csets}, strongest(judgments, params.semantic_per_turn, params.theta_semantic)
+    nodes = {cs.node.id: cs.node for cs in csets}
+    for target, (p, replaced_node) in sorted(replaced.items()):
+        edges.append(_edge(nodes[target], "temporal", target, replaced_node.id, p, SUPERSEDES, "system_one", True))
+    keep = strongest(judgments, params.semantic_per_turn, params.theta_semantic)
     close = nearest(csets, earlier)
     edges += [_edge(nodes[j.target], "semantic", j.source, j.target, j.semantic,
                     NEAREST if (j.source, j.target) in close else "related", "system_one", False)

@@ -1,0 +1,68 @@
+"""Update candidates: the earlier statements a new statement may replace, chosen for that question.
+
+Candidate discovery (:mod:`topology.stages.candidates`) proposes a turn's most related earlier
+turns of its conversation; a fact often changes much later, or in another session of the same
+user, where nothing links the two but who said them and what they are about. So the write path
+also asks, for each new statement (:func:`asks`), about a bounded set chosen for the update
+question alone: at most ``Params.k_update`` earlier memories **of the same speaker** in the
+node's realm (its user's conversations when the observation named a user, else its own
+conversation), the most similar first (:class:`SpeakerFacts`). Those pairs join the relation
+request that already judges the node's candidates, and only its ``updates`` answer is read from
+them (:func:`topology.stages.relations.judge`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Protocol
+
+from topology.schemas import CandidateFeatures, CandidateSet, MemoryNode
+from topology.systemone.turn_kinds import turn_kind
+
+#: A turn asks the update question when p(statement) of its turn kind is at least this (an
+#: untyped node always asks): questions, tool calls and chatter state no fact to replace one.
+MIN_STATEMENT = 0.5
+#: Roles whose turns state facts about a person (an assistant's advice is no fact of the user's).
+PERSON_ROLES = frozenset({"user", "human", "customer"})
+
+
+class SpeakerFacts(Protocol):
+    """Earlier memories of the same speaker, across the conversations of the node's user."""
+
+    async def earlier_by_speaker(self, nodes: Sequence[MemoryNode], limit: int) -> list[list[tuple[MemoryNode, float]]]:
+        """For each of ``nodes`` (same order): at most ``limit`` observation nodes of its realm
+        (tenant and ``user_id`` when it has one, else its own conversation) said by its speaker
+        before it (an earlier observation time, or a lower seq in its conversation), with their
+        similarity to it (dot product of vectors), most similar first; ties by node id."""
+        ...
+
+
+def asks(node: MemoryNode) -> bool:
+    """Whether ``node`` asks the update question: an observation by a named person in a user
+    role, with an embedding, typed a statement (or untyped)."""
+    if node.kind != "observation" or not node.speaker or node.role.lower() not in PERSON_ROLES or not node.embedding:
+        return False
+    return not node.types.kind or turn_kind(node.types)["statement"] >= MIN_STATEMENT
+
+
+def earlier(older: MemoryNode, node: MemoryNode) -> bool:
+    """``older`` was said before ``node``: a lower seq in the same conversation, else an earlier
+    observation time (unknown times: never)."""
+    if older.scope == node.scope:
+        return older.seq < node.seq
+    return older.observed_at is not None and node.observed_at is not None and older.observed_at < node.observed_at
+
+
+def pairs(csets: Sequence[CandidateSet], found: Mapping[str, Sequence[tuple[MemoryNode, float]]],
+          limit: int) -> dict[str, list[tuple[MemoryNode, CandidateFeatures]]]:
+    """Per new node id: the update candidates ``found`` for it that are not among its candidates
+    already (those are asked anyway), at most ``limit``, with the pair's features (the
+    similarity; no word, entity or time proximity: only the ``updates`` answer is read)."""
+    out: dict[str, list[tuple[MemoryNode, CandidateFeatures]]] = {}
+    for cs in csets:
+        known = {c.node_id for c in cs.candidates} | {cs.node.id}
+        extra = [(n, CandidateFeatures(cosine=round(max(-1.0, min(1.0, s)), 6), lexical=0.0, entity=0.0, temporal=0.0))
+                 for n, s in found.get(cs.node.id, ()) if n.id not in known and earlier(n, cs.node)][: max(0, limit)]
+        if extra:
+            out[cs.node.id] = extra
+    return out
