@@ -28,6 +28,7 @@ if not QDRANT_URL:
 
 from storage.qdrant import QdrantVectorIndex, check_server  # noqa: E402
 from tests.conftest import free_port, reference_vectors  # noqa: E402
+from tests.integration.servers import missing_data  # noqa: E402
 from topology import ids  # noqa: E402
 from topology.errors import StoreUnavailable  # noqa: E402
 from topology.schemas import MemoryNode, Realm, Scope  # noqa: E402
@@ -135,9 +136,9 @@ def private_server(tmp_path: Path) -> Iterator[tuple[str, dict[str, str]]]:
     """A Qdrant server of its own (free ports, data under ``tmp_path``), stopped afterwards."""
     port, grpc = free_port(), free_port()
     env = {**os.environ, "QDRANT_PORT": str(port), "QDRANT_GRPC_PORT": str(grpc), "QDRANT_DATA": str(tmp_path / "q")}
-    bin_ok = Path(env.get("QDRANT_BIN", str(REPO.parent / "shared" / "qdrant" / "qdrant"))).is_file()
-    if not bin_ok:
-        pytest.skip("no Qdrant binary (../shared/qdrant/qdrant or QDRANT_BIN)")
+    binary = Path(env.get("QDRANT_BIN", str(REPO.parent / "shared" / "qdrant" / "qdrant")))
+    if not binary.is_file():
+        missing_data("the Qdrant server binary (QDRANT_BIN)", binary)  # a failure in CI
     subprocess.run(["bash", str(SCRIPT), "start"], env=env, check=True, timeout=90)
     try:
         yield f"http://127.0.0.1:{port}", env

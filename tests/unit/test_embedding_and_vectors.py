@@ -114,6 +114,7 @@ async def test_batched_discovery_equals_one_by_one(embedder: Embedder) -> None:
         await mem.pipeline.ingest(chat_observations())
         scope = Scope(tenant_id="t1", conversation_id="c1")
         nodes = await mem.stores.nodes.get(scope, [n.id for n in await mem.stores.nodes.scan(scope)])
+        assert len(nodes) == len(chat_observations())  # every turn was written (the loops check what was)
         reader = StoreReader(mem.stores.vectors, mem.stores.lexical, mem.stores.nodes)
         many = await candidates.discover_many(nodes, reader, 10)
         one = [await candidates.discover(n, reader, 10) for n in nodes]
@@ -171,6 +172,7 @@ async def test_scope_cache_answers_as_the_stores_do(embedder: Embedder) -> None:
         await mem.pipeline.ingest(chat_observations() + chat_observations(conversation="c2"))
         scope = Scope(tenant_id="t1", conversation_id="c1")
         nodes = await mem.stores.nodes.get(scope, [n.id for n in await mem.stores.nodes.scan(scope)])
+        assert len(nodes) == len(chat_observations())  # every turn was written (the loops check what was)
         stores = StoreReader(mem.stores.vectors, mem.stores.lexical, mem.stores.nodes)
         cache = ScopeCache(mem.stores.nodes, max_nodes=5)  # smaller than one conversation: evicts
         for reader in (cache, cache):

@@ -74,6 +74,7 @@ async def test_every_write_sees_every_earlier_observation(memory: Embedded) -> N
     """Each node (but the first) has a temporal edge to its immediate predecessor, even inside one batch."""
     await memory.pipeline.ingest(chat_observations())
     nodes = await memory.stores.nodes.scan(SCOPE)
+    assert len(nodes) == len(CHAT)  # every turn was written (the loop below checks what was)
     pairs = {frozenset((e.source, e.target)) for e in await memory.stores.edges.scan(SCOPE) if e.view == "temporal"}
     for prev, cur in itertools.pairwise(nodes):
         assert frozenset((prev.id, cur.id)) in pairs
