@@ -29,6 +29,7 @@ from storage.ports import VectorIndex
 from storage.purge import Expunger
 from storage.qdrant import QdrantVectorIndex, check_server
 from storage.scope_cache import ScopeCache
+from storage.speaker_facts import speaker_facts
 from streams.kafka_admin import ensure_topics, read_topic
 from streams.keyring import Keyring
 from streams.producer import ObservationProducer
@@ -197,7 +198,8 @@ def write_path(settings: Settings, stores: Stores, embedder: Embedder) -> WriteP
     # cache whenever its assignment changes, and conversations reload from the stores)
     reader = ScopeCache(stores.nodes, settings.memory(embedder.dim, embedded=False).write_nodes)
     stores.attach(reader)
-    return WritePath(embedder, so, reader, settings.params, summariser=system_two(settings))
+    return WritePath(embedder, so, reader, settings.params, summariser=system_two(settings),
+                     facts=speaker_facts(stores.vectors, stores.nodes))
 
 
 class DistributedService:
