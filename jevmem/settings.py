@@ -98,6 +98,9 @@ class Settings(BaseSettings):
     write_wait_s: float = 0.1  # a worker waits at most this long to fill a micro-batch (latency floor)
     embedder: str = "e5-small-v2-int8@0.36.2"  # a name of topology.embedding.MODELS; recorded with each store
     model_cache: Path | None = None  # default: ~/.cache/jevmem/models
+    # a command that needs the model fetches it on first use (jevmem.models.ensure); offline=True
+    # (JEVMEM_OFFLINE=1) never downloads: a missing model is then one line saying how to get it
+    offline: bool = False
     # embedder = "openai:<model>[:<dimensions>][+joined]": embeddings from an OpenAI-compatible /v1/embeddings
     # service; a service returns pooled vectors, so it embeds each turn alone, or with "+joined" the turn before
     # it and the turn as one text (topology.embedding_service); the name, suffix included, is recorded with a store

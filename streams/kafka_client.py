@@ -14,11 +14,17 @@ Contracts:
 * :meth:`KafkaClient.check` fails fast: a wrong password, a certificate the client does not trust,
   a client speaking the wrong protocol or no broker at all raise :class:`BrokerUnavailable` within
   its timeout with what went wrong and which setting to look at, instead of librdkafka's retrying
-  forever.
+  forever. A plaintext client whose every broker hangs up during its first request (a TLS or SASL
+  listener) is told so within about a second.
+* librdkafka's own log lines go to the Python logger :data:`LIBRDKAFKA_LOG` (``librdkafka``), so
+  to the process's log (the JSON log of ``jevmem serve`` and ``jevmem worker``), never straight to
+  the terminal: every configuration :meth:`KafkaClient.librdkafka` makes names it, and the logger
+  has a :class:`logging.NullHandler`, so a command without logging configured drops them.
 """
 
 from __future__ import annotations
 
+import logging
 import ssl
 import threading
 import time
@@ -37,6 +43,12 @@ SaslMechanism = Literal["PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512"]
 
 #: librdkafka error codes that no retry cures: the configuration is wrong.
 FATAL_CODES = {KafkaError._AUTHENTICATION: "authentication failed", KafkaError._SSL: "TLS failed"}
+#: Where librdkafka's own log lines go (served by the clients' poll calls): the process's log.
+LIBRDKAFKA_LOG = logging.getLogger("librdkafka")
+LIBRDKAFKA_LOG.addHandler(logging.NullHandler())  # no logging configured: dropped, not printed
+#: What librdkafka logs when a broker closes the connection during the client's first request
+#: (ApiVersion): for a PLAINTEXT client, a listener that expects TLS or SASL.
+_HUNG_UP_AT_HELLO = "in state APIVERSION_QUERY"
 
 
 @dataclass(frozen=True)
@@ -80,7 +92,8 @@ class KafkaClient:
     def librdkafka(self, **extra: Any) -> dict[str, Any]:
         """The configuration of a librdkafka client (confluent-kafka) for these brokers, merged
         with ``extra`` (librdkafka property names)."""
-        conf: dict[str, Any] = {"bootstrap.servers": self.bootstrap, "security.protocol": self.security_protocol}
+        conf: dict[str, Any] = {"bootstrap.servers": self.bootstrap, "security.protocol": self.security_protocol,
+                                "logger": LIBRDKAFKA_LOG}
         if self.tls:
             if self.ssl_cafile:
                 conf["ssl.ca.location"] = self.ssl_cafile
@@ -108,26 +121,44 @@ class KafkaClient:
 
     def check(self, timeout_s: float = 15.0) -> ClusterMetadata:
         """The cluster's metadata, or :class:`BrokerUnavailable` as soon as the connection is
-        known to be wrong (authentication or TLS failed) or ``timeout_s`` passed."""
+        known to be wrong (authentication or TLS failed; a plaintext client whose brokers all hang
+        up at its first request) or ``timeout_s`` passed."""
         errors: list[KafkaError] = []
+        hung_up: set[str] = set()  # brokers that closed the connection at the first request
         lock = threading.Lock()
 
         def on_error(err: KafkaError) -> None:
             with lock:
                 errors.append(err)
 
-        admin = kafka_admin.AdminClient(self.librdkafka(error_cb=on_error))
+        class Watch(logging.Handler):  # librdkafka's log lines: kept in the log, read for hang-ups
+            def emit(self, record: logging.LogRecord) -> None:
+                message = record.getMessage()
+                if _HUNG_UP_AT_HELLO in message and "Disconnected" in message:
+                    with lock:
+                        hung_up.add(message.split("]: ", 1)[-1].split(":", 2)[0])
+                LIBRDKAFKA_LOG.handle(record)
+
+        watch = logging.Logger("librdkafka")  # this check's own, not registered: no other handler
+        watch.addHandler(Watch())
+        admin = kafka_admin.AdminClient(self.librdkafka(error_cb=on_error, logger=watch))
         deadline = time.monotonic() + timeout_s
         while True:
             try:
                 return admin.list_topics(timeout=min(1.0, max(0.1, deadline - time.monotonic())))
             except Exception as exc:  # KafkaException: timed out
                 last: Exception = exc
-            admin.poll(0)  # serves error_cb
+            admin.poll(0)  # serves error_cb and the log
             with lock:
-                seen = list(errors)
+                seen, closed = list(errors), len(hung_up)
             if fatal := [e for e in seen if e.code() in FATAL_CODES]:
                 raise BrokerUnavailable(self.explain(fatal[-1]))
+            if not self.tls and not self.sasl and closed and any(
+                    e.code() == KafkaError._ALL_BROKERS_DOWN for e in seen):
+                raise BrokerUnavailable(
+                    f"kafka {self.bootstrap} (PLAINTEXT): every broker closed the connection at the first "
+                    "request: the listener expects TLS or SASL; check JEVMEM_KAFKA_SECURITY_PROTOCOL "
+                    "(SSL, SASL_SSL) and JEVMEM_KAFKA_BOOTSTRAP")
             if time.monotonic() >= deadline:
                 raise BrokerUnavailable(self.explain(seen[-1]) if seen else
                                         f"kafka {self.bootstrap}: no metadata within {timeout_s:.0f} s ({last})")

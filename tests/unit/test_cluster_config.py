@@ -14,7 +14,7 @@ from pydantic import SecretStr
 
 from jevmem.settings import Settings
 from streams.faust_app import credentials
-from streams.kafka_client import KafkaClient
+from streams.kafka_client import LIBRDKAFKA_LOG, KafkaClient
 from topology.errors import BrokerUnavailable
 from topology.topics import TopicLayout, TopicState, layout_problems, topics
 
@@ -60,8 +60,9 @@ def test_one_security_configuration_for_librdkafka() -> None:
     conf = kafka.librdkafka(**{"group.id": "g"})
     assert conf == {"bootstrap.servers": "b1:9093,b2:9093", "security.protocol": "SASL_SSL",
                     "ssl.ca.location": "/ca.pem", "sasl.mechanism": "SCRAM-SHA-256", "sasl.username": "svc",
-                    "sasl.password": "pw", "group.id": "g"}
-    assert KafkaClient("b:9092").librdkafka() == {"bootstrap.servers": "b:9092", "security.protocol": "PLAINTEXT"}
+                    "sasl.password": "pw", "group.id": "g", "logger": LIBRDKAFKA_LOG}
+    assert KafkaClient("b:9092").librdkafka() == {"bootstrap.servers": "b:9092", "security.protocol": "PLAINTEXT",
+                                                  "logger": LIBRDKAFKA_LOG}  # its log lines: the log, not the terminal
     mtls = KafkaClient("b:9094", "SSL", ssl_cafile="/ca.pem", ssl_certfile="/c.pem", ssl_keyfile="/c.key")
     assert {k: v for k, v in mtls.librdkafka().items() if k.startswith("ssl.")} == {
         "ssl.ca.location": "/ca.pem", "ssl.certificate.location": "/c.pem", "ssl.key.location": "/c.key"}
