@@ -235,6 +235,50 @@ async def test_a_connection_that_cannot_work_fails_fast_and_says_why(wrong: str)
         assert want in str(err.value) and PASSWORD not in str(err.value)
 
 
+def jevmem(args: list[str], env: dict[str, str], tmp: Path) -> subprocess.CompletedProcess[str]:
+    """``jevmem ARGS`` as an operator runs it, with ``env`` over this process's environment."""
+    return subprocess.run([sys.executable, "-c", "from jevmem.cli import main; main()", *args], cwd=tmp,
+                          env={**os.environ, **env}, capture_output=True, text=True, timeout=120,
+                          stdin=subprocess.DEVNULL)
+
+
+def one_line(done: subprocess.CompletedProcess[str], *wanted: str) -> str:
+    """The command failed with exactly one line on stderr naming ``wanted``: no traceback, none
+    of librdkafka's own log lines, no secret."""
+    assert done.returncode != 0
+    assert done.stderr.count("\n") == 1 and done.stderr.startswith("jevmem: "), done.stderr
+    assert "Traceback" not in done.stderr and "%3|" not in done.stderr and PASSWORD not in done.stderr
+    assert all(w in done.stderr for w in wanted), done.stderr
+    return done.stderr
+
+
+@pytest.mark.parametrize("wrong", ["password", "ca", "plaintext"])
+def test_the_cli_says_what_to_check_in_one_line(wrong: str, tmp_path: Path) -> None:
+    """``jevmem produce`` as an operator would run it against the SASL_SSL cluster, each setting wrong."""
+    env = {k: v for k, v in KAFKA_CLIENT.items() if k.startswith("JEVMEM_")}
+    env.update({"password": {"JEVMEM_KAFKA_SASL_PASSWORD": "not-the-password"},
+                "ca": {"JEVMEM_KAFKA_SSL_CAFILE": KAFKA_CLIENT["KAFKA_CLUSTER_OTHER_CA"]},
+                "plaintext": {"JEVMEM_KAFKA_SECURITY_PROTOCOL": "PLAINTEXT"}}[wrong])
+    want = {"password": "check the SASL username, password", "ca": "check JEVMEM_KAFKA_SSL_CAFILE",
+            "plaintext": "check JEVMEM_KAFKA_SECURITY_PROTOCOL"}[wrong]
+    (tmp_path / "obs.jsonl").write_text(observations(1)[0].model_dump_json() + "\n")
+    started = time.monotonic()
+    done = jevmem(["produce", "obs.jsonl"], env, tmp_path)
+    assert time.monotonic() - started < FAIL_FAST_S  # the README's promise, the interpreter's start included
+    assert "not-the-password" not in one_line(done, want)
+
+
+def test_keys_list_with_a_wrong_elasticsearch_password_says_what_to_check(es_proxy: str, tmp_path: Path) -> None:
+    env = {"JEVMEM_MODE": "distributed", "JEVMEM_ELASTICSEARCH_URL": es_proxy, "JEVMEM_ELASTICSEARCH_USERNAME": "jevmem",
+           "JEVMEM_ELASTICSEARCH_PASSWORD": "not-the-password", "JEVMEM_ELASTICSEARCH_CA_FILE": str(TLS / "ca.pem")}
+    done = jevmem(["keys", "list"], env, tmp_path)
+    assert done.returncode == 2
+    assert "not-the-password" not in one_line(done, "refused the credentials (HTTP 401)", "JEVMEM_ELASTICSEARCH_PASSWORD")
+    done = jevmem(["keys", "list"], {**env, "JEVMEM_ELASTICSEARCH_PASSWORD": PASSWORD,
+                                     "JEVMEM_ELASTICSEARCH_CA_FILE": KAFKA_CLIENT["KAFKA_CLUSTER_OTHER_CA"]}, tmp_path)
+    one_line(done, "TLS to Elasticsearch", "certificate verify failed", "check JEVMEM_ELASTICSEARCH_CA_FILE")
+
+
 def test_a_worker_with_a_wrong_password_exits_with_a_clear_error(tmp_path: Path) -> None:
     settings = cluster_settings(ES_URL or "", f"bad{uuid.uuid4().hex[:8]}",
                                 kafka_sasl_password=SecretStr("not-the-password"))
@@ -246,6 +290,8 @@ def test_a_worker_with_a_wrong_password_exits_with_a_clear_error(tmp_path: Path)
         stop_workers([worker])
     log = (tmp_path / "worker.log").read_text(errors="replace")
     assert "authentication failed" in log and "not-the-password" not in log
+    assert "Traceback" not in log and "%3|" not in log  # one line says it, not a traceback or librdkafka's log
+    assert log.splitlines()[-1].startswith("jevmem: kafka ")
 
 
 def test_an_existing_topic_with_fewer_replicas_is_refused() -> None:
