@@ -185,3 +185,18 @@ def test_a_serve_that_cannot_start_says_why_in_one_line(tmp_path: Path) -> None:
     assert "Traceback" not in done.stderr
     assert lines[-1].startswith(f"jevmem: serve did not start: the store in {tmp_path / 'data'} is in use"), lines
     assert "Application startup failed" in lines[-2]  # uvicorn's own line, in the log
+
+
+def test_librdkafka_s_log_lines_go_to_the_log_not_the_terminal(capfd: pytest.CaptureFixture[str],
+                                                               caplog: pytest.LogCaptureFixture) -> None:
+    """No broker at the address: librdkafka logs each refused connection; the lines reach the
+    ``librdkafka`` logger (so the process's log) and nothing reaches file descriptor 2."""
+    from streams.kafka_client import KafkaClient
+    from topology.errors import BrokerUnavailable
+
+    capfd.readouterr()
+    with caplog.at_level("INFO", logger="librdkafka"), pytest.raises(BrokerUnavailable, match="JEVMEM_KAFKA_BOOTSTRAP"):
+        KafkaClient(f"127.0.0.1:{free_port()}").check(timeout_s=2.0)
+    assert any(r.name == "librdkafka" and "Connection refused" in r.getMessage() for r in caplog.records)
+    out, err = capfd.readouterr()
+    assert "Connection refused" not in out + err and "|FAIL|" not in out + err
