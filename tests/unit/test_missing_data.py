@@ -12,7 +12,7 @@ from tests.integration import servers
 def test_missing_data_fails_in_ci_and_skips_elsewhere(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     monkeypatch.setattr(servers, "LOCOMO", tmp_path / "locomo")
     monkeypatch.setattr(servers, "IN_CI", True)
-    with pytest.raises(pytest.fail.Exception, match="not found at .*locomo: CI needs it"):
+    with pytest.raises(pytest.fail.Exception, match=r"not found at .*locomo: CI needs it"):
         servers.require_locomo()
     monkeypatch.setattr(servers, "IN_CI", False)
     with pytest.raises(pytest.skip.Exception, match="not found at"):
