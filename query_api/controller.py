@@ -27,7 +27,7 @@ from datetime import datetime
 import numpy as np
 from pydantic import BaseModel
 
-from query_api import currency, formulas, scoring
+from query_api import currency, formulas, scoring, subjects
 from query_api import features as qf
 from query_api.features import DECIMALS, ScoreRow
 from query_api.nodeinfo import NodeInfo, NodeInfoCache, matrix
@@ -284,6 +284,7 @@ class RetrievalController:
         for rnd in range(1, run.depth + 1):
             if not await self._round(reach, run, rnd):
                 break
+        self._subjects(run, question)
         await self._currency(reach, run)
         run.timings["total"] = _ms(run.t0)
         return await self._evidence(reach, run, top_k or self.params.top_k)
@@ -551,6 +552,17 @@ class RetrievalController:
             self.recorder(st.question, [c.node for c in cands],
                           [scoring.state(st.question, t, row) for t, row in zip(texts(), rows, strict=True)])
 
+    def _subjects(self, run: _Run, question: str) -> None:
+        """A memory that states someone else's fact, when the question asks about people of the
+        pool (:mod:`query_api.subjects`), keeps ``1 - params.other_subject_penalty`` of its score."""
+        cut = self.params.other_subject_penalty
+        asked = subjects.asked_people(question, {c.node.speaker or "" for c in run.st.pool.values()}) if cut else None
+        if not asked:
+            return
+        for c in run.st.pool.values():
+            if subjects.about_someone_else(c.node, asked, question):
+                c.score *= 1.0 - cut
+
     async def _currency(self, reach: Reach, run: _Run) -> None:
         """Step 4: read the pool's ``supersedes`` edges; a replacement missing from the pool joins
         it (scored in one request, when the controller budget allows); a superseded memory's
@@ -583,7 +595,7 @@ class RetrievalController:
             await self._score(run, joining)
         past = st.route.get("past", 0.0)
         before = {i: c.score for i, c in st.pool.items()}
-        after = currency.current_first(before, run.stale) if currency.about_the_present(st.route) else dict(before)
+        after = currency.current_first(before, run.stale) if currency.about_the_present(st.route, st.question) else dict(before)
         for i, s in run.stale.items():
             after[i] = min(after[i], before[i] * currency.stale_factor(s.probability, past, self.params.stale_weight))
         for i, c in st.pool.items():

@@ -10,6 +10,7 @@ current as of then. Pure functions; the controller reads the edges and nodes.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from datetime import datetime
@@ -66,10 +67,21 @@ PAST_BELOW = 0.5
 BELOW_MARGIN = 1e-3
 
 
-def about_the_present(route: Mapping[str, float]) -> bool:
-    """Whether a question routed ``route`` asks what is true now (see :data:`PRESENT_CUE`). A
-    question with no time cue is not: its superseded memories only lose :func:`stale_factor`."""
-    return route.get("recency", 0.0) >= PRESENT_CUE and route.get("past", 0.0) < PAST_BELOW
+#: A question in the present tense ("Where does Ana work?", "Who is her manager?") ...
+PRESENT_TENSE = re.compile(r"\b(?:is|are|am|does|do|has|have|'s|'re)\b", re.IGNORECASE)
+#: ... and not in the past ("Where did she work?", "Who was her manager?").
+PAST_TENSE = re.compile(r"\b(?:did|was|were|had|used to)\b", re.IGNORECASE)
+
+
+def about_the_present(route: Mapping[str, float], question: str) -> bool:
+    """Whether ``question``, routed ``route``, asks what is true now: the route's ``past`` is
+    under :data:`PAST_BELOW`, and its ``recency`` is at least :data:`PRESENT_CUE` ("now",
+    "these days") or the question is in the present tense and not in the past. Otherwise a
+    superseded memory only loses :func:`stale_factor`."""
+    if route.get("past", 0.0) >= PAST_BELOW:
+        return False
+    return route.get("recency", 0.0) >= PRESENT_CUE or (bool(PRESENT_TENSE.search(question))
+                                                        and not PAST_TENSE.search(question))
 
 
 def current_first(scores: Mapping[str, float], stale: Mapping[str, Superseded]) -> dict[str, float]:

@@ -54,6 +54,9 @@ RECENCY_WEIGHT = 0.1
 #: A superseded memory keeps 1 - STALE_WEIGHT * p(supersedes) of its score for a question about
 #: the present: enough to put it below a replacement that scored a little lower.
 STALE_WEIGHT = 0.5
+#: A memory stating someone else's fact, for a question about people of the conversation
+#: (``query_api.subjects``), keeps 1 - OTHER_SUBJECT_PENALTY of its score.
+OTHER_SUBJECT_PENALTY = 0.5
 
 
 class ScoreWeights(BaseModel):
@@ -146,6 +149,7 @@ class Params(BaseModel):
     stop_continue: float = STOP_CONTINUE
     recency_weight: float = RECENCY_WEIGHT
     stale_weight: float = STALE_WEIGHT
+    other_subject_penalty: float = Field(default=OTHER_SUBJECT_PENALTY, ge=0.0, le=1.0)
     top_k: int = 10
     weights: ScoreWeights = ScoreWeights()
     realm: RealmRanking = RealmRanking()

@@ -9,10 +9,10 @@ from __future__ import annotations
 from datetime import UTC, datetime, timedelta
 
 from jevmem.wiring import Embedded
-from query_api import currency
+from query_api import currency, subjects
 from query_api.controller import Evidence
 from topology import ids
-from topology.schemas import EdgeEvent, Observation, Realm, Scope
+from topology.schemas import EdgeEvent, MemoryNode, Observation, Realm, Scope
 
 T0 = datetime(2024, 5, 1, tzinfo=UTC)
 SCOPE = Scope(tenant_id="t1", conversation_id="c1")
@@ -148,9 +148,10 @@ def test_current_first_lifts_the_replacement_and_puts_the_replaced_just_below() 
     assert placed["c"] == 0.8 and placed["x"] == 0.5
     assert currency.current_first({"a": 0.8}, {"a": by}) == {"a": 0.8}  # a replacement outside the pool
     # only a question about the present (a recency cue, no past one) puts them in that order
-    assert currency.about_the_present({"recency": 0.9, "past": 0.1})
-    assert not currency.about_the_present({"recency": 0.9, "past": 0.7})
-    assert not currency.about_the_present({"recency": 0.1, "past": 0.1})
+    assert currency.about_the_present({"recency": 0.9, "past": 0.1}, "Where does she live now?")
+    assert currency.about_the_present({"recency": 0.1, "past": 0.1}, "Who is her manager?")
+    assert not currency.about_the_present({"recency": 0.9, "past": 0.7}, "Where did she live before?")
+    assert not currency.about_the_present({"recency": 0.1, "past": 0.1}, "Where did she go in May?")
 
 
 def _said(conversation: str, day: int, text: str, speaker: str = "Ana", role: str = "user",
@@ -196,3 +197,22 @@ async def test_a_new_statement_supersedes_at_most_one_memory_and_only_a_persons(
     sources = [e.source for e in edges]
     assert len(sources) == len(set(sources)) and ids.node_id("t1", "c9", "c9-4") in sources
     assert ids.node_id("t1", "c9", "c9-3") not in sources and ids.node_id("t1", "c9", "c9-2") not in sources
+
+
+def test_a_fact_about_someone_else_is_told_apart_from_the_asked_persons() -> None:
+    def node(speaker: str, text: str) -> MemoryNode:
+        return MemoryNode.model_validate({"id": "n", "tenant_id": "t1", "conversation_id": "c1", "seq": 0,
+                                          "event_id": "e", "content": text, "speaker": speaker})
+
+    question = "Who is Priya's boss now?"
+    asked = subjects.asked_people(question, ["Priya", "Olu"])
+    assert asked == {"priya"}
+    assert subjects.about_someone_else(node("Priya", "Apparently my mum has Marisol as a manager too."), asked, question)
+    assert subjects.about_someone_else(node("Olu", "I answer to Agnieszka, who heads our team."), asked, question)
+    assert not subjects.about_someone_else(node("Priya", "I answer to Marisol, who heads our team."), asked, question)
+    assert not subjects.about_someone_else(node("Priya", "Marisol signed off my holiday request."), asked, question)
+    assert not subjects.about_someone_else(node("Olu", "How is your boss, Priya?"), asked, question)  # unknown
+    # the question asks about the relative: her fact is the answer
+    mum = "Where does Priya's mum work?"
+    assert not subjects.about_someone_else(node("Priya", "My mum works at the bank."), asked, mum)
+    assert not subjects.asked_people("Where is the nearest bank?", ["Priya"])
