@@ -16,7 +16,7 @@ from jevmem.settings import ENV_PREFIX, Settings
 
 COMPOSE = Path(__file__).resolve().parents[2] / "docker-compose.yml"
 #: Settings the deployment chooses itself (paths inside the image) or that only matter elsewhere.
-NOT_IN_COMPOSE = {"data_dir", "sqlite_cache_mb", "cache_nodes", "model_cache", "params", "embedder", "log_format",
+NOT_IN_COMPOSE = {"data_dir", "sqlite_cache_mb", "cache_nodes", "model_cache", "offline", "params", "embedder", "log_format",
                   "log_level", "keys_index",
                   "auth_cache_seconds", "write_wait_s", "metrics_port", "worker_datadir"}
 CONNECTION = ("kafka_", "elasticsearch_", "qdrant_")
