@@ -119,6 +119,8 @@ def explain(exc: BaseException) -> tuple[str, int]:
     from topology.embedding import ModelMissing
     from topology.errors import JevMemError, Misconfigured
 
+    if isinstance(exc, BaseExceptionGroup) and len(exc.exceptions) == 1:  # a task group's one failure
+        return explain(exc.exceptions[0])
     if isinstance(exc, StartFailed) and exc.__cause__ is not None:
         line, status = explain(exc.__cause__)
         return f"serve did not start: {line}", status

@@ -90,6 +90,11 @@ def test_an_invalid_setting_names_its_variable_never_its_value(
     assert "s3cret" not in err[0]
 
 
+def test_a_task_group_s_one_failure_is_explained_as_itself() -> None:
+    line, status = cli_errors.explain(ExceptionGroup("unhandled errors in a TaskGroup", [StoreUnavailable("qdrant down")]))
+    assert (line, status) == ("qdrant down", 1)
+
+
 def test_a_missing_input_file_is_one_line(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
     status, err = run(capsys, "produce", str(tmp_path / "nowhere.jsonl"))
     assert status == 1 and err == [f"jevmem: No such file or directory: {tmp_path / 'nowhere.jsonl'}"]
