@@ -595,7 +595,8 @@ class RetrievalController:
             await self._score(run, joining)
         past = st.route.get("past", 0.0)
         before = {i: c.score for i, c in st.pool.items()}
-        after = currency.current_first(before, run.stale) if currency.about_the_present(st.route, st.question) else dict(before)
+        own = currency.own_updates(run.stale, {i: c.node for i, c in st.pool.items()})
+        after = currency.current_first(before, own) if currency.about_the_present(st.route, st.question) else dict(before)
         for i, s in run.stale.items():
             after[i] = min(after[i], before[i] * currency.stale_factor(s.probability, past, self.params.stale_weight))
         for i, c in st.pool.items():

@@ -84,6 +84,21 @@ def about_the_present(route: Mapping[str, float], question: str) -> bool:
                                                         and not PAST_TENSE.search(question))
 
 
+def own_updates(stale: Mapping[str, Superseded], nodes: Mapping[str, MemoryNode]) -> dict[str, Superseded]:
+    """Those of ``stale`` whose replacements in ``nodes`` were all said by the replaced memory's
+    own (named) speaker, keeping only those replacements: a person restating their own fact is
+    what :func:`current_first` reorders; someone else's word only lowers a memory by
+    :func:`stale_factor`."""
+    out = {}
+    for i, s in stale.items():
+        node = nodes.get(i)
+        mine = tuple(j for j in s.by_ids if node is not None and node.speaker and j in nodes
+                     and nodes[j].speaker == node.speaker)
+        if mine:
+            out[i] = Superseded(by=s.by, since=s.since, probability=s.probability, by_ids=mine)
+    return out
+
+
 def current_first(scores: Mapping[str, float], stale: Mapping[str, Superseded]) -> dict[str, float]:
     """``scores`` with each of ``stale``'s memories in ``scores`` put just below its replacements
     there, for a question about the present (:func:`about_the_present`): a replacement takes the

@@ -203,7 +203,10 @@ def build_server(service: MemoryService, principal_of: PrincipalOf) -> MCPServer
 
     @server.tool(name="recall", description=(
         "Recall evidence for a question from memory, best first, each item with its conversation_id. Give user_id "
-        "to search one user's memory across all their conversations; omit conversation_ids to search them all."),
+        "to search one user's memory across all their conversations; omit conversation_ids to search them all. "
+        "A memory a newer one replaced carries superseded_by and valid_until (its prompt line ends "
+        "'(superseded on DATE by: ...)') and ranks below its replacement for a question about the present; "
+        "as_of answers with what was true then."),
         annotations=ToolAnnotations(read_only_hint=True))
     async def recall_tool(
         question: Annotated[str, Field(min_length=1, max_length=limits.MAX_QUESTION, description="What to recall.")],
@@ -214,13 +217,15 @@ def build_server(service: MemoryService, principal_of: PrincipalOf) -> MCPServer
             "Only this user's memory (default: every conversation of yours)."))] = None,
         top_k: Annotated[int, Field(ge=1, le=50, description="How many pieces of evidence.")] = 10,
         format: Annotated[EvidenceFormat, Field(description=FORMAT_HELP)] = "json",
+        as_of: Annotated[datetime | None, Field(description=(
+            "ISO 8601 time: only memories observed by then, each current unless replaced by then."))] = None,
     ) -> CallToolResult:
         # what the model reads is the text content: the prompt lines alone for the prompt format,
         # compact JSON for the json one (the structured content carries the same for programs)
         with tool_errors():
             who = await caller(ctx, "query")
             found = await svc.recall_across(service, who.tenant_id, question, top_k, conversation_ids,
-                                            user_of(who, user_id))
+                                            user_of(who, user_id), None if as_of is None else limits.utc_in_range(as_of))
             if format == "prompt":
                 text = PromptEvidence.of(question, found.evidence).text
                 return CallToolResult(content=[TextContent(type="text", text=text)], structured_content={"text": text})

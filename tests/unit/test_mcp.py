@@ -97,8 +97,9 @@ async def test_http_tools_remember_recall_graph_forget(api: Api) -> None:
         assert auto["accepted"] == 1 and auto["event_ids"][0].startswith("mcp-")
 
         rec = await call(c, "recall", question=PUPPY, conversation_ids=["c1"], top_k=3)
-        assert rec["evidence"][0]["event_id"] == "e0" and "Biscuit" in rec["evidence"][0]["content"]
-        assert rec["evidence"][0]["conversation_id"] == "c1"
+        # the hashing embedder is no judge of meaning: the turn that names the puppy is among the three
+        found = {e["event_id"]: e for e in rec["evidence"]}
+        assert "e0" in found and "Biscuit" in found["e0"]["content"] and found["e0"]["conversation_id"] == "c1"
         assert rec["conversations"] == [{"conversation_id": "c1", "evidence": 3}]
         trace = rec["trace"]
         assert trace["controller_calls"] >= 1 and trace["stop_reason"] and {"route", "depth"} <= set(trace)
@@ -322,3 +323,23 @@ async def test_a_key_limited_to_users_remembers_and_recalls_only_theirs(api: Api
         assert {e["content"] for e in ben["evidence"]} == {"Ben's locker code is 9921.", "Ben joined the chat."}
         unnamed = both.post("/v1/observations", json=[{"conversation_id": "s4", "event_id": "x", "content": "hi"}])
         assert unnamed.status_code == 403
+
+
+async def test_recall_says_what_is_still_true_and_what_was_true_then(api: Api) -> None:
+    said = [{"content": "I live in Porto, near the old bridge.", "speaker": "Ana", "event_id": "h0",
+             "observed_at": "2024-03-01T10:00:00"},
+            {"content": "I moved to Lisbon last month, I live there now.", "speaker": "Ana", "event_id": "h1",
+             "observed_at": "2024-06-01T10:00:00"}]
+    async with mcp_http(api, "a") as c:
+        assert (await call(c, "remember", observations=said, conversation_id="home"))["accepted"] == 2
+        now = await call(c, "recall", question="Where does Ana live?", conversation_ids=["home"])
+        at = {e["event_id"]: (i, e) for i, e in enumerate(now["evidence"])}
+        assert at["h1"][0] < at["h0"][0] and at["h0"][1]["superseded_by"] == [said[1]["content"]]
+        assert at["h0"][1]["valid_until"].startswith("2024-06-01") and at["h1"][1]["valid_from"].startswith("2024-06-01")
+        lines = (await c.call_tool("recall", {"question": "Where does Ana live?", "conversation_ids": ["home"],
+                                              "format": "prompt"})).content[0].text
+        assert "(superseded on 2024-06-01 by: I moved to Lisbon" in lines
+        then = await call(c, "recall", question="Where does Ana live?", conversation_ids=["home"],
+                          as_of="2024-04-01T00:00:00")
+        assert [e["event_id"] for e in then["evidence"]] == ["h0"] and then["evidence"][0]["superseded_by"] == []
+

@@ -216,3 +216,15 @@ def test_a_fact_about_someone_else_is_told_apart_from_the_asked_persons() -> Non
     mum = "Where does Priya's mum work?"
     assert not subjects.about_someone_else(node("Priya", "My mum works at the bank."), asked, mum)
     assert not subjects.asked_people("Where is the nearest bank?", ["Priya"])
+
+
+def test_only_a_persons_own_update_reorders_the_pool() -> None:
+    def node(i: str, speaker: str | None) -> MemoryNode:
+        return MemoryNode.model_validate({"id": i, "tenant_id": "t1", "conversation_id": "c1", "seq": 0,
+                                          "event_id": i, "content": i, "speaker": speaker})
+
+    nodes = {"a": node("a", "Ana"), "b": node("b", "Ana"), "c": node("c", "Ben"), "d": node("d", None)}
+    stale = {"a": currency.Superseded(by=("b", "c"), since=T0, probability=0.9, by_ids=("b", "c")),
+             "d": currency.Superseded(by=("b",), since=T0, probability=0.9, by_ids=("b",))}
+    own = currency.own_updates(stale, nodes)
+    assert set(own) == {"a"} and own["a"].by_ids == ("b",)  # Ben's word and an unnamed speaker's memory: no
