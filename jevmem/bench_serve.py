@@ -9,6 +9,12 @@ conversation), the rest ``POST /v1/query`` (a question from the turns seeded). R
 level: requests per second, p50/p95/p99 latency of queries and of ingests, errors (answers other
 than 2xx, and requests that got no answer) and 5xx among them. At the end every ingest answered
 200 is checked to be stored (``lost``: acknowledged observations not found).
+
+Each level also reports the CPU time the server process used during it, per request
+(``server_cpu_ms_per_request``: every thread of it, the model's included; read from
+``/proc/<pid>/stat``, None where there is none), and the CPU the load generator used per request
+(``client_cpu_ms_per_request``: on a small machine the clients share the server's cores). With
+``ingest_every=0`` every request is a query, so the server figure is the CPU per query.
 """
 
 from __future__ import annotations
@@ -55,6 +61,9 @@ class Level:
     query_ms: list[float] = field(default_factory=list)
     ingest_ms: list[float] = field(default_factory=list)
     statuses: dict[str, int] = field(default_factory=dict)
+    #: CPU seconds of the server process and of this (client) process during the level
+    server_cpu_s: float | None = None
+    client_cpu_s: float = 0.0
 
     def summary(self) -> dict[str, Any]:
         def pct(xs: list[float]) -> dict[str, float | None]:
@@ -63,11 +72,15 @@ class Level:
             a = np.asarray(xs)
             return {f"p{q}": round(float(np.percentile(a, q)), 1) for q in (50, 95, 99)}
 
+        def per(cpu_s: float | None) -> float | None:
+            return round(1000 * cpu_s / self.requests, 2) if cpu_s is not None and self.requests else None
+
         return {"clients": self.clients, "seconds": round(self.seconds, 1), "requests": self.requests,
                 "per_second": round(self.requests / self.seconds, 1) if self.seconds else 0.0,
                 "queries": len(self.query_ms), "query_ms": pct(self.query_ms),
                 "ingests": len(self.ingest_ms), "ingest_ms": pct(self.ingest_ms),
-                "errors": self.errors, "5xx": self.server_errors, "statuses": dict(sorted(self.statuses.items()))}
+                "errors": self.errors, "5xx": self.server_errors, "statuses": dict(sorted(self.statuses.items())),
+                "server_cpu_ms_per_request": per(self.server_cpu_s), "client_cpu_ms_per_request": per(self.client_cpu_s)}
 
 
 def _observations(directory: Path) -> list[Observation]:
@@ -98,8 +111,24 @@ async def _start(data_dir: Path, port: int, log: Path) -> subprocess.Popen[bytes
     raise TimeoutError(f"jevmem serve did not answer within {START_TIMEOUT_S:.0f} s")
 
 
+def process_cpu_s(pid: int) -> float | None:
+    """User + system CPU seconds process ``pid`` has used (all its threads), or None without ``/proc``."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    fields = stat[stat.rindex(")") + 2:].split()  # after "pid (comm) "; utime, stime are fields 14, 15
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def _self_cpu_s() -> float:
+    t = os.times()
+    return t.user + t.system
+
+
 async def _level(url: str, key: str, clients: int, seconds: float, questions: Sequence[tuple[str, str]],
-                 acked: list[Observation], rng: random.Random) -> Level:
+                 acked: list[Observation], rng: random.Random, server_pid: int | None = None,
+                 ingest_every: int = INGEST_EVERY) -> Level:
     level = Level(clients)
     counter = itertools.count()
     stop = time.monotonic() + seconds
@@ -110,7 +139,7 @@ async def _level(url: str, key: str, clients: int, seconds: float, questions: Se
             i = 0
             while time.monotonic() < stop:
                 i += 1
-                ingest = i % INGEST_EVERY == 0
+                ingest = ingest_every > 0 and i % ingest_every == 0
                 t0 = time.perf_counter()
                 batch: list[Observation] = []
                 try:
@@ -137,18 +166,24 @@ async def _level(url: str, key: str, clients: int, seconds: float, questions: Se
                     level.errors += 1
                     level.server_errors += status.startswith("5")
 
+    cpu0 = process_cpu_s(server_pid) if server_pid is not None else None
+    self0 = _self_cpu_s()
     t0 = time.monotonic()
     await asyncio.gather(*(client(n) for n in range(clients)))
     level.seconds = time.monotonic() - t0
+    level.client_cpu_s = _self_cpu_s() - self0
+    cpu1 = process_cpu_s(server_pid) if server_pid is not None else None
+    level.server_cpu_s = cpu1 - cpu0 if cpu0 is not None and cpu1 is not None else None
     return level
 
 
 async def run_serve(directory: Path, levels: Sequence[int] = (1, 4, 16), seconds: float = 30.0,
-                    seed: int = 7, data_dir: Path | None = None, seed_turns: int = SEED_TURNS) -> dict[str, Any]:
+                    seed: int = 7, data_dir: Path | None = None, seed_turns: int = SEED_TURNS,
+                    ingest_every: int = INGEST_EVERY) -> dict[str, Any]:
     """Start ``jevmem serve`` (embedded) over ``data_dir`` (default: a fresh temporary one), seed
     it with ``seed_turns`` turns of each conversation, run each level of ``levels`` concurrent
-    clients for ``seconds``; returns the per-level summaries and the count of acknowledged
-    observations not stored."""
+    clients for ``seconds`` (one request in ``ingest_every`` an ingest; 0: queries only); returns
+    the per-level summaries and the count of acknowledged observations not stored."""
     obs = _observations(directory)
     seeded = [o for c in dict.fromkeys(o.conversation_id for o in obs)
               for o in [x for x in obs if x.conversation_id == c][:seed_turns]]
@@ -173,7 +208,8 @@ async def run_serve(directory: Path, levels: Sequence[int] = (1, 4, 16), seconds
                     r.raise_for_status()
             seed_s = time.perf_counter() - t0
             acked: list[Observation] = []
-            results = [(await _level(url, key, c, seconds, questions, acked, rng)).summary() for c in levels]
+            results = [(await _level(url, key, c, seconds, questions, acked, rng, proc.pid, ingest_every)).summary()
+                       for c in levels]
             lost = await _lost(url, key, acked)
         finally:
             proc.terminate()
@@ -182,7 +218,7 @@ async def run_serve(directory: Path, levels: Sequence[int] = (1, 4, 16), seconds
             except subprocess.TimeoutExpired:
                 proc.kill()
     return {"levels": results, "seeded": len(seeded), "seed_seconds": round(seed_s, 1),
-            "acknowledged": len(acked), "lost": lost, "ingest_every": INGEST_EVERY, "ingest_items": INGEST_ITEMS,
+            "acknowledged": len(acked), "lost": lost, "ingest_every": ingest_every, "ingest_items": INGEST_ITEMS,
             "cpus": os.cpu_count()}
 
 

@@ -739,14 +739,16 @@ def bench_serve(directory: Annotated[Path, typer.Argument(metavar="DIR", help="L
                 clients: Annotated[list[int] | None, typer.Option(
                     metavar="N", help="Concurrency levels (repeatable) [default: 1, 4, 16].")] = None,
                 seconds: Annotated[float, typer.Option(metavar="S", help="Seconds of load per level.")] = 30.0,
+                ingest_every: Annotated[int, typer.Option(
+                    metavar="N", help="One request in N is an ingest; 0: queries only.")] = 5,
                 as_json: Json = False) -> None:
     """Load on `jevmem serve` (embedded, a fresh data directory): closed-loop clients querying and
-    ingesting at each concurrency level; requests/s, p50/p95/p99 per kind, errors and 5xx, and
-    acknowledged observations not stored."""
+    ingesting at each concurrency level; requests/s, p50/p95/p99 per kind, errors and 5xx,
+    server and client CPU per request, and acknowledged observations not stored."""
     from jevmem.bench_serve import run_serve
 
     require_model(_settings())
-    out = _run(run_serve(directory, tuple(clients) if clients else (1, 4, 16), seconds))
+    out = _run(run_serve(directory, tuple(clients) if clients else (1, 4, 16), seconds, ingest_every=ingest_every))
     if as_json:
         sys.stdout.write(orjson.dumps(out).decode() + "\n")
     else:

@@ -14,13 +14,14 @@ from __future__ import annotations
 import json
 import threading
 import time
-from collections.abc import Awaitable, Callable, Iterable
+from collections.abc import Callable, Iterable
 from typing import Any
 from wsgiref.simple_server import WSGIRequestHandler, make_server
 
-from fastapi import FastAPI, Request, Response
+from fastapi import FastAPI, Response
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 from prometheus_client.exposition import CONTENT_TYPE_LATEST, ThreadingWSGIServer, make_wsgi_app
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from topology import observe
 
@@ -131,23 +132,43 @@ def serve(port: int, host: str = "0.0.0.0", ready: Readiness | None = None) -> N
     threading.Thread(target=httpd.serve_forever, daemon=True, name="metrics").start()
 
 
+class _CountRequests:
+    """Pure ASGI middleware: per HTTP request, ``jevmem_http_requests_total`` by method, route
+    template and status, and ``jevmem_http_request_seconds`` until the response is sent (500 when
+    the app raised before answering). It passes messages through untouched, so a request costs
+    no task, stream or copy of the response."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        t0 = time.perf_counter()
+        status = 500
+
+        async def counted(message: Message) -> None:
+            nonlocal status
+            if message["type"] == "http.response.start":
+                status = int(message["status"])
+            await send(message)
+
+        try:
+            await self.app(scope, receive, counted)
+        finally:
+            route = getattr(scope.get("route"), "path", "unmatched")
+            method = scope["method"]
+            HTTP_REQUESTS.labels(method, route, str(status)).inc()
+            HTTP_SECONDS.labels(method, route).observe(time.perf_counter() - t0)
+
+
 def attach(app: FastAPI) -> None:
     """Add ``GET /metrics`` (no key: it carries no tenant data) and per-route request metrics to
     an API app."""
     install()
 
-    @app.middleware("http")
-    async def count_requests(request: Request, call_next: Callable[[Request], Awaitable[Response]]) -> Response:
-        t0 = time.perf_counter()
-        status = 500
-        try:
-            response = await call_next(request)
-            status = response.status_code
-            return response
-        finally:
-            route = getattr(request.scope.get("route"), "path", "unmatched")
-            HTTP_REQUESTS.labels(request.method, route, str(status)).inc()
-            HTTP_SECONDS.labels(request.method, route).observe(time.perf_counter() - t0)
+    app.add_middleware(_CountRequests)
 
     @app.get("/metrics", include_in_schema=False)
     async def metrics() -> Response:

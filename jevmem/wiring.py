@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
-from collections.abc import Collection, Sequence
+import asyncio
+from collections.abc import Awaitable, Callable, Collection, Sequence
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -30,7 +31,7 @@ from storage.sqlite import (
 from storage.sqlite_base import DirLock, scrub
 from storage.vector_matrix import MAX_ROWS as VECTOR_ROWS
 from storage.vector_matrix import MatrixVectorIndex
-from streams.embedded import EmbeddedPipeline
+from streams.embedded import EmbeddedPipeline, IngestReport
 from streams.write_path import Stores
 from topology.pipeline import WritePath
 from topology.ports import Embedder
@@ -141,15 +142,64 @@ def build_embedded(settings: Settings, embedder: Embedder | None = None, data_di
     return Embedded(EmbeddedPipeline(stores, write_path, so, settings.write_batch), controller, emb, stores)
 
 
+class GroupWrite:
+    """Concurrent writes as one batch (a group commit): a write waits while the one before it is
+    being written, and every write that arrived meanwhile is then written together, in arrival
+    order, by one ``write`` call (the pipeline's graph does not depend on batching, and a batch
+    pays the model, the System One requests and the store transactions once). Each caller gets
+    the group's report (its own items' failures are found in it by event), or the exception
+    that failed the group. A caller that stops waiting does not withdraw its items."""
+
+    def __init__(self, write: Callable[[list[Observation]], Awaitable[IngestReport]]) -> None:
+        self._write = write
+        self._queue: list[tuple[list[Observation], asyncio.Future[IngestReport]]] = []
+        self._drainer: asyncio.Task[None] | None = None
+        #: groups written (for tests)
+        self.groups = 0
+
+    async def submit(self, observations: list[Observation]) -> IngestReport:
+        done: asyncio.Future[IngestReport] = asyncio.get_running_loop().create_future()
+        self._queue.append((observations, done))
+        if self._drainer is None:
+            self._drainer = asyncio.ensure_future(self._drain())
+        return await done
+
+    async def _drain(self) -> None:
+        group: list[tuple[list[Observation], asyncio.Future[IngestReport]]] = []
+        try:
+            while self._queue:
+                group, self._queue = self._queue, []
+                self.groups += 1
+                try:
+                    report = await self._write([o for part, _ in group for o in part])
+                except Exception as exc:  # every caller of the group answers it (an outage: 503)
+                    for _, f in group:
+                        if not f.done():
+                            f.set_exception(exc)
+                    continue
+                for _, f in group:
+                    if not f.done():
+                        f.set_result(report)
+            group = []
+        finally:
+            self._drainer = None
+            for _, f in group + self._queue:  # cancelled (shutdown): what is left is not written
+                if not f.done():
+                    f.cancel()
+            self._queue = []
+
+
 class EmbeddedService:
     """:class:`query_api.service.MemoryService` over the embedded pipeline (one process owns the
     store). Its stores translate their own failures (a locked, closed, full or corrupt database
-    is :class:`~topology.errors.StoreUnavailable`)."""
+    is :class:`~topology.errors.StoreUnavailable`). Concurrent submits are written in groups
+    (:class:`GroupWrite`), each observation stamped with the time its request was accepted."""
 
     def __init__(self, settings: Settings, embedder: Embedder | None = None, data_dir: Path | str | None = None) -> None:
         self.settings, self._embedder, self._data_dir = settings, embedder, data_dir
         self._mem: Embedded | None = None
         self._s2 = system_two(settings)
+        self._group = GroupWrite(lambda obs: self.mem.pipeline.ingest(obs, source="api"))
 
     @property
     def mem(self) -> Embedded:
@@ -171,7 +221,8 @@ class EmbeddedService:
         """Write ``observations``; those that failed permanently (isolated and dead-lettered by the
         pipeline, sourced ``api:<stage>``) are returned with their indexes (every copy of a
         duplicated event)."""
-        report = await self.mem.pipeline.ingest(observations, source="api")
+        now = datetime.now(UTC)
+        report = await self._group.submit([o.stamped(now) for o in observations])
         reasons = {(f.item.tenant_id, f.item.conversation_id, f.item.event_id): f.reason for f in report.failed}
         return [ItemError(index=i, reason=reasons[key]) for i, o in enumerate(observations)
                 if (key := (o.tenant_id, o.conversation_id, o.event_id)) in reasons]

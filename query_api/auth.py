@@ -11,7 +11,11 @@ memory (:func:`user_of`); everything addressed by conversation or by the whole t
 conversation, read its graph, list conversations, forget, dead letters) needs a key of the
 whole tenant (:func:`whole_tenant`). :class:`Authenticator` turns an ``Authorization: Bearer`` header into a
 :class:`Principal`, caching a verified key for ``cache_seconds`` so the slow hash runs once per
-key and a revocation takes effect within that time. Failures are :class:`Unauthenticated` (401)
+key and a revocation takes effect within that time. Concurrent requests with a key not in the
+cache share one verification, and a cached key is verified again in the background once half
+its time has passed (requests keep using it meanwhile, never past ``cache_seconds``), so a
+busy key's entry is renewed before it expires instead of every request in flight hashing it
+at once. Failures are :class:`Unauthenticated` (401)
 and :class:`Forbidden` (403), both in :mod:`topology.errors` (re-exported here).
 """
 
@@ -153,7 +157,10 @@ class Authenticator:
         self.cache_seconds = cache_seconds
         #: bearer tokens other than API keys (OIDC JWTs), when configured
         self.tokens = tokens
-        self._cache: dict[bytes, tuple[Principal, float]] = {}
+        #: key fingerprint -> (principal, trusted until, verify again from)
+        self._cache: dict[bytes, tuple[Principal, float, float]] = {}
+        #: key fingerprint -> the verification in progress (one per key at a time)
+        self._pending: dict[bytes, asyncio.Task[Principal]] = {}
 
     async def principal(self, authorization: str | None) -> Principal:
         """The caller of a request with this ``Authorization`` header: an API key's record, or,
@@ -170,7 +177,30 @@ class Authenticator:
         hit = self._cache.get(fingerprint)
         now = time.monotonic()
         if hit is not None and hit[1] > now:
+            if hit[2] <= now and fingerprint not in self._pending:
+                self._verification(fingerprint, key)  # renewed in the background; this request goes on
             return hit[0]
+        pending = self._pending.get(fingerprint) or self._verification(fingerprint, key)
+        return await asyncio.shield(pending)  # a cancelled caller leaves the others' verification running
+
+    def _verification(self, fingerprint: bytes, key: str) -> asyncio.Task[Principal]:
+        """Start verifying ``key`` (one task per key at a time; its outcome is always retrieved,
+        so a background renewal that fails logs nothing and leaves the entry to expire)."""
+        task = asyncio.ensure_future(self._verify(fingerprint, key))
+        self._pending[fingerprint] = task
+
+        def done(t: asyncio.Task[Principal]) -> None:
+            self._pending.pop(fingerprint, None)
+            if not t.cancelled():
+                t.exception()
+
+        task.add_done_callback(done)
+        return task
+
+    async def _verify(self, fingerprint: bytes, key: str) -> Principal:
+        """Check ``key`` against its stored record (scrypt, in a thread) and cache the principal;
+        a malformed, unknown or revoked key raises :class:`Unauthenticated` and leaves the cache."""
+        now = time.monotonic()
         parts = parse(key)
         if parts is None:
             raise Unauthenticated("malformed API key")
@@ -179,11 +209,12 @@ class Authenticator:
             self._cache.pop(fingerprint, None)
             raise Unauthenticated("unknown or revoked API key")
         if not await asyncio.to_thread(matches, record, parts[1]):
+            self._cache.pop(fingerprint, None)
             raise Unauthenticated("unknown or revoked API key")
         who = Principal(record.key_id, record.tenant_id, frozenset(record.scopes),
                         None if record.users is None else frozenset(record.users))
         if self.cache_seconds > 0:
             if len(self._cache) > 10_000:
                 self._cache.clear()
-            self._cache[fingerprint] = (who, now + self.cache_seconds)
+            self._cache[fingerprint] = (who, now + self.cache_seconds, now + self.cache_seconds / 2)
         return who

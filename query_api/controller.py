@@ -142,6 +142,10 @@ class _Static:
 #: The row fields :attr:`_Static.head` holds, in order (contiguous in ``SCORE_FEATURES``).
 STATIC_HEAD = ("cosine_in_pool", "lexical", "entity", "speaker_match", "anchor", "bm25", "vector_rank",
                "lexical_rank", "temporal_match", "date_match", "causal_match")
+#: Which of :data:`STATIC_HEAD` are passed on unrounded (:data:`query_api.features.EXACT`).
+_HEAD_EXACT = np.asarray([name in qf.EXACT for name in STATIC_HEAD])
+#: How many other strong pool members ``max_evidence_cosine`` and ``support`` read.
+_OTHERS = 5
 
 
 @dataclass
@@ -452,26 +456,31 @@ class RetrievalController:
         )
 
     @staticmethod
-    def _static(st: _QueryState, c: _Cand) -> _Static:
-        """The features of ``c`` that depend only on the node and the query (computed once a
-        query, after its ``cos_in_pool`` is set)."""
-        info = c.info
-        route, nid = st.route, c.node.id
-        head = {
-            "cosine_in_pool": st.cos_in_pool.get(nid, 0.0),
-            "lexical": len(st.qtokens & info.tokens) / len(st.qtokens) if st.qtokens else 0.0,
-            "entity": len(st.qnames & info.names) / len(st.qnames) if st.qnames else 0.0,
-            "speaker_match": 1.0 if info.speaker is not None and info.speaker in st.qnames else 0.0,
-            "anchor": st.anchor_strength.get(nid, 0.0), "bm25": st.bm25.get(nid, 0.0),
-            "vector_rank": st.vec_rank.get(nid, 0.0), "lexical_rank": st.lex_rank.get(nid, 0.0),
-            "temporal_match": route["temporal"] * (1.0 if info.has_temporal else 0.0),
-            "date_match": qf.date_match_dates(info.dates, *st.dates),
-            "causal_match": route["causal"] * (1.0 if info.causal else 0.0),
-        }
-        return _Static(head=tuple(qf.rounded(k, head[k]) for k in STATIC_HEAD),
-                       is_question=1.0 if info.is_question else 0.0,
-                       reached=(0.0 if c.via == "anchor" else 1.0, round(c.p_g, DECIMALS), round(c.pi_e, DECIMALS)),
-                       length=info.length)
+    def _statics(st: _QueryState, cands: Sequence[_Cand]) -> None:
+        """Set ``st.static`` of ``cands`` (the features that depend only on the node and the
+        query; computed once a query, after its ``cos_in_pool`` is set), rounded as
+        :meth:`ScoreRow.of` rounds, the rounding of all of them in one array operation."""
+        route = st.route
+        heads = []
+        for c in cands:
+            info, nid = c.info, c.node.id
+            heads.append((
+                st.cos_in_pool.get(nid, 0.0),
+                len(st.qtokens & info.tokens) / len(st.qtokens) if st.qtokens else 0.0,
+                len(st.qnames & info.names) / len(st.qnames) if st.qnames else 0.0,
+                1.0 if info.speaker is not None and info.speaker in st.qnames else 0.0,
+                st.anchor_strength.get(nid, 0.0), st.bm25.get(nid, 0.0),
+                st.vec_rank.get(nid, 0.0), st.lex_rank.get(nid, 0.0),
+                route["temporal"] * (1.0 if info.has_temporal else 0.0),
+                qf.date_match_dates(info.dates, *st.dates),
+                route["causal"] * (1.0 if info.causal else 0.0)))
+        raw = np.asarray(heads, dtype=np.float64).reshape(len(heads), len(STATIC_HEAD))
+        done = np.where(_HEAD_EXACT, raw, qf.round_exact(raw)).tolist()
+        for c, head in zip(cands, done, strict=True):
+            st.static[c.node.id] = _Static(
+                head=tuple(head), is_question=1.0 if c.info.is_question else 0.0,
+                reached=(0.0 if c.via == "anchor" else 1.0, round(c.p_g, DECIMALS), round(c.pi_e, DECIMALS)),
+                length=c.info.length)
 
     @staticmethod
     def _reply(st: _QueryState, n: MemoryNode) -> float:
@@ -492,39 +501,57 @@ class RetrievalController:
     def _rows(self, st: _QueryState, cands: Sequence[_Cand]) -> list[ScoreRow]:
         """Every candidate's score features; cosines come from two matrix products: to the
         question, and to the (up to 5) strongest other evidence nodes (``max_evidence_cosine``,
-        ``support``)."""
+        ``support``). Per-candidate arithmetic is done on whole columns; the values are those of
+        the per-candidate formulas (:meth:`ScoreRow.of`), bit for bit: the same products, sums
+        in the same order, and :func:`~query_api.features.round_exact` for ``round``."""
+        if not cands:
+            return []
         ranked = sorted(st.pool.values(), key=lambda c: -c.score)[:6]
         rid = {e.node.id: j for j, e in enumerate(ranked)}
         dim = self.info.dim
         m = matrix([c.info for c in cands], dim)
-        z = (m @ st.q).tolist()
-        sim = (m @ matrix([e.info for e in ranked], dim).T).tolist()
+        zv = m @ st.q
+        z = zv.tolist()
+        sim = m @ matrix([e.info for e in ranked], dim).T
         lo, hi = st.cos_range
         for i, c in enumerate(cands):
             st.cos_in_pool.setdefault(c.node.id, (z[i] - lo) / max(1e-6, hi - lo))
+        new = [c for c in cands if c.node.id not in st.static]
+        if new:
+            self._statics(st, new)
+        # the (up to) 5 strongest other pool members: ranked columns but the candidate's own
+        n, r = sim.shape
+        own = np.asarray([rid.get(c.node.id, -1) for c in cands])
+        k = np.arange(_OTHERS)[None, :]
+        cols = k + ((own[:, None] >= 0) & (k >= own[:, None]))
+        valid = cols < r
+        got = np.take_along_axis(sim, np.minimum(cols, max(r - 1, 0)), axis=1) if r else np.zeros((n, _OTHERS))
+        count = valid.sum(axis=1)
+        total = np.zeros(n)
+        for j in range(_OTHERS):  # left to right, as sum() adds
+            total = total + np.where(valid[:, j], got[:, j], 0.0)
+        with np.errstate(invalid="ignore", divide="ignore"):
+            mean = np.where(count > 0, total / np.maximum(count, 1), 0.0)
+        best = np.where(count > 0, np.where(valid, got, -np.inf).max(axis=1, initial=-np.inf), 0.0)
         pool = qf.pool_view({i: st.anchor_strength.get(i, 0.0) for i in st.pool}, st.cos_in_pool,
                             {i: x.relevance for i, x in st.pool.items()})
-        adj, d = st.graph.adj, DECIMALS
+        adj = st.graph.adj
+        graph = [qf.graph_row(c.node.id, st.graph, pool) if c.node.id in adj else qf.NO_GRAPH for c in cands]
+        g = np.asarray(graph, dtype=np.float64).reshape(n, len(qf.GRAPH_FEATURES))
+        # the rounded columns: cosine, max_evidence_cosine, support, graph_anchor .. adjacent_anchor
+        rounded = qf.round_exact(np.column_stack([zv, best, mean, g[:, 1:5]])).tolist()
+        d = DECIMALS
         route = (round(st.route["temporal"], d), round(st.route["causal"], d), round(st.route["multi_hop"], d))
         out = []
         for i, c in enumerate(cands):
-            n = c.node
-            nid = n.id
-            stat = st.static.get(nid)
-            if stat is None:
-                stat = st.static[nid] = self._static(st, c)
-            sims = sim[i]
-            j = rid.get(nid)
-            if j is not None:
-                sims = sims[:j] + sims[j + 1:]
-            sims = sims[:5]
-            g = qf.graph_row(nid, st.graph, pool) if nid in adj else qf.NO_GRAPH
+            n_ = c.node
+            stat = st.static[n_.id]
+            cos, mx, sup, g1, g2, g3, g4 = rounded[i]
+            gi = graph[i]
             # positional, in SCORE_FEATURES order, rounded as ScoreRow.of rounds (EXACT kept)
             out.append(ScoreRow._make((
-                round(z[i], d), *stat.head, self._reply(st, n), stat.is_question, *route, *stat.reached,
-                round(max(sims, default=0.0), d), round(sum(sims) / len(sims) if sims else 0.0, d),
-                g[0], round(g[1], d), round(g[2], d), round(g[3], d), round(g[4], d), g[5], g[6],
-                stat.length)))
+                cos, *stat.head, self._reply(st, n_), stat.is_question, *route, *stat.reached,
+                mx, sup, gi[0], g1, g2, g3, g4, gi[5], gi[6], stat.length)))
         return out
 
     async def _score(self, run: _Run, cands: Sequence[_Cand]) -> None:

@@ -47,7 +47,7 @@ from typing import Annotated, Any
 import orjson
 from fastapi import APIRouter, Depends, FastAPI, HTTPException, Path, Query, Request, Security
 from fastapi.exceptions import RequestValidationError
-from fastapi.responses import JSONResponse
+from fastapi.responses import JSONResponse, Response
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from pydantic import BaseModel, Field, ValidationError, field_validator
 from starlette.types import ASGIApp, Message, Receive, Send
@@ -222,6 +222,12 @@ class Challenge:
         await self.app(scope, receive, challenged)
 
 
+def _json(model: BaseModel) -> Response:
+    """``model`` as the 200 answer, serialised once by pydantic (the body FastAPI would make of it
+    through the route's ``response_model``, without validating and converting it again)."""
+    return Response(model.model_dump_json(), media_type="application/json")
+
+
 def _too_large(limit: int) -> JSONResponse:
     return JSONResponse({"detail": f"request body larger than {limit} bytes"}, status_code=413)
 
@@ -336,7 +342,7 @@ def routes(service: MemoryService, auth: Authenticator) -> APIRouter:
         return JSONResponse(out.model_dump(), status_code=422 if done.errors else 200)
 
     @router.post("/query", response_model=QueryResponse | PromptEvidence, responses=documented(400, 404, 413, 422, 502))
-    async def query(req: QueryRequest, who: Principal = query_key) -> QueryResponse | PromptEvidence:
+    async def query(req: QueryRequest, who: Principal = query_key) -> Response:
         with observe.timed("query"):
             scope = await svc.scope_for(service, who, req.conversation_id, req.tenant_id)
             res = await svc.retrieve(service, scope, req.question, req.top_k, req.as_of)
@@ -345,8 +351,9 @@ def routes(service: MemoryService, auth: Authenticator) -> APIRouter:
         log.info("query", extra={"evidence": len(res.evidence), "controller_calls": res.trace.controller_calls,
                                  "stop": res.trace.stop_reason})
         if req.format == "prompt":
-            return PromptEvidence.of(req.question, res.evidence, answer=answer, trace_id=observe.TRACE_ID.get())
-        return QueryResponse(**res.model_dump(), answer=answer, trace_id=observe.TRACE_ID.get())
+            return _json(PromptEvidence.of(req.question, res.evidence, answer=answer, trace_id=observe.TRACE_ID.get()))
+        return _json(QueryResponse(question=res.question, evidence=res.evidence, trace=res.trace, answer=answer,
+                                   trace_id=observe.TRACE_ID.get()))
 
     @router.post("/recall", response_model=Recall | PromptEvidence, responses=documented(400, 413, 422, 502))
     async def recall_all(req: RecallRequest, who: Principal = query_key) -> Recall | PromptEvidence:

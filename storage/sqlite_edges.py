@@ -142,7 +142,7 @@ _READ = "source, view, id, target, probability, label, directed, by_rule, versio
 EDGE_CACHE = 32768
 #: Conversations whose edge index (:class:`_Adjacency`) is kept in memory (least recent dropped).
 ADJACENCY_SCOPES = 64
-#: Reads of a scope at one database version before its edge index is built. Building it reads
+#: Reads of a scope before its edge index is built (again, after a delete). Building it reads
 #: every edge of the conversation (one range of the clustered table), while SQL answers one
 #: frontier from the key and the target index; a query makes about 3 reads, so the index pays
 #: off for a conversation queried repeatedly, not for a one-off query.
@@ -151,12 +151,11 @@ ADJACENCY_AFTER = 12
 
 @dataclass
 class _Adjacency:
-    """A scope's edges by endpoint, read at one database ``version`` (see :meth:`SqliteEdgeStore._version`):
-    node id -> view -> edge id -> ``(-probability, edge id)`` (its sort key) for every edge it is
-    the source or target of, and every edge's stored row by id.
-    ``index`` is None until the scope was read :data:`ADJACENCY_AFTER` times at the same version."""
+    """A scope's edges by endpoint: node id -> view -> edge id -> ``(-probability, edge id)``
+    (its sort key) for every edge it is the source or target of, and every edge's stored row by id.
+    ``index`` is None until the scope was read :data:`ADJACENCY_AFTER` times; once built, the
+    store's upserts keep it current (:meth:`SqliteEdgeStore._follow`)."""
 
-    version: tuple[int, int]
     reads: int = 0
     index: dict[str, dict[str, dict[str, tuple[float, str]]]] | None = None
     rows: dict[str, _Row] | None = None
@@ -166,33 +165,55 @@ class SqliteEdgeStore(Base):
     """Edges of the four views and consolidation decisions (layout: see the module).
 
     ``neighbours`` ranks edges and decodes only those not in its LRU; an upsert drops the edges
-    it rewrites from the cache (this store is its database's only writer of edges).
+    it rewrites from the cache. This store is its database's only writer of edges (the process
+    holds the data directory's lock, and no other store writes the table), so what it has read
+    stays true until it writes.
 
-    Ranking: in SQL, or, once a scope has been read :data:`ADJACENCY_AFTER` times with the database
-    unchanged, from an in-memory index of the scope's edges by endpoint (same order: probability descending, then
-    id). The index is stamped with the database version (this connection's total changes and
-    SQLite's ``data_version``, which moves on every commit by another connection), so any write
-    by anyone (an upsert, a delete, a forget) makes the next read fall back to SQL and rebuild."""
+    Ranking: in SQL, or, once a scope has been read :data:`ADJACENCY_AFTER` times, from an
+    in-memory index of the scope's edges by endpoint (same order: probability descending, then
+    id). Each write is one committed transaction: an upsert that returned is applied to its
+    scopes' indexes as SQL applied it, and a delete drops the scope's index (the next reads are
+    SQL's until it is built again). Writes to one conversation, and every other table's writes
+    (nodes, the lexical index, on their own connections), leave other conversations' indexes as
+    they were."""
 
     def __init__(self, conn: sqlite3.Connection) -> None:
         super().__init__(conn)
         self._cache: OrderedDict[bytes | str, EdgeEvent] = OrderedDict()
         self._adjacency: OrderedDict[Scope, _Adjacency] = OrderedDict()
 
-    def _version(self) -> tuple[int, int]:
-        """Changes iff the database changed: this connection's writes, or another's commits."""
-        return self._conn.total_changes, int(self._conn.execute("PRAGMA data_version").fetchone()[0])
+    def _follow(self, edges: Sequence[EdgeEvent]) -> None:
+        """Apply the committed upsert of ``edges`` to the built indexes of their scopes, as the
+        ``ON CONFLICT`` clause applied it: a new edge is added; a stored one keeps its target and
+        label and takes the new probability, direction, creator and version."""
+        by_scope: dict[tuple[str, str], list[EdgeEvent]] = {}
+        for e in edges:
+            by_scope.setdefault((e.tenant_id, e.conversation_id), []).append(e)
+        for (tenant, conv), group in by_scope.items():
+            adj = self._adjacency.get(Scope(tenant_id=tenant, conversation_id=conv))
+            if adj is None or adj.index is None or adj.rows is None:
+                continue  # not built: a build reads the table, these edges included
+            index, rows = adj.index, adj.rows
+            for e in group:
+                r = _row(e)[2:]
+                old = rows.get(e.id)
+                if old is not None:
+                    r = (*old[:4], r[4], old[5], *r[6:])
+                rows[e.id] = r
+                source, target = (e.source, e.target) if old is None else (unkey(old[0]), unkey(old[3]))
+                for end in (source, target) if target != source else (source,):
+                    index.setdefault(end, {}).setdefault(e.view, {})[e.id] = (-e.probability, e.id)
 
     def _index(self, scope: Scope) -> _Adjacency | None:
         """The scope's current endpoint index, or None while SQL should answer (see class)."""
-        version = self._version()
         adj = self._adjacency.get(scope)
-        if adj is None or adj.version != version:
-            self._adjacency[scope] = _Adjacency(version, 1)
+        if adj is None:
+            self._adjacency[scope] = _Adjacency(1)
             self._adjacency.move_to_end(scope)
             while len(self._adjacency) > ADJACENCY_SCOPES:
                 self._adjacency.popitem(last=False)
             return None
+        self._adjacency.move_to_end(scope)
         adj.reads += 1
         if adj.reads < ADJACENCY_AFTER:
             return None
@@ -217,6 +238,7 @@ class SqliteEdgeStore(Base):
             "DO UPDATE SET probability=excluded.probability, directed=excluded.directed, by_rule=excluded.by_rule, "
             "version=excluded.version",
             [_row(e) for e in edges])
+        self._follow(edges)
 
     @staticmethod
     def _found(adj: _Adjacency, node_ids: Sequence[str], views: Sequence[View]) -> list[tuple[float, str]]:
@@ -310,6 +332,7 @@ class SqliteEdgeStore(Base):
         if not node_ids:
             return 0
         self._cache.clear()
+        self._adjacency.pop(scope, None)
         keys = [key(i) for i in node_ids]
         n = ",".join("?" * len(keys))
         return self._delete([(f"DELETE FROM edges WHERE tenant=? AND conv=? AND (source IN ({n}) OR target IN ({n}))",
@@ -318,6 +341,7 @@ class SqliteEdgeStore(Base):
     @translated
     async def delete_scope(self, scope: Scope) -> int:
         self._cache.clear()
+        self._adjacency.pop(scope, None)
         return self._delete([("DELETE FROM edges WHERE tenant=? AND conv=?", (scope.tenant_id, scope.conversation_id))])
 
     @translated

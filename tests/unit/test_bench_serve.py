@@ -22,4 +22,18 @@ async def test_a_short_load_run_answers_everything_and_loses_nothing() -> None:
     for lv in out["levels"]:
         assert lv["requests"] > 0 and lv["errors"] == 0 and lv["5xx"] == 0, lv
         assert lv["query_ms"]["p50"] is not None and lv["query_ms"]["p50"] <= lv["query_ms"]["p99"]
+        assert lv["server_cpu_ms_per_request"] > 0 and lv["client_cpu_ms_per_request"] > 0
     assert out["acknowledged"] > 0 and out["lost"] == 0
+
+
+def test_process_cpu_reads_a_process_of_its_own() -> None:
+    import os
+
+    from jevmem.bench_serve import process_cpu_s
+
+    before = process_cpu_s(os.getpid())
+    assert before is not None
+    sum(i * i for i in range(200_000))
+    after = process_cpu_s(os.getpid())
+    assert after is not None and after >= before
+    assert process_cpu_s(2**22 + 1) is None

@@ -102,6 +102,43 @@ async def test_the_edge_index_ranks_as_sql(memory: Embedded) -> None:
             assert await edges.labelled(SCOPE, some, vs, limit, label) == [e for e in all_edges if e.label == label]
 
 
+async def test_the_edge_index_follows_upserts_and_writes_elsewhere_leave_it_built(memory: Embedded) -> None:
+    await memory.pipeline.ingest(chat_observations())
+    edges = memory.stores.edges
+    assert isinstance(edges, SqliteEdgeStore)
+    ids = [n.id for n in await memory.stores.nodes.scan(SCOPE)]
+    views: Any = ["semantic", "temporal", "entity", "causal"]
+    for _ in range(ADJACENCY_AFTER):
+        await edges.neighbours(SCOPE, ids, views, 1000)
+    built = edges._adjacency[SCOPE]
+    assert built.index is not None
+    # another conversation's writes leave this index as it was
+    await memory.pipeline.ingest(chat_observations(conversation="c2", n=4))
+    await edges.neighbours(SCOPE, ids, views, 1000)
+    assert edges._adjacency[SCOPE] is built and built.index is not None
+    # this conversation's upserts: a new edge, and a stored one rewritten (label and target kept, as SQL keeps them)
+    stored = (await edges.neighbours(SCOPE, ids[:1], views, 1000))[0]
+    rewritten = stored.model_copy(update={"probability": 0.01, "label": "other", "target": ids[-1]})
+    new = stored.model_copy(update={"id": "edge-new", "source": ids[2], "target": ids[3], "probability": 0.99,
+                                    "view": "causal", "label": "causes"})
+    await edges.upsert([rewritten, new])
+    assert edges._adjacency[SCOPE] is built
+    for some in (ids, ids[:1], ids[2:4], ids[-1:]):
+        for vs in (views, ["causal"], [stored.view]):
+            for limit in (1, 5, 1000):
+                by_index = await edges.neighbours(SCOPE, some, vs, limit)
+                edges._cache.clear()
+                by_sql = edges._decoded(SCOPE, edges._sql_ranked(SCOPE, some, vs, limit))
+                assert by_index == by_sql
+    got = {e.id: e for e in await edges.neighbours(SCOPE, ids, views, 1000)}
+    assert got["edge-new"].probability == 0.99
+    assert (got[stored.id].probability, got[stored.id].label, got[stored.id].target) == (0.01, stored.label, stored.target)
+    # a delete drops the scope's index: the next reads are SQL's
+    await edges.delete(SCOPE, [ids[2]])
+    assert SCOPE not in edges._adjacency
+    assert all(ids[2] not in (e.source, e.target) for e in await edges.neighbours(SCOPE, ids, views, 1000))
+
+
 async def test_in_process_scoring_equals_scoring_through_ask(memory: Embedded) -> None:
     await memory.pipeline.ingest(chat_observations())
     c, backend = memory.controller, LocalSystemOne()
