@@ -30,6 +30,8 @@ from jevmem.observation_files import partition_key, read_observation_payloads
 from jevmem.settings import Settings
 
 if TYPE_CHECKING:
+    from pydantic import BaseModel
+
     from query_api.service import MemoryService
 
 # rich_markup_mode=None: plain help text, so "[env JEVMEM_DATA_DIR]" is printed as written (Rich
@@ -161,14 +163,15 @@ def ingest(path: Annotated[Path, typer.Argument(metavar="FILE", help="JSONL obse
            ] = None) -> None:
     """Ingest JSONL observations or a LoCoMo conversation file into the embedded memory, and say
     which tenant and conversations were written."""
-    from jevmem.wiring import build_embedded
+    from jevmem.wiring import EmbeddedService
 
     settings = _settings(data_dir, tenant)
     payloads = read_observation_payloads(path, settings.tenant, conversation)
     require_model(settings)
 
     async def go() -> Counter[tuple[str, str]]:
-        mem = build_embedded(settings)
+        service = EmbeddedService(settings)
+        await service.start()
         accepted = new = edges = dead = 0
         written: Counter[tuple[str, str]] = Counter()
         try:
@@ -177,8 +180,7 @@ def ingest(path: Annotated[Path, typer.Argument(metavar="FILE", help="JSONL obse
                 # calls of several write batches, so embedding one chunk overlaps linking the last
                 step = INGEST_CALL_BATCHES * settings.write_batch
                 for i in range(0, len(payloads), step):
-                    rep = await mem.pipeline.ingest_raw(payloads[i: i + step], source=str(path.name),
-                                                        keep_results=False, offset=i)
+                    rep = await service.load(payloads[i: i + step], source=str(path.name), offset=i)
                     accepted, new, edges = accepted + rep.accepted, new + rep.new_nodes, edges + rep.edges
                     written.update(rep.conversations)
                     dead += len(rep.dead_letters)
@@ -186,7 +188,7 @@ def ingest(path: Annotated[Path, typer.Argument(metavar="FILE", help="JSONL obse
                         console.print(f"[yellow]dead letter[/] {escape(d.source)}: {escape(d.reason)}")
                     bar.update(task, advance=len(payloads[i: i + step]))
         finally:
-            await mem.close()
+            await service.stop()
         console.print(escape(f"accepted {accepted} ({new} new nodes), {edges} edges, {dead} dead letters "
                              f"-> {written_summary(written)} in {settings.data_dir}"))
         return written
@@ -216,15 +218,6 @@ def unknown_conversations(tenant: str, asked: Sequence[str], known: Sequence[tup
     return f"{head}; its conversations: {listed}{more}"
 
 
-async def _require_known(tenant: str, asked: Sequence[str], where: str,
-                         conversations: Callable[[str], Awaitable[list[tuple[str, int]]]]) -> None:
-    """Stop the command (exit 1, the message on stderr) when ``asked`` names a conversation the
-    tenant does not have."""
-    message = unknown_conversations(tenant, asked, await conversations(tenant), where)
-    if message is not None:
-        cli_errors.stop(message, 1)
-
-
 @app.command()
 def query(question: Annotated[str, typer.Argument(metavar="QUESTION", help="The question, in plain words.")],
           conversation: Annotated[list[str] | None, typer.Option(
@@ -237,9 +230,6 @@ def query(question: Annotated[str, typer.Argument(metavar="QUESTION", help="The 
     """Retrieve evidence for QUESTION from a conversation (and an answer if System Two is set);
     from several (-c repeated) or all (--all-conversations) of the tenant's, merged by score.
     A conversation the tenant does not have is an error that lists the ones it has."""
-    from jevmem.wiring import build_embedded, system_two
-    from topology.schemas import Scope
-
     settings = _settings(data_dir, tenant)
     if not conversation and not all_conversations:
         raise typer.BadParameter("give --conversation/-c (repeatable) or --all-conversations")
@@ -248,28 +238,46 @@ def query(question: Annotated[str, typer.Argument(metavar="QUESTION", help="The 
         _recall(settings, question, None if all_conversations else conversation, top_k, as_json)
         return
     assert conversation is not None
+    from query_api import service as svc
 
-    async def go() -> dict[str, Any]:
-        mem = build_embedded(settings)
-        try:
-            await _require_known(settings.tenant, conversation, str(settings.data_dir), mem.stores.nodes.conversations)
-            s2 = system_two(settings)
-            res = await mem.controller.retrieve(Scope(tenant_id=settings.tenant, conversation_id=conversation[0]),
-                                                question, top_k=top_k)
-            out: dict[str, Any] = res.model_dump(mode="json")
-            if s2 is not None:
-                out["answer"] = await s2.answer(question, [e.for_prompt() for e in res.evidence])
-                await s2.aclose()
-            return out
-        finally:
-            await mem.close()
+    async def ask(service: MemoryService) -> dict[str, Any]:
+        asked = await svc.ask(service, svc.operator(settings.tenant), conversation[0], question, top_k)
+        return _dumped(asked.found, asked.answer)
 
-    out = _run(go())
+    out = _run(_asking(settings, conversation, ask))
     if _print_evidence(out, question, "via", as_json):
         tr = out["trace"]
         console.print(f"route {tr['route']}  depth {tr['depth']}  stop {tr['stop_reason']}  "
                       f"calls {tr['controller_calls']}  {tr['timings_ms']['total']:.0f} ms")
         _print_answer(out)
+
+
+def _dumped(found: BaseModel, answer: str | None) -> dict[str, Any]:
+    """``found`` as JSON, with ``answer`` when there is one."""
+    out: dict[str, Any] = found.model_dump(mode="json")
+    if answer is not None:
+        out["answer"] = answer
+    return out
+
+
+async def _asking(settings: Settings, asked: Sequence[str] | None,
+                  ask: Callable[[MemoryService], Awaitable[dict[str, Any]]]) -> dict[str, Any]:
+    """``ask`` over the embedded store (:class:`jevmem.wiring.EmbeddedService`); a conversation of
+    ``asked`` the tenant does not have stops the command (exit 1) with
+    :func:`unknown_conversations`' message."""
+    from jevmem.wiring import EmbeddedService
+    from topology.errors import UnknownConversation
+
+    service = EmbeddedService(settings)
+    await service.start()
+    try:
+        return await ask(service)
+    except UnknownConversation as exc:
+        known = await service.conversations(settings.tenant)
+        cli_errors.stop(unknown_conversations(settings.tenant, asked or [exc.conversation_id], known,
+                                              str(settings.data_dir)) or str(exc), 1)
+    finally:
+        await service.stop()
 
 
 def _print_evidence(out: dict[str, Any], question: str, third: str, as_json: bool) -> bool:
@@ -339,25 +347,15 @@ def serve(host: Annotated[str, typer.Option(metavar="HOST", help="Address to lis
 def _recall(settings: Settings, question: str, conversations: list[str] | None, top_k: int, as_json: bool) -> None:
     """``query`` over several conversations (:func:`query_api.recall.recall`) of the embedded store;
     a named conversation the tenant does not have stops it (:func:`unknown_conversations`)."""
-    from jevmem.wiring import EmbeddedService
-    from query_api.recall import recall
+    from query_api import service as svc
 
-    async def go() -> dict[str, Any]:
-        service = EmbeddedService(settings)
-        await service.start()
-        try:
-            if conversations is not None:
-                await _require_known(settings.tenant, conversations, str(settings.data_dir), service.conversations)
-            res = await recall(service, settings.tenant, question, top_k, conversations)
-            out: dict[str, Any] = res.model_dump(mode="json")
-            answer = await service.answer(question, [e.for_prompt() for e in res.evidence])
-            if answer is not None:
-                out["answer"] = answer
-            return out
-        finally:
-            await service.stop()
+    async def ask(service: MemoryService) -> dict[str, Any]:
+        if conversations is not None:
+            await svc.require_known(service, settings.tenant, conversations)
+        asked = await svc.ask_across(service, svc.operator(settings.tenant), question, top_k, conversations)
+        return _dumped(asked.found, asked.answer)
 
-    out = _run(go())
+    out = _run(_asking(settings, conversations, ask))
     if _print_evidence(out, question, "conversation_id", as_json):
         tr = out["trace"]
         given = ", ".join(f"{c['conversation_id']} ({c['evidence']})" for c in out["conversations"] if c["evidence"])
@@ -376,12 +374,14 @@ def conversations(tenant: Tenant = None, data_dir: DataDir = None,
     settings = _settings(data_dir, tenant)
     require_model(settings)
 
+    from query_api import service as svc
+
     async def go() -> tuple[str, list[tuple[str, int]]]:
         settings_used, service = _service(settings, distributed)
         where = "the distributed stores" if settings_used.mode == "distributed" else str(settings.data_dir)
         await service.start()
         try:
-            return where, sorted(await service.conversations(settings.tenant))
+            return where, sorted(await svc.listed(service, svc.operator(settings.tenant)))
         finally:
             await service.stop()
 
@@ -484,17 +484,16 @@ def forget(conversation: Annotated[str, typer.Option("--conversation", "-c", met
     """Forget one observation (--event) or a whole conversation: nodes, derived nodes built from
     them, edges, consolidation decisions, vectors and lexical entries. Embedded: deleted now;
     distributed (--distributed or JEVMEM_MODE=distributed): published, applied in order by a worker."""
-    from topology.schemas import Scope
+    from query_api import service as svc
 
     settings = _settings(data_dir, tenant)
-    scope = Scope(tenant_id=settings.tenant, conversation_id=conversation)
     require_model(settings)
 
     async def go() -> dict[str, Any]:
         _, service = _service(settings, distributed)
         await service.start()
         try:
-            return (await service.forget(scope, event)).model_dump()
+            return (await svc.forget(service, svc.operator(settings.tenant), conversation, event)).model_dump()
         finally:
             await service.stop()
 

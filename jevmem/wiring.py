@@ -227,6 +227,13 @@ class EmbeddedService:
         return [ItemError(index=i, reason=reasons[key]) for i, o in enumerate(observations)
                 if (key := (o.tenant_id, o.conversation_id, o.event_id)) in reasons]
 
+    async def load(self, payloads: Sequence[bytes | str], *, source: str, offset: int = 0) -> IngestReport:
+        """Bulk-load raw records (JSON observations and forget records, as on the observations
+        topic, e.g. a file's lines): :meth:`streams.embedded.EmbeddedPipeline.ingest_raw` without
+        per-node results (a load of any size holds none); an invalid record is a dead letter
+        sourced ``"{source}#{offset + index}"``."""
+        return await self.mem.pipeline.ingest_raw(payloads, source=source, keep_results=False, offset=offset)
+
     async def reject(self, letters: Sequence[DeadLetter]) -> None:
         await self.mem.stores.dead_letters.put(letters)
 

@@ -55,7 +55,7 @@ from starlette.types import Scope as AsgiScope
 
 from query_api import mcp_server
 from query_api import service as svc
-from query_api.auth import Authenticator, Principal, require, user_of, whole_tenant
+from query_api.auth import Authenticator, Principal, require, whole_tenant
 from query_api.controller import Retrieval
 from query_api.items import ItemError, safe
 from query_api.recall import AS_OF_HELP, FORMAT_HELP, EvidenceFormat, PromptEvidence, Recall, RecallRequest
@@ -343,11 +343,9 @@ def routes(service: MemoryService, auth: Authenticator) -> APIRouter:
 
     @router.post("/query", response_model=QueryResponse | PromptEvidence, responses=documented(400, 404, 413, 422, 502))
     async def query(req: QueryRequest, who: Principal = query_key) -> Response:
-        with observe.timed("query"):
-            scope = await svc.scope_for(service, who, req.conversation_id, req.tenant_id)
-            res = await svc.retrieve(service, scope, req.question, req.top_k, req.as_of)
-        observe.measure("controller_requests_per_query", res.trace.controller_calls)
-        answer = await service.answer(req.question, [e.for_prompt() for e in res.evidence]) if req.answer else None
+        asked = await svc.ask(service, who, req.conversation_id, req.question, req.top_k, tenant_id=req.tenant_id,
+                              as_of=req.as_of, answer=req.answer)
+        res, answer = asked.found, asked.answer
         log.info("query", extra={"evidence": len(res.evidence), "controller_calls": res.trace.controller_calls,
                                  "stop": res.trace.stop_reason})
         if req.format == "prompt":
@@ -357,8 +355,8 @@ def routes(service: MemoryService, auth: Authenticator) -> APIRouter:
 
     @router.post("/recall", response_model=Recall | PromptEvidence, responses=documented(400, 413, 422, 502))
     async def recall_all(req: RecallRequest, who: Principal = query_key) -> Recall | PromptEvidence:
-        found = await svc.recall_across(service, who.tenant_id, req.question, req.top_k, req.conversation_ids,
-                                        user_of(who, req.user_id), req.as_of)
+        found = (await svc.ask_across(service, who, req.question, req.top_k, req.conversation_ids, req.user_id,
+                                      req.as_of, answer=False)).found
         return PromptEvidence.of(req.question, found.evidence) if req.format == "prompt" else found
 
     @router.get("/conversations", response_model=list[Conversation])
@@ -402,7 +400,7 @@ def routes(service: MemoryService, auth: Authenticator) -> APIRouter:
 
     @router.delete("/conversations/{conversation_id}", response_model=None, responses=forget_responses)
     async def forget_conversation(conversation_id: ConvId, who: Principal = admin_key) -> JSONResponse:
-        return forgotten(await service.forget(await svc.scope_for(service, who, conversation_id), None))
+        return forgotten(await svc.forget(service, who, conversation_id, None))
 
     @router.delete("/conversations/{conversation_id}/observations/{event_id}", response_model=None,
                    responses=forget_responses)
@@ -410,7 +408,7 @@ def routes(service: MemoryService, auth: Authenticator) -> APIRouter:
         problem = limits.text_problem(event_id, control=True)
         if problem is not None:
             raise InvalidRequest(f"event_id {problem}", where=("path", "event_id"))
-        return forgotten(await service.forget(await svc.scope_for(service, who, conversation_id), event_id))
+        return forgotten(await svc.forget(service, who, conversation_id, event_id))
 
     @router.get("/dead-letters", response_model=list[DeadLetter], responses=documented(422))
     async def dead_letters(limit: Annotated[int, Query(ge=1, le=1000)] = 100,

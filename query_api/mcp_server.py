@@ -56,7 +56,7 @@ from starlette.types import Receive, Send
 from starlette.types import Scope as AsgiScope
 
 from query_api import service as svc
-from query_api.auth import ApiScope, Authenticator, Principal, Unauthenticated, require, user_of
+from query_api.auth import ApiScope, Authenticator, Principal, Unauthenticated, require
 from query_api.items import ItemError
 from query_api.recall import FORMAT_HELP, MAX_CONVERSATIONS, EvidenceFormat, PromptEvidence
 from query_api.service import MemoryService
@@ -224,8 +224,8 @@ def build_server(service: MemoryService, principal_of: PrincipalOf) -> MCPServer
         # compact JSON for the json one (the structured content carries the same for programs)
         with tool_errors():
             who = await caller(ctx, "query")
-            found = await svc.recall_across(service, who.tenant_id, question, top_k, conversation_ids,
-                                            user_of(who, user_id), None if as_of is None else limits.utc_in_range(as_of))
+            found = (await svc.ask_across(service, who, question, top_k, conversation_ids, user_id,
+                                          None if as_of is None else limits.utc_in_range(as_of), answer=False)).found
             if format == "prompt":
                 text = PromptEvidence.of(question, found.evidence).text
                 return CallToolResult(content=[TextContent(type="text", text=text)], structured_content={"text": text})
@@ -243,7 +243,7 @@ def build_server(service: MemoryService, principal_of: PrincipalOf) -> MCPServer
             who = await caller(ctx, "admin")
             if event_id is not None and (problem := limits.text_problem(event_id, control=True)) is not None:
                 raise ToolError(f"event_id {problem}")
-            result = await service.forget(await svc.scope_for(service, who, conversation_id), event_id)
+            result = await svc.forget(service, who, conversation_id, event_id)
             return result.model_dump()
 
     @server.tool(description=f"A conversation's memory graph: its latest nodes (content cut to {CONTENT_CHARS} "
@@ -255,7 +255,7 @@ def build_server(service: MemoryService, principal_of: PrincipalOf) -> MCPServer
         with tool_errors():
             who = await caller(ctx, "query")
             scope = await svc.scope_for(service, who, conversation_id)
-            return compact_graph(conversation_id, await svc.nodes(service, scope), await service.edges(scope), limit)
+            return compact_graph(conversation_id, await svc.nodes(service, scope), await svc.edges(service, scope), limit)
 
     @server.tool(description="Your conversations in memory, with their node counts.",
                  annotations=ToolAnnotations(read_only_hint=True))

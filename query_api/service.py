@@ -1,10 +1,13 @@
-"""What the HTTP API and the MCP server share: the deployment port they both call, its typed
-results, ingest validation, reads that say when a conversation is unknown, and the one table
-that turns the product's errors into answers.
+"""The use cases every front end calls: the deployment port (:class:`MemoryService`), its typed
+results, and the functions over it: :func:`ingest` (per-item validation), :func:`ask` (retrieve
+from one conversation, known-conversation check, System Two's answer), :func:`ask_across` and
+:func:`recall_across` (one search over a realm), :func:`forget`, the reads that say when a
+conversation is unknown, and the one table that turns the product's errors into answers.
 
-Both adapters call the functions here with the caller's :class:`~query_api.auth.Principal`
-already checked for scope; each adapter keeps only its transport (parsing a body, naming a tool)
-and renders an :class:`ErrorAnswer` its own way (an HTTP response, an MCP error result).
+The HTTP API, the MCP server and the CLI call the functions here with the caller's
+:class:`~query_api.auth.Principal` already checked for scope (a local command acts as
+:func:`operator`); each keeps only its transport (parsing a body, naming a tool, printing a
+table) and renders an :class:`ErrorAnswer` or an error its own way.
 """
 
 from __future__ import annotations
@@ -12,12 +15,12 @@ from __future__ import annotations
 from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any, Literal, Protocol
+from typing import Any, Generic, Literal, Protocol, TypeVar
 
 from pydantic import BaseModel, Field
 
-from query_api.auth import Principal, same_tenant, user_of
-from query_api.controller import Retrieval
+from query_api.auth import SCOPES, Principal, same_tenant, user_of
+from query_api.controller import Evidence, Retrieval
 from query_api.items import ItemError, dump, safe, validate_items
 from query_api.recall import Recall, TooManyConversations, recall
 from topology import limits, observe
@@ -200,11 +203,19 @@ async def scope_for(service: MemoryService, who: Principal, conversation_id: str
     return scope
 
 
-async def require_known(service: MemoryService, scope: Scope) -> None:
-    """:class:`~topology.errors.UnknownConversation` unless the scope's tenant has memory of its
-    conversation (only the tenant's own conversations are consulted)."""
-    if not any(c == scope.conversation_id for c, _ in await service.conversations(scope.tenant_id)):
-        raise UnknownConversation(scope.conversation_id)
+def operator(tenant_id: str) -> Principal:
+    """The caller of a local command (the CLI): the whole tenant, every scope; whoever runs it
+    can read the store itself."""
+    return Principal(key_id="local", tenant_id=tenant_id, scopes=frozenset(SCOPES))
+
+
+async def require_known(service: MemoryService, tenant_id: str, conversation_ids: Sequence[str]) -> None:
+    """:class:`~topology.errors.UnknownConversation` for the first of ``conversation_ids`` the
+    tenant has no memory of (only the tenant's own conversations are consulted)."""
+    known = {c for c, _ in await service.conversations(tenant_id)}
+    missing = next((c for c in conversation_ids if c not in known), None)
+    if missing is not None:
+        raise UnknownConversation(missing)
 
 
 async def retrieve(service: MemoryService, scope: Scope, question: str, top_k: int,
@@ -213,8 +224,36 @@ async def retrieve(service: MemoryService, scope: Scope, question: str, top_k: i
     :class:`~topology.errors.UnknownConversation` (a known one may answer empty)."""
     res = await service.retrieve(scope, question, top_k, as_of)
     if not res.evidence:
-        await require_known(service, scope)
+        await require_known(service, scope.tenant_id, [scope.conversation_id])
     return res
+
+
+F = TypeVar("F", Retrieval, Recall)
+
+
+@dataclass(frozen=True)
+class Asked(Generic[F]):
+    """What :func:`ask` or :func:`ask_across` found, and System Two's answer from it (None when
+    no answer was asked for or no System Two is configured)."""
+
+    found: F
+    answer: str | None
+
+
+async def _answered(service: MemoryService, question: str, evidence: Sequence[Evidence]) -> str | None:
+    return await service.answer(question, [e.for_prompt() for e in evidence])
+
+
+async def ask(service: MemoryService, who: Principal, conversation_id: str, question: str, top_k: int, *,
+              tenant_id: str | None = None, as_of: datetime | None = None, answer: bool = True) -> Asked[Retrieval]:
+    """Retrieve the best ``top_k`` memories of one conversation (:func:`scope_for`, then
+    :func:`retrieve`: timed as stage ``query``, :class:`~topology.errors.UnknownConversation` for
+    a conversation the tenant does not have), then, with ``answer``, System Two's answer from them."""
+    with observe.timed("query"):
+        scope = await scope_for(service, who, conversation_id, tenant_id)
+        res = await retrieve(service, scope, question, top_k, as_of)
+    observe.measure("controller_requests_per_query", res.trace.controller_calls)
+    return Asked(res, await _answered(service, question, res.evidence) if answer else None)
 
 
 async def recall_across(service: MemoryService, tenant_id: str, question: str, top_k: int,
@@ -226,6 +265,21 @@ async def recall_across(service: MemoryService, tenant_id: str, question: str, t
         return await recall(service, tenant_id, question, top_k, conversation_ids, user_id, as_of)
     except TooManyConversations as exc:
         raise InvalidRequest(str(exc)) from exc
+
+
+async def ask_across(service: MemoryService, who: Principal, question: str, top_k: int,
+                     conversation_ids: Sequence[str] | None, user_id: str | None = None,
+                     as_of: datetime | None = None, *, answer: bool = True) -> Asked[Recall]:
+    """:func:`recall_across` over the caller's tenant (``user_id`` checked against the key's
+    users), then, with ``answer``, System Two's answer from its evidence."""
+    found = await recall_across(service, who.tenant_id, question, top_k, conversation_ids, user_of(who, user_id), as_of)
+    return Asked(found, await _answered(service, question, found.evidence) if answer else None)
+
+
+async def forget(service: MemoryService, who: Principal, conversation_id: str, event_id: str | None) -> ForgetResult:
+    """Forget one observation (``event_id``) or the whole conversation (None) of the caller's
+    (:func:`scope_for`): what was removed (embedded) or that it was queued (distributed)."""
+    return await service.forget(await scope_for(service, who, conversation_id), event_id)
 
 
 async def nodes(service: MemoryService, scope: Scope) -> list[MemoryNode]:
@@ -240,7 +294,7 @@ async def edges(service: MemoryService, scope: Scope) -> list[EdgeEvent]:
     """The conversation's edges; :class:`~topology.errors.UnknownConversation` for an unknown one."""
     out = await service.edges(scope)
     if not out:
-        await require_known(service, scope)
+        await require_known(service, scope.tenant_id, [scope.conversation_id])
     return out
 
 
@@ -249,7 +303,7 @@ async def decisions(service: MemoryService, scope: Scope) -> list[ConsolidationD
     for an unknown one."""
     out = await service.decisions(scope)
     if not out:
-        await require_known(service, scope)
+        await require_known(service, scope.tenant_id, [scope.conversation_id])
     return out
 
 
