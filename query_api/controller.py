@@ -131,7 +131,7 @@ class _Static:
     """The score features of a candidate that depend only on it and the query (its node, how it
     was reached), as a :class:`ScoreRow` carries them (rounded where it rounds): ``head`` is
     ``cosine_in_pool`` .. ``causal_match`` in :data:`STATIC_HEAD` order; ``reached`` is
-    ``expanded``, ``path_probability``, ``edge_probability``."""
+    ``expanded``, ``view_probability``, ``edge_probability``."""
 
     head: tuple[float, ...]
     is_question: float
@@ -139,7 +139,7 @@ class _Static:
     length: float
 
 
-#: The row fields :attr:`_Static.head` holds, in order (contiguous in ``SCORE_FEATURES``).
+#: The features :attr:`_Static.head` holds, in order.
 STATIC_HEAD = ("cosine_in_pool", "lexical", "entity", "speaker_match", "anchor", "bm25", "vector_rank",
                "lexical_rank", "temporal_match", "date_match", "causal_match")
 #: Which of :data:`STATIC_HEAD` are passed on unrounded (:data:`query_api.features.EXACT`).
@@ -539,20 +539,22 @@ class RetrievalController:
         graph = [qf.graph_row(c.node.id, st.graph, pool) if c.node.id in adj else qf.NO_GRAPH for c in cands]
         g = np.asarray(graph, dtype=np.float64).reshape(n, len(qf.GRAPH_FEATURES))
         # the rounded columns: cosine, max_evidence_cosine, support, graph_anchor .. adjacent_anchor
-        rounded = qf.round_exact(np.column_stack([zv, best, mean, g[:, 1:5]])).tolist()
+        cos, mx, sup, g1, g2, g3, g4 = qf.round_exact(np.column_stack([zv, best, mean, g[:, 1:5]])).T.tolist()
         d = DECIMALS
-        route = (round(st.route["temporal"], d), round(st.route["causal"], d), round(st.route["multi_hop"], d))
-        out = []
-        for i, c in enumerate(cands):
-            n_ = c.node
-            stat = st.static[n_.id]
-            cos, mx, sup, g1, g2, g3, g4 = rounded[i]
-            gi = graph[i]
-            # positional, in SCORE_FEATURES order, rounded as ScoreRow.of rounds (EXACT kept)
-            out.append(ScoreRow._make((
-                cos, *stat.head, self._reply(st, n_), stat.is_question, *route, *stat.reached,
-                mx, sup, gi[0], g1, g2, g3, g4, gi[5], gi[6], stat.length)))
-        return out
+        stats = [st.static[c.node.id] for c in cands]
+        reached = list(zip(*(x.reached for x in stats), strict=True))
+        gcols = list(zip(*graph, strict=True))
+        # every feature by name, rounded as ScoreRow.of rounds (EXACT kept)
+        columns: dict[str, Sequence[float]] = {
+            "cosine": cos, **dict(zip(STATIC_HEAD, zip(*(x.head for x in stats), strict=True), strict=True)),
+            "reply_to_match": [self._reply(st, c.node) for c in cands],
+            "is_question": [x.is_question for x in stats],
+            **{f"route_{k}": [round(st.route[k], d)] * n for k in ("temporal", "causal", "multi_hop")},
+            "expanded": reached[0], "view_probability": reached[1], "edge_probability": reached[2],
+            "max_evidence_cosine": mx, "support": sup, **dict(zip(qf.GRAPH_FEATURES, gcols, strict=True)),
+            **dict(zip(qf.GRAPH_FEATURES[1:5], (g1, g2, g3, g4), strict=True)),  # the rounded ones
+            "length": [x.length for x in stats]}
+        return ScoreRow.rows(columns)
 
     async def _score(self, run: _Run, cands: Sequence[_Cand]) -> None:
         """Score ``cands`` (one request) and set their combined, recency-adjusted scores."""

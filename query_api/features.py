@@ -12,13 +12,12 @@ from collections.abc import Iterable, Mapping, Sequence
 from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, field
 from datetime import date
-from typing import NamedTuple
 
 import numpy as np
 
 from topology import text
 from topology.schemas import EdgeEvent, MemoryNode
-from topology.systemone.features import SCORE_FEATURES
+from topology.systemone.features import SCORE_FEATURES, ScoreFeatures
 
 _YEAR = re.compile(r"\b(19\d{2}|20\d{2}|21\d{2})\b")
 _MONTHS = {name.lower(): i for i, name in enumerate(calendar.month_name) if name}
@@ -161,50 +160,28 @@ EXACT = frozenset({"speaker_match", "date_match", "is_question", "expanded", "gr
                    "semantic_neighbours", "length"})
 
 
-class ScoreRow(NamedTuple):
-    """One retrieval candidate's numeric score features, fields in
-    :data:`~topology.systemone.features.SCORE_FEATURES` order (what the learned scorer reads).
-    Build it with :meth:`of`, which rounds every feature but the :data:`EXACT` ones (a row built
-    positionally must hold values rounded the same way: :func:`rounded`)."""
+class ScoreRow(ScoreFeatures):
+    """One retrieval candidate's numeric score features: a
+    :class:`~topology.systemone.features.ScoreFeatures` (its fields, in its order: what the
+    learned scorer reads) holding rounded values. Build one with :meth:`of`, or many from
+    columns with :meth:`rows`; both round every feature but the :data:`EXACT` ones (values
+    given positionally, e.g. to ``_make``, must be rounded the same way: :func:`rounded`)."""
 
-    cosine: float
-    cosine_in_pool: float
-    lexical: float
-    entity: float
-    speaker_match: float
-    anchor: float
-    bm25: float
-    vector_rank: float
-    lexical_rank: float
-    temporal_match: float
-    date_match: float
-    causal_match: float
-    reply_to_match: float
-    is_question: float
-    route_temporal: float
-    route_causal: float
-    route_multi_hop: float
-    expanded: float
-    view_probability: float
-    edge_probability: float
-    max_evidence_cosine: float
-    support: float
-    graph_degree: float
-    graph_anchor: float
-    graph_cosine: float
-    graph_relevance: float
-    adjacent_anchor: float
-    entity_neighbours: float
-    semantic_neighbours: float
-    length: float
+    __slots__ = ()
 
     @classmethod
     def of(cls, features: Mapping[str, float]) -> ScoreRow:
         """The row of ``features`` (every field by name, no other), rounded to :data:`DECIMALS`
         but for :data:`EXACT`."""
-        if features.keys() != _FEATURE_SET:
-            raise ValueError(f"score features differ: {sorted(features.keys() ^ _FEATURE_SET)}")
-        return cls(*(rounded(k, features[k]) for k in SCORE_FEATURES))
+        _same_names(features)
+        return cls._make(rounded(k, features[k]) for k in SCORE_FEATURES)
+
+    @classmethod
+    def rows(cls, columns: Mapping[str, Sequence[float]]) -> list[ScoreRow]:
+        """One row per position of ``columns`` (every field by name, no other, each a column of
+        the same length), the values taken as given: already rounded as :meth:`of` rounds."""
+        _same_names(columns)
+        return [cls._make(r) for r in zip(*(columns[k] for k in SCORE_FEATURES), strict=True)]
 
     def values(self) -> list[float]:
         """The features in :data:`SCORE_FEATURES` order."""
@@ -213,6 +190,11 @@ class ScoreRow(NamedTuple):
     def as_dict(self) -> dict[str, float]:
         """Feature name -> value (the numeric fields of a ``ScoreState``)."""
         return dict(zip(SCORE_FEATURES, self, strict=True))
+
+
+def _same_names(features: Mapping[str, object]) -> None:
+    if features.keys() != _FEATURE_SET:
+        raise ValueError(f"score features differ: {sorted(features.keys() ^ _FEATURE_SET)}")
 
 
 _FEATURE_SET = frozenset(SCORE_FEATURES)

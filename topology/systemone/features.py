@@ -9,9 +9,9 @@ a silent default. Numeric features are plain floats; texts travel for models tha
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, NamedTuple, TypeVar
 
-from pydantic import BaseModel, ConfigDict, ValidationError
+from pydantic import BaseModel, ConfigDict, ValidationError, create_model
 
 from topology.errors import SystemOneError
 
@@ -88,25 +88,15 @@ class AssessState(_State):
     evidence: list[str]
 
 
-#: The numeric features of one retrieval candidate, in the order the learned scorer reads them.
-SCORE_FEATURES: tuple[str, ...] = (
-    "cosine", "cosine_in_pool", "lexical", "entity", "speaker_match", "anchor", "bm25", "vector_rank",
-    "lexical_rank", "temporal_match", "date_match", "causal_match", "reply_to_match", "is_question",
-    "route_temporal", "route_causal", "route_multi_hop", "expanded", "view_probability", "edge_probability",
-    "max_evidence_cosine", "support", "graph_degree", "graph_anchor", "graph_cosine", "graph_relevance", "adjacent_anchor",
-    "entity_neighbours", "semantic_neighbours", "length",
-)
+class ScoreFeatures(NamedTuple):
+    """The numeric features of one retrieval candidate, declared once: their names, types and
+    order (the order the learned scorer reads them). A row of them is this tuple (the read path's
+    :class:`query_api.features.ScoreRow` adds its rounding), :data:`SCORE_FEATURES` is its field
+    names, and :class:`ScoreState` carries them by name. Graph features (``graph_*``,
+    ``adjacent_anchor``, ``*_neighbours``, ``graph_degree``) are computed only from edges the
+    controller examined in expansion rounds and are 0 without them; every feature is in [0, 1] or
+    a small count."""
 
-
-class ScoreState(_State):
-    """One candidate for a query. Graph features (``graph_*``, ``adjacent_anchor``,
-    ``*_neighbours``, ``graph_degree``) are computed only from edges the controller examined in
-    expansion rounds and are 0 without them; every feature is in [0, 1] or a small count."""
-
-    question: str
-    memory: str
-    speaker: str
-    view: str
     cosine: float
     cosine_in_pool: float
     lexical: float
@@ -137,6 +127,33 @@ class ScoreState(_State):
     entity_neighbours: float
     semantic_neighbours: float
     length: float
+
+
+#: The names of :class:`ScoreFeatures`, in its order.
+SCORE_FEATURES: tuple[str, ...] = ScoreFeatures._fields
+
+
+class _ScoreTexts(_State):
+    question: str
+    memory: str
+    speaker: str
+    view: str
+
+
+if TYPE_CHECKING:  # the feature fields are read typed through ScoreState.features()
+    _ScoreFields = _ScoreTexts
+else:  # the texts, then every field of ScoreFeatures in its order, each a float
+    _ScoreFields = create_model("_ScoreFields", __base__=_ScoreTexts,
+                                **{name: (float, ...) for name in SCORE_FEATURES})
+
+
+class ScoreState(_ScoreFields):
+    """One candidate for a query: the question, the memory's text, speaker and view, then every
+    field of :class:`ScoreFeatures` by name (a flat JSON object, as remote backends read it)."""
+
+    def features(self) -> ScoreFeatures:
+        """The numeric features, typed."""
+        return ScoreFeatures._make(self.vector())
 
     def vector(self) -> list[float]:
         """The numeric features in :data:`SCORE_FEATURES` order."""

@@ -235,8 +235,9 @@ def score_nouls(relevance: float, edge_probability: float, expanded: float, max_
 
 
 def _score_answer(st: ScoreState, relevance: float) -> Answer:
-    rel, useful, new, supports = score_nouls(relevance, st.edge_probability, st.expanded, st.max_evidence_cosine,
-                                             st.support)
+    f = st.features()
+    rel, useful, new, supports = score_nouls(relevance, f.edge_probability, f.expanded, f.max_evidence_cosine,
+                                             f.support)
     return Answer(nouls={"relevance": rel, "relation_useful": useful, "new_information": new, "supports": supports})
 
 
