@@ -15,7 +15,8 @@ from query_api.items import ItemError
 from query_api.scoring import LocalScorer, Scorer
 from query_api.service import ForgetApplied
 from query_api.system_two import OpenAICompatibleSystemTwo
-from storage.keys import ElasticKeyStore, KeyStore, SqliteKeyStore
+from storage.keys import ElasticKeyStore, SqliteKeyStore
+from storage.ports import KeyStore
 from storage.scope_cache import ScopeCache
 from storage.speaker_facts import speaker_facts
 from storage.sqlite import (

@@ -31,7 +31,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, Protocol
 
-from storage.keys import SCOPES, ApiKeyRecord, ApiScope, KeyStore
+from storage.ports import SCOPES, ApiKeyRecord, ApiScope, KeyStore
 from topology.errors import Forbidden, Unauthenticated
 
 __all__ = ["SCOPES", "ApiKeyRecord", "ApiScope", "Authenticator", "Forbidden", "KeyStore", "Principal",

@@ -28,7 +28,7 @@ from typing import Any
 import jwt
 
 from query_api.auth import Principal
-from storage.keys import SCOPES
+from storage.ports import SCOPES
 from topology.errors import Unauthenticated
 
 

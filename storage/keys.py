@@ -1,4 +1,5 @@
-"""API key records (hashes only) and where they live: SQLite (embedded) or Elasticsearch.
+"""Where API key records live: SQLite (embedded) or Elasticsearch; both implement
+:class:`storage.ports.KeyStore` (records: :class:`storage.ports.ApiKeyRecord`, hashes only).
 
 Records survive store generations and replays: the SQLite store is its own file beside the memory
 store (so ``jevmem keys`` works while ``jevmem serve`` holds the memory store), and the
@@ -9,50 +10,13 @@ from __future__ import annotations
 
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any, ClassVar, Literal, Protocol, get_args
+from typing import Any, ClassVar
 
 from elasticsearch import ApiError, AsyncElasticsearch, NotFoundError
-from pydantic import BaseModel, ConfigDict
 
 from storage.elastic import es_errors
+from storage.ports import ApiKeyRecord
 from storage.sqlite import open_file, sqlite_errors, translated
-from topology.schemas import Ident
-
-ApiScope = Literal["ingest", "query", "admin"]
-SCOPES: tuple[ApiScope, ...] = get_args(ApiScope)
-
-
-class ApiKeyRecord(BaseModel):
-    """What a key store keeps of a key: never the key, only its salted scrypt hash."""
-
-    model_config = ConfigDict(frozen=True)
-
-    key_id: str
-    tenant_id: Ident
-    scopes: list[ApiScope]
-    salt: str
-    hash: str
-    created_at: datetime
-    revoked_at: datetime | None = None
-    label: str = ""
-    #: the users this key may act for (None: every user of the tenant; see ``query_api.auth``)
-    users: list[Ident] | None = None
-
-
-class KeyStore(Protocol):
-    async def create(self, record: ApiKeyRecord) -> None: ...
-
-    async def get(self, key_id: str) -> ApiKeyRecord | None: ...
-
-    async def list(self, tenant_id: str | None = None) -> list[ApiKeyRecord]:
-        """Records, oldest first; only ``tenant_id``'s when given."""
-        ...
-
-    async def revoke(self, key_id: str) -> bool:
-        """Mark the key revoked (idempotent); False when there is no such key."""
-        ...
-
-    async def close(self) -> None: ...
 
 
 class SqliteKeyStore:

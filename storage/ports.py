@@ -1,4 +1,5 @@
-"""Small storage ports. Every call is scoped by tenant and conversation.
+"""Every storage port, small ones, and the records they carry (search hits, API key records).
+Every memory call is scoped by tenant and conversation.
 
 An adapter implements the whole port of its store (:class:`NodeStore`, :class:`EdgeStore`,
 :class:`VectorIndex`, ...); a caller asks only for the part it uses (:class:`NodeReader`,
@@ -17,11 +18,13 @@ from __future__ import annotations
 
 from collections.abc import Collection, Sequence
 from dataclasses import dataclass
-from typing import Protocol, runtime_checkable
+from datetime import datetime
+from typing import Literal, Protocol, get_args, runtime_checkable
 
 import numpy as np
+from pydantic import BaseModel, ConfigDict
 
-from topology.schemas import ConsolidationDecision, DeadLetter, EdgeEvent, MemoryNode, Realm, Scope, View
+from topology.schemas import ConsolidationDecision, DeadLetter, EdgeEvent, Ident, MemoryNode, Realm, Scope, View
 
 
 @dataclass(frozen=True)
@@ -51,15 +54,6 @@ class VectorSearch(Protocol):
         """Nodes by the dot product of ``vector`` with their retrieval vectors
         (:meth:`~topology.schemas.MemoryNode.retrieval_vector`: the cosine for a node without a
         context vector), best first; ``before_seq`` keeps only earlier nodes."""
-        ...
-
-
-class BatchVectorSearch(VectorSearch, Protocol):
-    """A vector index that answers many searches in one round trip (the Qdrant adapters)."""
-
-    async def search_many(self, queries: Sequence[tuple[Scope, Sequence[float], int | None]],
-                          limit: int) -> list[list[Hit]]:
-        """``[await search(scope, vector, limit, before_seq) for scope, vector, before_seq in queries]``."""
         ...
 
 
@@ -197,15 +191,13 @@ class NodeEraser(Protocol):
         ...
 
 
-class TenantConversations(Protocol):
+class NodeStore(NodeReader, SeqSource, EarlierNodes, NodeWriter, NodeEraser, Protocol):
+    """Every node-store port: what an adapter implements (callers ask for the small ones)."""
+
     async def conversations(self, tenant_id: str, users: Collection[str] | None = None) -> list[tuple[str, int]]:
         """The tenant's conversations that hold nodes, with their node counts, by conversation id;
         with ``users``, only those whose every node carries one of them as its ``user_id``."""
         ...
-
-
-class NodeStore(NodeReader, SeqSource, EarlierNodes, NodeWriter, NodeEraser, TenantConversations, Protocol):
-    """Every node-store port: what an adapter implements (callers ask for the small ones)."""
 
     async def close(self) -> None: ...
 
@@ -266,3 +258,44 @@ class DeadLetterSink(Protocol):
         sink that cannot delete (a topic) returns 0: its letters are sealed under keys the forget
         destroys (``streams.keyring``)."""
         ...
+
+
+ApiScope = Literal["ingest", "query", "admin"]
+"""What an API key may do (``query_api.auth`` checks it per endpoint and tool)."""
+SCOPES: tuple[ApiScope, ...] = get_args(ApiScope)
+
+
+class ApiKeyRecord(BaseModel):
+    """What a key store keeps of a key: never the key, only its salted scrypt hash."""
+
+    model_config = ConfigDict(frozen=True)
+
+    key_id: str
+    tenant_id: Ident
+    scopes: list[ApiScope]
+    salt: str
+    hash: str
+    created_at: datetime
+    revoked_at: datetime | None = None
+    label: str = ""
+    #: the users this key may act for (None: every user of the tenant; see ``query_api.auth``)
+    users: list[Ident] | None = None
+
+
+class KeyStore(Protocol):
+    """Where API key records live (``storage.keys``: SQLite embedded, Elasticsearch distributed);
+    records survive store generations and replays."""
+
+    async def create(self, record: ApiKeyRecord) -> None: ...
+
+    async def get(self, key_id: str) -> ApiKeyRecord | None: ...
+
+    async def list(self, tenant_id: str | None = None) -> list[ApiKeyRecord]:
+        """Records, oldest first; only ``tenant_id``'s when given."""
+        ...
+
+    async def revoke(self, key_id: str) -> bool:
+        """Mark the key revoked (idempotent); False when there is no such key."""
+        ...
+
+    async def close(self) -> None: ...

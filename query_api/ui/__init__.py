@@ -36,7 +36,7 @@ from starlette.types import ASGIApp, Message, Receive, Send
 from starlette.types import Scope as AsgiScope
 
 from query_api.auth import mint
-from storage.keys import ApiKeyRecord, KeyStore
+from storage.ports import ApiKeyRecord, KeyStore
 
 STATIC = Path(__file__).parent / "static"
 VENDOR = STATIC / "vendor"

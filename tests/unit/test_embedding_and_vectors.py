@@ -106,8 +106,8 @@ async def test_embedded_vector_search_is_scoped_exact_and_reads_the_node_store(t
 async def test_batched_discovery_equals_one_by_one(embedder: Embedder) -> None:
     from jevmem.settings import Settings
     from jevmem.wiring import build_embedded
-    from storage.reader import StoreReader
     from tests.conftest import chat_observations
+    from tests.store_reader import StoreReader
 
     mem = build_embedded(Settings(), embedder=embedder, data_dir=":memory:")
     try:
@@ -163,9 +163,9 @@ async def test_scope_cache_answers_as_the_stores_do(embedder: Embedder) -> None:
     rebalance) or eviction it reloads from the node store and still agrees."""
     from jevmem.settings import Settings
     from jevmem.wiring import build_embedded
-    from storage.reader import StoreReader
     from storage.scope_cache import ScopeCache
     from tests.conftest import chat_observations
+    from tests.store_reader import StoreReader
 
     mem = build_embedded(Settings(), embedder=embedder, data_dir=":memory:")
     try:

@@ -1,5 +1,6 @@
-"""The write path's read-your-writes view (:class:`topology.ports.MemoryReader`) straight over the
-stores: the reference that the in-memory :class:`storage.scope_cache.ScopeCache` must agree with."""
+"""A test oracle: the write path's read-your-writes view (:class:`topology.ports.MemoryReader`)
+straight over the stores, one store call per answer: the reference that the in-memory
+:class:`storage.scope_cache.ScopeCache` must agree with."""
 
 from __future__ import annotations
 
@@ -8,8 +9,18 @@ from typing import Protocol
 
 import numpy as np
 
-from storage.ports import BatchVectorSearch, EarlierNodes, LexicalIndex, NodeReader
+from storage.ports import EarlierNodes, Hit, LexicalIndex, NodeReader, VectorSearch
 from topology.schemas import MemoryNode, Scope
+
+
+class BatchVectorSearch(VectorSearch, Protocol):
+    """A vector index that answers many searches in one round trip (the Qdrant adapters and the
+    node table's exact search)."""
+
+    async def search_many(self, queries: Sequence[tuple[Scope, Sequence[float], int | None]],
+                          limit: int) -> list[list[Hit]]:
+        """``[await search(scope, vector, limit, before_seq) for scope, vector, before_seq in queries]``."""
+        ...
 
 
 class ReaderNodes(NodeReader, EarlierNodes, Protocol):
