@@ -1,4 +1,5 @@
-"""Wrapped data keys (``topology.sealing``) and where they live: SQLite (embedded) or Elasticsearch.
+"""Where wrapped data keys (``topology.sealing``) live: SQLite (embedded) or Elasticsearch; both
+implement :class:`storage.ports.DataKeyStore` (records: :class:`storage.ports.WrappedKey`).
 
 A record is one data key wrapped by a key-encryption key: its id, its scope, the node it protects
 (None for a dead letter of no known event), the wrapping key's fingerprint and when it was made.
@@ -11,60 +12,16 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, ClassVar, Protocol
+from typing import Any, ClassVar
 
 from elasticsearch import ApiError, AsyncElasticsearch
-from pydantic import BaseModel, ConfigDict
 
 from storage.elastic import es_errors, failed_items
+from storage.ports import WrappedKey
 from storage.sqlite import open_file, sqlite_errors, translated
 from storage.sqlite_base import scrub
 from topology.errors import StoreUnavailable
 from topology.schemas import Scope
-
-
-class WrappedKey(BaseModel):
-    """A data key as stored: never in the clear."""
-
-    model_config = ConfigDict(frozen=True)
-
-    kid: str
-    tenant_id: str
-    conversation_id: str
-    node_id: str | None = None
-    kek_id: str
-    wrapped: str
-    created_at: float  # seconds since the epoch
-
-
-class DataKeyStore(Protocol):
-    async def put(self, keys: Sequence[WrappedKey]) -> None:
-        """Keep ``keys`` (durable when this returns; a record with the same id is replaced)."""
-        ...
-
-    async def get(self, kids: Sequence[str]) -> list[WrappedKey]:
-        """The records of ``kids`` that exist (destroyed or unknown ones are simply absent)."""
-        ...
-
-    async def destroy(self, scope: Scope, node_ids: Sequence[str] | None, before: float) -> int:
-        """Delete the scope's keys made at or before ``before`` (seconds since the epoch): every
-        one when ``node_ids`` is None, else those protecting one of ``node_ids``; the count."""
-        ...
-
-    async def of_nodes(self, scope: Scope, node_ids: Sequence[str]) -> list[WrappedKey]:
-        """Every key of the scope protecting one of ``node_ids`` (a node's observation may have
-        been produced more than once, each time with a key of its own)."""
-        ...
-
-    async def kek_ids(self) -> set[str]:
-        """The fingerprints of the key-encryption keys that wrap some stored key."""
-        ...
-
-    async def wrapped_by(self, kek_id: str, limit: int) -> list[WrappedKey]:
-        """Up to ``limit`` records wrapped by ``kek_id`` (a rotation re-wraps them in pages)."""
-        ...
-
-    async def close(self) -> None: ...
 
 
 class SqliteDataKeys:

@@ -1,4 +1,4 @@
-"""Every storage port, small ones, and the records they carry (search hits, API key records).
+"""Every storage port, small ones, and the records they carry (search hits, API key records, wrapped data keys).
 Every memory call is scoped by tenant and conversation.
 
 An adapter implements the whole port of its store (:class:`NodeStore`, :class:`EdgeStore`,
@@ -296,6 +296,53 @@ class KeyStore(Protocol):
 
     async def revoke(self, key_id: str) -> bool:
         """Mark the key revoked (idempotent); False when there is no such key."""
+        ...
+
+    async def close(self) -> None: ...
+
+
+class WrappedKey(BaseModel):
+    """A data key as stored: never in the clear."""
+
+    model_config = ConfigDict(frozen=True)
+
+    kid: str
+    tenant_id: str
+    conversation_id: str
+    node_id: str | None = None
+    kek_id: str
+    wrapped: str
+    created_at: float  # seconds since the epoch
+
+
+class DataKeyStore(Protocol):
+    """Where wrapped data keys live (``storage.datakeys``: SQLite embedded, Elasticsearch
+    distributed). The records belong to the log (a topic prefix), not to a store generation."""
+
+    async def put(self, keys: Sequence[WrappedKey]) -> None:
+        """Keep ``keys`` (durable when this returns; a record with the same id is replaced)."""
+        ...
+
+    async def get(self, kids: Sequence[str]) -> list[WrappedKey]:
+        """The records of ``kids`` that exist (destroyed or unknown ones are simply absent)."""
+        ...
+
+    async def destroy(self, scope: Scope, node_ids: Sequence[str] | None, before: float) -> int:
+        """Delete the scope's keys made at or before ``before`` (seconds since the epoch): every
+        one when ``node_ids`` is None, else those protecting one of ``node_ids``; the count."""
+        ...
+
+    async def of_nodes(self, scope: Scope, node_ids: Sequence[str]) -> list[WrappedKey]:
+        """Every key of the scope protecting one of ``node_ids`` (a node's observation may have
+        been produced more than once, each time with a key of its own)."""
+        ...
+
+    async def kek_ids(self) -> set[str]:
+        """The fingerprints of the key-encryption keys that wrap some stored key."""
+        ...
+
+    async def wrapped_by(self, kek_id: str, limit: int) -> list[WrappedKey]:
+        """Up to ``limit`` records wrapped by ``kek_id`` (a rotation re-wraps them in pages)."""
         ...
 
     async def close(self) -> None: ...

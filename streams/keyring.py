@@ -36,7 +36,7 @@ from typing import Any
 import orjson
 from pydantic import BaseModel
 
-from storage.datakeys import DataKeyStore, WrappedKey
+from storage.ports import DataKeyStore, WrappedKey
 from topology import ids, sealing
 from topology.errors import KekMissing
 from topology.schemas import CandidateSet, DeadLetter, EdgeEvent, MemoryNode, Observation, Scope, encode

@@ -13,8 +13,9 @@ from jevmem.settings import Settings
 from jevmem.wiring import EmbeddedService
 from query_api.auth import Authenticator, mint
 from query_api.http import create_app
-from storage.datakeys import SqliteDataKeys, WrappedKey
+from storage.datakeys import SqliteDataKeys
 from storage.keys import SqliteKeyStore
+from storage.ports import WrappedKey
 from tests.conftest import chat_observations, serve_http
 from topology.ports import Embedder
 from topology.schemas import Scope
