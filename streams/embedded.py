@@ -25,11 +25,10 @@ from datetime import UTC, datetime
 from streams import forget as forgetting
 from streams.forget import ForgetReport
 from streams.isolation import Failed, isolate
-from streams.write_path import Stores, Written, dead_letter, discard, since, stored_events, write_batch
+from streams.write_path import Stores, Written, decode_batch, discard, since, stored_events, write_batch
 from topology import observe
-from topology.errors import InvalidEvent
 from topology.pipeline import WritePath, dedupe
-from topology.schemas import DeadLetter, EdgeEvent, Forget, Observation, Scope, WriteResult, decode_input
+from topology.schemas import DeadLetter, EdgeEvent, Forget, Observation, Scope, WriteResult
 from topology.systemone.port import CountingSystemOne
 
 
@@ -75,17 +74,12 @@ class EmbeddedPipeline:
 
     async def ingest_raw(self, payloads: Sequence[bytes | str], source: str = "ingest",
                          keep_results: bool = True, offset: int = 0) -> IngestReport:
-        """Decode JSON observations and forget records (as on the observations topic); invalid ones
-        become dead letters (source ``"{source}#{offset + index}"``), valid ones are applied in
-        order: the observations before a forget are written, then it is applied, then the rest
+        """Decode JSON observations and forget records (as on the observations topic, with the
+        worker's decoder: :func:`streams.write_path.decode_batch`); invalid ones become dead
+        letters (source ``"{source}#{offset + index}"``), valid ones are applied in order: the
+        observations before a forget are written, then it is applied, then the rest
         (``keep_results``: as :meth:`ingest`)."""
-        good: list[Observation | Forget] = []
-        bad: list[DeadLetter] = []
-        for i, raw in enumerate(payloads):
-            try:
-                good.append(decode_input(raw))
-            except InvalidEvent as exc:
-                bad.append(dead_letter(raw, exc.reason, f"{source}#{offset + i}"))
+        good, bad = decode_batch([(raw, f"{source}#{offset + i}") for i, raw in enumerate(payloads)])
         if bad:
             await self.stores.dead_letters.put(bad)
             observe.count("dead_letter", len(bad), "file")

@@ -55,7 +55,6 @@ import logging
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
 from typing import Any
 
 import faust
@@ -66,11 +65,11 @@ from streams.isolation import Failed, isolate
 from streams.kafka_client import KafkaClient
 from streams.keyring import Keyring, letter_owner, sealed
 from streams.stalls import Partition, Stalls
-from streams.write_path import EventKey, Stores, Written, dead_letter, discard, stored_events, write_batch
+from streams.write_path import EventKey, Stores, Written, decode_batch, discard, stored_events, write_batch
 from topology import observe, sealing
-from topology.errors import InvalidEvent, kind_of
-from topology.pipeline import WritePath, dedupe
-from topology.schemas import DeadLetter, EdgeEvent, Forget, Observation, Scope, decode_input, encode
+from topology.errors import kind_of
+from topology.pipeline import WritePath
+from topology.schemas import DeadLetter, EdgeEvent, Forget, Observation, Scope, encode
 from topology.sealing import DataKey
 from topology.topics import TopicLayout
 
@@ -145,35 +144,6 @@ async def retrying(what: str, attempt: Callable[[], Awaitable[None]],
             log.warning("%s failed (attempt %d, %s), retrying in %.1f s: %r", what, failures, kind_of(exc), delay, exc)
             await asyncio.sleep(delay)
             delay = min(max_s, delay * 2)
-
-
-def decode_batch(values: Sequence[tuple[bytes | dict[str, Any], str]], timestamps: Sequence[float] | None = None,
-                 origins: dict[EventKey, tuple[bytes | dict[str, Any], str]] | None = None,
-                 ) -> tuple[list[Observation | Forget], list[DeadLetter]]:
-    """Observations and forgets of a batch in order (between two forgets, the first copy of each
-    event id is kept, see ``dedupe``; a copy after a forget is a new request) and a dead letter for
-    every value that does not decode; ``values`` are (bytes, or the JSON object they were opened
-    to, "topic:partition:offset"). An
-    observation without ``observed_at`` (from a producer other than ours, which stamps them) is
-    observed at its record's timestamp (``timestamps``, seconds: in the log, so a replay sees the
-    same). ``origins``, when given, gets each observation's first record (value, source) by
-    (tenant, conversation, event id): what a dead letter of it carries."""
-    good: list[Observation | Forget] = []
-    letters: list[DeadLetter] = []
-    for i, (value, source) in enumerate(values):
-        try:
-            item = decode_input(value)
-            if isinstance(item, Observation) and timestamps is not None:
-                item = item.stamped(datetime.fromtimestamp(timestamps[i], UTC))
-            if isinstance(item, Observation) and origins is not None:
-                origins.setdefault((item.tenant_id, item.conversation_id, item.event_id), (value, source))
-            good.append(item)
-        except InvalidEvent as exc:
-            letters.append(dead_letter(value if isinstance(value, bytes) else orjson.dumps(value), exc.reason, source))
-    out: list[Observation | Forget] = []
-    for part in forgetting.split_at_forgets(good):
-        out += [part] if isinstance(part, Forget) else dedupe(part)
-    return out, letters
 
 
 def trace_id_of(headers: Any) -> str | None:

@@ -14,13 +14,17 @@ import asyncio
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
+from typing import Any, TypeVar
+
+import orjson
 
 from storage.ports import DeadLetterSink, EdgeStore, LexicalIndex, NodeStore, SeqSource, VectorIndex
 from storage.scope_cache import ScopeCache
 from streams import forget as forgetting
 from streams.forget import ForgetReport
 from topology import observe
-from topology.pipeline import SeqState, WritePath, assign_seqs, consolidation_runs
+from topology.errors import InvalidEvent
+from topology.pipeline import SeqState, WritePath, assign_seqs, consolidation_runs, dedupe
 from topology.ports import Embedder, LinkMemory
 from topology.schemas import (
     CandidateSet,
@@ -32,6 +36,7 @@ from topology.schemas import (
     Observation,
     RelationJudgment,
     Scope,
+    decode_input,
 )
 from topology.stages import context, memory_nodes
 
@@ -144,6 +149,39 @@ def dead_letter(original: bytes | str, reason: str, source: str) -> DeadLetter:
 
 
 EventKey = tuple[str, str, str]
+#: A raw record: bytes, a text, or the JSON object it was opened to.
+R = TypeVar("R", bound=bytes | str | dict[str, Any])
+
+
+def decode_batch(values: Sequence[tuple[R, str]], timestamps: Sequence[float] | None = None,
+                 origins: dict[EventKey, tuple[R, str]] | None = None,
+                 ) -> tuple[list[Observation | Forget], list[DeadLetter]]:
+    """The one decoder of raw observations-topic records (the Faust worker's batches, the
+    embedded pipeline's raw input): observations and forgets of a batch in order (between two
+    forgets, the first copy of each event id is kept, see ``dedupe``; a copy after a forget is a
+    new request) and a dead letter for every value that does not decode; ``values`` are (bytes, a
+    text, or the JSON object they were opened to; the source a dead letter names, e.g.
+    "topic:partition:offset"). An observation without ``observed_at`` (from a producer other than ours, which stamps them) is
+    observed at its record's timestamp (``timestamps``, seconds: in the log, so a replay sees the
+    same). ``origins``, when given, gets each observation's first record (value, source) by
+    (tenant, conversation, event id): what a dead letter of it carries."""
+    good: list[Observation | Forget] = []
+    letters: list[DeadLetter] = []
+    for i, (value, source) in enumerate(values):
+        try:
+            item = decode_input(value)
+            if isinstance(item, Observation) and timestamps is not None:
+                item = item.stamped(datetime.fromtimestamp(timestamps[i], UTC))
+            if isinstance(item, Observation) and origins is not None:
+                origins.setdefault((item.tenant_id, item.conversation_id, item.event_id), (value, source))
+            good.append(item)
+        except InvalidEvent as exc:
+            letters.append(dead_letter(orjson.dumps(value) if isinstance(value, dict) else value, exc.reason, source))
+    out: list[Observation | Forget] = []
+    for part in forgetting.split_at_forgets(good):
+        out += [part] if isinstance(part, Forget) else dedupe(part)
+    return out, letters
+
 
 
 async def stored_events(stores: Stores, obs: Sequence[Observation]) -> set[EventKey]:

@@ -10,9 +10,9 @@ from hypothesis import strategies as st
 
 from jevmem.settings import Settings
 from jevmem.wiring import build_embedded
-from streams.faust_app import decode_batch, retrying
+from streams.faust_app import retrying
 from streams.replay import graph_of
-from streams.write_path import number, write_batch
+from streams.write_path import decode_batch, number, write_batch
 from tests.conftest import CHAT, chat_observations
 from topology.pipeline import SeqState, assign_seqs, dedupe
 from topology.ports import Embedder

@@ -17,9 +17,9 @@ from jevmem.cli import partition_key
 from jevmem.settings import Settings
 from jevmem.wiring import Embedded, EmbeddedService, build_embedded
 from storage.sqlite import SqliteLexicalIndex, connect, lexical_table, scope_token
-from streams.faust_app import decode_batch
 from streams.forget import derived_closure, split_at_forgets
 from streams.replay import graph_of
+from streams.write_path import decode_batch
 from tests.conftest import CHAT, chat_observations
 from topology import ids
 from topology.params import Params

@@ -33,7 +33,7 @@ from jevmem.wiring import EmbeddedService
 from query_api.auth import Authenticator, mint
 from query_api.http import create_app
 from storage.keys import SqliteKeyStore
-from streams.faust_app import decode_batch
+from streams.write_path import decode_batch
 from tests.conftest import chat_observations, serve_http
 from topology import text
 from topology.errors import InvalidEvent

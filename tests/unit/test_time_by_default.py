@@ -9,7 +9,7 @@ from datetime import UTC, datetime, timedelta
 import orjson
 
 from jevmem.wiring import Embedded
-from streams.faust_app import decode_batch
+from streams.write_path import decode_batch
 from topology.schemas import Observation
 
 
