@@ -264,14 +264,16 @@ async def _asking(settings: Settings, asked: Sequence[str] | None,
                   ask: Callable[[MemoryService], Awaitable[dict[str, Any]]]) -> dict[str, Any]:
     """``ask`` over the embedded store (:class:`jevmem.wiring.EmbeddedService`); a conversation of
     ``asked`` the tenant does not have stops the command (exit 1) with
-    :func:`unknown_conversations`' message."""
+    :func:`unknown_conversations`' message, a request the service refuses (exit 2) with its reason."""
     from jevmem.wiring import EmbeddedService
-    from topology.errors import UnknownConversation
+    from topology.errors import InvalidRequest, UnknownConversation
 
     service = EmbeddedService(settings)
     await service.start()
     try:
         return await ask(service)
+    except InvalidRequest as exc:  # a bad argument (too many conversations): a usage error
+        cli_errors.stop(str(exc), 2)
     except UnknownConversation as exc:
         known = await service.conversations(settings.tenant)
         cli_errors.stop(unknown_conversations(settings.tenant, asked or [exc.conversation_id], known,
