@@ -136,6 +136,11 @@ async def test_a_poison_record_is_one_dead_letter_and_the_partition_moves_on(emb
             assert all(POISON not in n.content for n in nodes)
 
             name = topics(settings.topic_prefix)["deadletters"].name
+
+            async def lettered() -> bool:  # the dead letters are produced with the batch, read back here
+                return len(read_topic(KAFKA or "", name)) >= 2
+
+            await wait_for(lettered, "the two dead letters", worker, log)
             letters = [decode(DeadLetter, r.value) for r in read_topic(KAFKA or "", name)]
             assert sorted(d.event_id or "" for d in letters) == ["e19", "e7"]
             observations = topics(settings.topic_prefix)["observations"].name
