@@ -266,6 +266,7 @@ async def _asking(settings: Settings, asked: Sequence[str] | None,
     ``asked`` the tenant does not have stops the command (exit 1) with
     :func:`unknown_conversations`' message, a request the service refuses (exit 2) with its reason."""
     from jevmem.wiring import EmbeddedService
+    from query_api import service as svc
     from topology.errors import InvalidRequest, UnknownConversation
 
     service = EmbeddedService(settings)
@@ -275,7 +276,7 @@ async def _asking(settings: Settings, asked: Sequence[str] | None,
     except InvalidRequest as exc:  # a bad argument (too many conversations): a usage error
         cli_errors.stop(str(exc), 2)
     except UnknownConversation as exc:
-        known = await service.conversations(settings.tenant)
+        known = await svc.listed(service, svc.operator(settings.tenant))
         cli_errors.stop(unknown_conversations(settings.tenant, asked or [exc.conversation_id], known,
                                               str(settings.data_dir)) or str(exc), 1)
     finally:

@@ -55,7 +55,7 @@ from starlette.types import Scope as AsgiScope
 
 from query_api import mcp_server
 from query_api import service as svc
-from query_api.auth import Authenticator, Principal, require, whole_tenant
+from query_api.auth import Authenticator, Principal, require
 from query_api.controller import Retrieval
 from query_api.items import ItemError, safe
 from query_api.recall import AS_OF_HELP, FORMAT_HELP, EvidenceFormat, PromptEvidence, Recall, RecallRequest
@@ -413,8 +413,7 @@ def routes(service: MemoryService, auth: Authenticator) -> APIRouter:
     @router.get("/dead-letters", response_model=list[DeadLetter], responses=documented(422))
     async def dead_letters(limit: Annotated[int, Query(ge=1, le=1000)] = 100,
                            who: Principal = admin_key) -> list[DeadLetter]:
-        whole_tenant(who)
-        return await service.dead_letters(who.tenant_id, limit)
+        return await svc.dead_letters(service, who, limit)
 
     return router
 

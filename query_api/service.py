@@ -19,7 +19,7 @@ from typing import Any, Generic, Literal, Protocol, TypeVar
 
 from pydantic import BaseModel, Field
 
-from query_api.auth import SCOPES, Principal, same_tenant, user_of
+from query_api.auth import SCOPES, Principal, same_tenant, user_of, whole_tenant
 from query_api.controller import Evidence, Retrieval
 from query_api.items import ItemError, dump, safe, validate_items
 from query_api.recall import Recall, TooManyConversations, recall
@@ -280,6 +280,13 @@ async def forget(service: MemoryService, who: Principal, conversation_id: str, e
     """Forget one observation (``event_id``) or the whole conversation (None) of the caller's
     (:func:`scope_for`): what was removed (embedded) or that it was queued (distributed)."""
     return await service.forget(await scope_for(service, who, conversation_id), event_id)
+
+
+async def dead_letters(service: MemoryService, who: Principal, limit: int) -> list[DeadLetter]:
+    """The caller's tenant's newest ``limit`` dead letters; :class:`~topology.errors.Forbidden`
+    for a key limited to users (a dead letter is not any one user's)."""
+    whole_tenant(who)
+    return await service.dead_letters(who.tenant_id, limit)
 
 
 async def nodes(service: MemoryService, scope: Scope) -> list[MemoryNode]:
