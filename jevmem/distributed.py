@@ -18,12 +18,12 @@ from query_api.controller import Retrieval, RetrievalController
 from query_api.items import ItemError
 from query_api.service import ForgetAccepted
 from storage.elastic import (
-    ElasticEdgeStore,
     ElasticLexicalIndex,
     ElasticNodeStore,
     Visibility,
     es_errors,
 )
+from storage.elastic_edges import ElasticEdgeStore
 from storage.elastic_vectors import ElasticVectorIndex
 from storage.ports import VectorIndex
 from storage.purge import Expunger
@@ -102,7 +102,8 @@ async def check_vectors(settings: Settings) -> None:
 
 
 async def prepare_indices(settings: Settings, prefix: str, dim: int) -> None:
-    """Create the generation's shared indices (Elasticsearch edges and decisions; vectors: the
+    """Create the generation's shared indices (Elasticsearch edge groups and decisions, moving a
+    legacy one-document-per-edge index into groups; vectors: the
     Qdrant collection and its payload indexes, or Elasticsearch's vector index) before a worker
     takes records, so its first batch does not wait for them (tenants' memories indices are still
     created on a tenant's first write)."""

@@ -17,8 +17,8 @@ Layout, for an index prefix ``p`` (default ``jevmem-``):
   the same) and ``context_f16`` (the context vector, base64 of its float16 values; written, or
   cleared, with every embedding). Both write the scope fields, ``node_id``, ``seq`` and, when the
   node has one, ``user_id`` (keyword; added to the indexes of older releases, see ``_add_fields``).
-* ``p edges``: ``_id`` = edge id, read back from ``body`` only (the indexed fields are not kept
-  twice in ``_source``); ``p decisions``: ``_id`` = decision id (whole-document index).
+* ``p edges-grouped`` and ``p decisions``: the edge store (:mod:`storage.elastic_edges`: edges in
+  one document per conversation per write; a decision per document).
 * ``p forgotten``: forgotten-event records ``(scope, event_id, seq)`` (see ``streams.forget``).
 * An older generation's shared ``p memories`` index (BM25 over all tenants) is split into the
   per-tenant indices by :meth:`ElasticNodeStore.migrate_shared` (``jevmem.distributed.check_model``
@@ -61,7 +61,7 @@ from elasticsearch.serializer import NdjsonSerializer, OrjsonSerializer
 from storage.ports import Hit
 from topology import ids as idsmod
 from topology.errors import StoreUnavailable
-from topology.schemas import ConsolidationDecision, EdgeEvent, MemoryNode, Realm, Scope, View
+from topology.schemas import MemoryNode, Realm, Scope
 
 log = logging.getLogger("jevmem.elastic")
 
@@ -87,19 +87,8 @@ _MEMORIES: dict[str, Any] = {"dynamic": "strict", "properties": {
     "body": _OPAQUE, "embedding": {"type": "float", "index": False, "doc_values": False},
     "embedding_f32": {"type": "binary"}, "context_f16": {"type": "binary"},
 }}
-_EDGE_FIELDS = ("tenant_id", "conversation_id", "id", "view", "source", "target", "probability")
-#: Edges are read back from ``body`` only: the searchable fields are indexed (and sorted on) but
-#: not kept a second time in ``_source``.
 #: A keyword that is only filtered on (no sort, no aggregation): no column of values on disk.
 _FILTER_KW = {"type": "keyword", "doc_values": False}
-_EDGES: dict[str, Any] = {"dynamic": "strict", "_source": {"excludes": list(_EDGE_FIELDS)}, "properties": {
-    "tenant_id": _FILTER_KW, "conversation_id": _FILTER_KW, "id": _KW, "view": _FILTER_KW, "source": _FILTER_KW,
-    "target": _FILTER_KW,
-    "probability": {"type": "double"}, "body": _OPAQUE,
-}}
-_DECISIONS: dict[str, Any] = {"dynamic": "strict", "properties": {
-    "tenant_id": _KW, "conversation_id": _KW, "id": _KW, "body": _OPAQUE,
-}}
 _FORGOTTEN: dict[str, Any] = {"dynamic": "strict", "properties": {
     "tenant_id": _KW, "conversation_id": _KW, "event_id": _KW, "seq": {"type": "integer"},
 }}
@@ -700,88 +689,3 @@ class ElasticNodeStore(_Memories):
         with es_errors(f"delete {old}"):
             await self._client.indices.delete(index=old, ignore_unavailable=True)
         return moved
-
-
-class ElasticEdgeStore(_Elastic):
-    """Edges of the four views (edges index) and consolidation decisions (decisions index)."""
-
-    async def prepare(self) -> None:
-        """Create the edges and decisions indices now (a worker at startup), not on first write."""
-        await self._ensure("edges", _EDGES)
-        await self._ensure("decisions", _DECISIONS)
-
-    async def upsert(self, edges: Sequence[EdgeEvent]) -> None:
-        """Index each edge under its id (whole-document replace; idempotent)."""
-        if not edges:
-            return
-        index = await self._ensure("edges", _EDGES)
-        ops: list[dict[str, Any]] = []
-        for e in edges:
-            ops.append({"index": {"_id": e.id}})
-            ops.append({"tenant_id": e.tenant_id, "conversation_id": e.conversation_id, "id": e.id, "view": e.view,
-                        "source": e.source, "target": e.target, "probability": e.probability,
-                        "body": orjson.dumps(e.model_dump(mode="json")).decode()})
-        await self._bulk(index, ops, deferred=True)
-
-    async def neighbours(self, scope: Scope, node_ids: Sequence[str], views: Sequence[View], limit: int) -> list[EdgeEvent]:
-        """Edges of ``views`` touching any of ``node_ids`` (either end): probability desc, then id."""
-        if not node_ids or not views or limit <= 0:
-            return []
-        index = await self._ensure("edges", _EDGES)
-        nodes = sorted(set(node_ids))
-        ends = {"bool": {"should": [{"terms": {"source": nodes}}, {"terms": {"target": nodes}}], "minimum_should_match": 1}}
-        query = {"bool": {"filter": _scoped(scope, {"terms": {"view": sorted(set(views))}}, ends)}}
-        hits = await self._hits(index, query, [{"probability": "desc"}, {"id": "asc"}], ["body"], limit)
-        return [EdgeEvent.model_validate(orjson.loads(h["_source"]["body"])) for h in hits]
-
-    async def labelled(self, scope: Scope, node_ids: Sequence[str], views: Sequence[View], limit: int,
-                       label: str) -> list[EdgeEvent]:
-        return [e for e in await self.neighbours(scope, node_ids, views, limit) if e.label == label]
-
-    async def scan(self, scope: Scope) -> list[EdgeEvent]:
-        """All edges of the scope by id."""
-        index = await self._ensure("edges", _EDGES)
-        hits = await self._hits(index, {"bool": {"filter": _scoped(scope)}}, [{"id": "asc"}], ["body"])
-        return [EdgeEvent.model_validate(orjson.loads(h["_source"]["body"])) for h in hits]
-
-    async def upsert_decisions(self, decisions: Sequence[ConsolidationDecision]) -> None:
-        """Index each decision under its id (whole-document replace; idempotent)."""
-        if not decisions:
-            return
-        index = await self._ensure("decisions", _DECISIONS)
-        ops: list[dict[str, Any]] = []
-        for d in decisions:
-            ops.append({"index": {"_id": d.id}})
-            ops.append({"tenant_id": d.tenant_id, "conversation_id": d.conversation_id, "id": d.id,
-                        "body": orjson.dumps(d.model_dump(mode="json")).decode()})
-        await self._bulk(index, ops, deferred=True)
-
-    async def decisions(self, scope: Scope) -> list[ConsolidationDecision]:
-        """All decisions of the scope by id."""
-        index = await self._ensure("decisions", _DECISIONS)
-        hits = await self._hits(index, {"bool": {"filter": _scoped(scope)}}, [{"id": "asc"}], ["body"])
-        return [ConsolidationDecision.model_validate(orjson.loads(h["_source"]["body"])) for h in hits]
-
-    async def delete(self, scope: Scope, node_ids: Sequence[str]) -> int:
-        """Every edge of the scope touching any of ``node_ids`` (either end)."""
-        if not node_ids:
-            return 0
-        nodes = sorted(set(node_ids))
-        ends = {"bool": {"should": [{"terms": {"source": nodes}}, {"terms": {"target": nodes}}], "minimum_should_match": 1}}
-        return await self._delete_matching(await self._existing("edges"), {"bool": {"filter": _scoped(scope, ends)}})
-
-    async def delete_scope(self, scope: Scope) -> int:
-        return await self._delete_matching(await self._existing("edges"), {"bool": {"filter": _scoped(scope)}})
-
-    async def delete_decisions(self, scope: Scope, node_ids: Sequence[str]) -> int:
-        """Decisions whose left, right or derived node is one of ``node_ids`` (found by a scan of
-        the scope's decisions: the references live in the opaque body)."""
-        gone = set(node_ids)
-        doomed = sorted(d.id for d in await self.decisions(scope) if {d.left, d.right, d.derived_node_id} & gone)
-        if not doomed:
-            return 0
-        query = {"bool": {"filter": _scoped(scope, {"terms": {"id": doomed}})}}
-        return await self._delete_matching(await self._existing("decisions"), query)
-
-    async def delete_scope_decisions(self, scope: Scope) -> int:
-        return await self._delete_matching(await self._existing("decisions"), {"bool": {"filter": _scoped(scope)}})

@@ -23,10 +23,12 @@ ES_URL = os.environ.get("JEVMEM_TEST_ES_URL")
 if not ES_URL:
     pytest.skip("JEVMEM_TEST_ES_URL is not set", allow_module_level=True)
 
+import orjson  # noqa: E402
 from elasticsearch import AsyncElasticsearch  # noqa: E402
 
 from storage import elastic  # noqa: E402
-from storage.elastic import ElasticEdgeStore, ElasticLexicalIndex, ElasticNodeStore  # noqa: E402
+from storage.elastic import ElasticLexicalIndex, ElasticNodeStore  # noqa: E402
+from storage.elastic_edges import ElasticEdgeStore  # noqa: E402
 from storage.ports import Hit  # noqa: E402
 from storage.sqlite import SqliteEdgeStore, SqliteLexicalIndex, SqliteNodeStore, connect  # noqa: E402
 from topology import ids  # noqa: E402
@@ -273,8 +275,8 @@ async def test_deferred_writes_are_one_request_merged_per_document_and_read_back
     await edges.upsert(make_edges(nodes))
     index = prefix + elastic.memories_index(A.tenant_id)
     assert (await client.count(index=index))["count"] == 0  # buffered: nothing sent yet
-    # one update per node (lexical and canonical fields merged), one index op per edge
-    assert len(seen._ops) == 2 * (len(nodes) + len(make_edges(nodes)))
+    # one update per node (lexical and canonical fields merged), one edge group for the conversation
+    assert len(seen._ops) == 2 * (len(nodes) + 1)
     got = await ns.get(A, [nodes[2].id])  # a get sends the buffer first (realtime get)
     assert [n.id for n in got] == [nodes[2].id] and seen._ops == []
     assert (await client.count(index=index))["count"] == 0  # sent, not yet refreshed
@@ -445,6 +447,61 @@ async def test_deletes_remove_exactly_the_scope_records(es: tuple[AsyncElasticse
     assert await s.nodes.forgotten(A) == {} and await s.lex.search(A, "Biscuit", 5) == []
     assert await vec.search(A, a[0].embedding or [], 50) == []
     assert len(await s.nodes.scan(B)) == len(per_scope[B]) and len(await s.nodes.scan(A2)) == len(per_scope[A2])
+
+
+async def test_edges_are_one_document_per_conversation_per_write_and_the_last_write_wins(
+        es: tuple[AsyncElasticsearch, str]) -> None:
+    """Edge groups answer as one document per edge would (the SQLite store here): a write is one
+    document per conversation, an edge written again takes its latest version, and a delete
+    counts each edge once however many groups held it."""
+    from storage.elastic_edges import GROUPS
+
+    client, prefix = es
+    groups = ElasticEdgeStore(client, prefix)
+    sq = SqliteEdgeStore(connect(":memory:"))
+    a, b = make_nodes(A), make_nodes(B)
+    ea, eb = make_edges(a), make_edges(b)
+    for store in (groups, sq):
+        await store.upsert(ea + eb)
+    assert (await client.count(index=prefix + GROUPS))["count"] == 2
+    again = [e.model_copy(update={"probability": round(1.0 - e.probability, 3)}) for e in ea[:4]]
+    for store in (groups, sq):
+        await store.upsert(again)
+    assert (await client.count(index=prefix + GROUPS))["count"] == 3
+    ids = [n.id for n in a]
+    for views in (["semantic"], ["temporal", "entity"], list(VIEWS)):
+        for limit in (1, 3, 1000):
+            assert await groups.neighbours(A, ids[:3], views, limit) == await sq.neighbours(A, ids[:3], views, limit)
+    assert await groups.scan(A) == await sq.scan(A) and await groups.scan(B) == await sq.scan(B)
+    assert {e.id: e.probability for e in await groups.scan(A)}[again[0].id] == again[0].probability
+    doomed = [again[0].source]
+    assert await groups.delete(A, doomed) == await sq.delete(A, doomed) > 0
+    assert await groups.scan(A) == await sq.scan(A)
+    assert await groups.delete_scope(A) == await sq.delete_scope(A) > 0
+    assert await groups.scan(A) == [] and await groups.scan(B) == await sq.scan(B)
+
+
+async def test_a_legacy_edge_index_is_moved_into_groups(es: tuple[AsyncElasticsearch, str]) -> None:
+    """A generation of one document per edge (an earlier release) is moved into groups by
+    ``prepare``: the same edges read back, later writes win over them, the old index goes."""
+    client, prefix = es
+    nodes = make_nodes(A)
+    edges = make_edges(nodes)
+    ops: list[dict[str, object]] = []
+    for e in edges:
+        ops += [{"index": {"_id": e.id}}, {"tenant_id": e.tenant_id, "conversation_id": e.conversation_id, "id": e.id,
+                                           "body": orjson.dumps(e.model_dump(mode="json")).decode()}]
+    await client.indices.create(index=prefix + "edges", settings=elastic._SETTINGS, mappings={"properties": {
+        "tenant_id": {"type": "keyword"}, "conversation_id": {"type": "keyword"}, "id": {"type": "keyword"},
+        "body": {"type": "keyword", "index": False, "doc_values": False}}})
+    await client.bulk(index=prefix + "edges", operations=ops, refresh=True)
+    store = ElasticEdgeStore(client, prefix)
+    await store.prepare()
+    assert not await client.indices.exists(index=prefix + "edges")
+    assert await store.scan(A) == sorted(edges, key=lambda e: e.id)
+    newer = edges[0].model_copy(update={"probability": 0.01})
+    await store.upsert([newer])
+    assert {e.id: e.probability for e in await store.scan(A)}[newer.id] == 0.01
 
 
 async def test_a_shared_memories_index_is_split_per_tenant(es: tuple[AsyncElasticsearch, str]) -> None:

@@ -1,0 +1,241 @@
+"""The edge store on Elasticsearch: edges in groups, one document per conversation per write.
+
+Layout (index ``p edges-grouped`` for the store generation prefix ``p``): an upsert writes, for
+each conversation among its edges, one document holding those edges (``body``: their JSON, an
+array), indexed by ``nodes`` (every endpoint) and ``views`` (every view) for the reads, and
+stamped ``written`` (nanoseconds since the epoch) and ``gid`` (the document id: a hash of the
+conversation and its edges' ids, so sending the same edges again rewrites the same document).
+A write batch of the write path thus costs one index operation per conversation instead of one
+per edge.
+
+An edge upserted again (a later write of the same id) is in more than one document: a read
+takes, per edge id, the version of the latest document (``written``, then ``gid``), which is
+the last write, as with one document per edge. Reads (``neighbours``, ``labelled``, ``scan``)
+fetch the scope's documents that hold a wanted endpoint and view, then select, rank (probability
+descending, then id) and limit the edges here: the same answers as the other edge stores.
+
+A delete (forget) rewrites every document of the scope holding a forgotten endpoint without the
+edges touching it (same id and stamp), or deletes it when none is left, and returns the number
+of distinct edges removed; ``delete_scope`` deletes the scope's documents. Both refresh, as every
+delete of this package does. Consolidation decisions are one document each (``p decisions``).
+
+A generation made by an earlier release keeps one document per edge (``p edges``):
+:meth:`ElasticEdgeStore.prepare` (a worker's start) moves those edges into groups (stamped 0, so
+any later write wins) and deletes that index.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import time
+from collections.abc import Sequence
+from typing import Any
+
+import orjson
+from elasticsearch import NotFoundError
+
+from storage.elastic import _FILTER_KW, _KW, _OPAQUE, _PAGE, _Elastic, _scoped, es_errors
+from topology.schemas import ConsolidationDecision, EdgeEvent, Scope, View
+
+#: The index of edge groups (see the module).
+GROUPS = "edges-grouped"
+#: The index of one document per edge, as earlier releases wrote it (moved by ``prepare``).
+LEGACY = "edges"
+_GROUP_MAPPING: dict[str, Any] = {"dynamic": "strict", "_source": {"excludes": ["nodes", "views"]}, "properties": {
+    "tenant_id": _FILTER_KW, "conversation_id": _FILTER_KW, "nodes": _FILTER_KW, "views": _FILTER_KW,
+    "gid": _KW, "written": {"type": "long"}, "body": _OPAQUE,
+}}
+_DECISIONS: dict[str, Any] = {"dynamic": "strict", "properties": {
+    "tenant_id": _KW, "conversation_id": _KW, "id": _KW, "body": _OPAQUE,
+}}
+#: The newest document first wins: hits are read in this order and later versions replace earlier ones.
+_ORDER = [{"written": "asc"}, {"gid": "asc"}]
+#: Edges per group document when moving a legacy index.
+_MOVE_CHUNK = 500
+
+_Edge = dict[str, Any]
+
+
+def _group_id(tenant: str, conversation: str, edge_ids: Sequence[str]) -> str:
+    h = hashlib.sha256(orjson.dumps([tenant, conversation, sorted(edge_ids)]))
+    return h.hexdigest()[:40]
+
+
+def _group_doc(tenant: str, conversation: str, gid: str, written: int, edges: Sequence[_Edge]) -> dict[str, Any]:
+    return {"tenant_id": tenant, "conversation_id": conversation, "gid": gid, "written": written,
+            "nodes": sorted({e["source"] for e in edges} | {e["target"] for e in edges}),
+            "views": sorted({e["view"] for e in edges}), "body": orjson.dumps(list(edges)).decode()}
+
+
+def _latest(hits: Sequence[dict[str, Any]]) -> dict[str, _Edge]:
+    """Edge id -> its latest version among ``hits`` (in :data:`_ORDER`)."""
+    out: dict[str, _Edge] = {}
+    for h in hits:
+        for e in orjson.loads(h["_source"]["body"]):
+            out[e["id"]] = e
+    return out
+
+
+def _ranked(edges: Sequence[_Edge], limit: int) -> list[EdgeEvent]:
+    chosen = sorted(edges, key=lambda e: (-e["probability"], e["id"]))
+    return [EdgeEvent.model_validate(e) for e in (chosen[:limit] if limit >= 0 else chosen)]
+
+
+class ElasticEdgeStore(_Elastic):
+    """Edges of the four views in groups (see the module) and consolidation decisions."""
+
+    async def prepare(self) -> None:
+        """Create the edge-group and decisions indices now (a worker at startup, not on first
+        write), and move a legacy one-document-per-edge index into groups."""
+        await self._ensure(GROUPS, _GROUP_MAPPING)
+        await self._ensure("decisions", _DECISIONS)
+        await self.move_legacy()
+
+    async def move_legacy(self) -> int:
+        """Move the edges of a legacy ``edges`` index (one document per edge) into groups of
+        their conversation (stamped 0: older than any write), then delete it; returns how many."""
+        old = await self._existing(LEGACY)
+        if old is None:
+            return 0
+        index = await self._ensure(GROUPS, _GROUP_MAPPING)
+        hits = await self._hits(old, {"match_all": {}}, [{"id": "asc"}], ["body"])
+        by_scope: dict[tuple[str, str], list[_Edge]] = {}
+        for h in hits:
+            e = orjson.loads(h["_source"]["body"])
+            by_scope.setdefault((e["tenant_id"], e["conversation_id"]), []).append(e)
+        ops: list[dict[str, Any]] = []
+        for (tenant, conv), edges in by_scope.items():
+            for i in range(0, len(edges), _MOVE_CHUNK):
+                part = edges[i: i + _MOVE_CHUNK]
+                gid = _group_id(tenant, conv, [e["id"] for e in part])
+                ops += [{"index": {"_id": gid}}, _group_doc(tenant, conv, gid, 0, part)]
+        for i in range(0, len(ops), 2 * _PAGE):
+            await self._bulk(index, ops[i: i + 2 * _PAGE])
+        with es_errors(f"delete {old}"):
+            await self._client.indices.delete(index=old, ignore_unavailable=True)
+        self._found.discard(old)
+        return len(hits)
+
+    async def upsert(self, edges: Sequence[EdgeEvent]) -> None:
+        """One group document per conversation of ``edges`` (an edge given twice: the last)."""
+        if not edges:
+            return
+        index = await self._ensure(GROUPS, _GROUP_MAPPING)
+        by_scope: dict[tuple[str, str], dict[str, _Edge]] = {}
+        for e in edges:
+            by_scope.setdefault((e.tenant_id, e.conversation_id), {})[e.id] = e.model_dump(mode="json")
+        written = time.time_ns()
+        ops: list[dict[str, Any]] = []
+        for (tenant, conv), group in by_scope.items():
+            gid = _group_id(tenant, conv, list(group))
+            ops += [{"index": {"_id": gid}}, _group_doc(tenant, conv, gid, written, list(group.values()))]
+        await self._bulk(index, ops, deferred=True)
+
+    async def _groups(self, scope: Scope, node_ids: Sequence[str] | None,
+                      views: Sequence[View] | None = None) -> list[dict[str, Any]]:
+        """The scope's group documents holding one of ``node_ids`` (all: None) and one of
+        ``views`` (any: None), in :data:`_ORDER`."""
+        index = await self._existing(GROUPS)
+        if index is None:
+            return []
+        extra: list[dict[str, Any]] = []
+        if node_ids is not None:
+            extra.append({"terms": {"nodes": sorted(set(node_ids))}})
+        if views is not None:
+            extra.append({"terms": {"views": sorted(set(views))}})
+        try:
+            return await self._hits(index, {"bool": {"filter": _scoped(scope, *extra)}}, _ORDER,
+                                    ["body", "written", "gid"])
+        except NotFoundError:
+            return []
+
+    async def neighbours(self, scope: Scope, node_ids: Sequence[str], views: Sequence[View], limit: int) -> list[EdgeEvent]:
+        """Edges of ``views`` touching any of ``node_ids`` (either end): probability desc, then id."""
+        if not node_ids or not views or limit <= 0:
+            return []
+        ids, vs = set(node_ids), set(views)
+        latest = _latest(await self._groups(scope, node_ids, views))
+        return _ranked([e for e in latest.values() if e["view"] in vs and (e["source"] in ids or e["target"] in ids)],
+                       limit)
+
+    async def labelled(self, scope: Scope, node_ids: Sequence[str], views: Sequence[View], limit: int,
+                       label: str) -> list[EdgeEvent]:
+        return [e for e in await self.neighbours(scope, node_ids, views, limit) if e.label == label]
+
+    async def scan(self, scope: Scope) -> list[EdgeEvent]:
+        """All edges of the scope by id."""
+        latest = _latest(await self._groups(scope, None))
+        return [EdgeEvent.model_validate(latest[i]) for i in sorted(latest)]
+
+    async def upsert_decisions(self, decisions: Sequence[ConsolidationDecision]) -> None:
+        """Index each decision under its id (whole-document replace; idempotent)."""
+        if not decisions:
+            return
+        index = await self._ensure("decisions", _DECISIONS)
+        ops: list[dict[str, Any]] = []
+        for d in decisions:
+            ops.append({"index": {"_id": d.id}})
+            ops.append({"tenant_id": d.tenant_id, "conversation_id": d.conversation_id, "id": d.id,
+                        "body": orjson.dumps(d.model_dump(mode="json")).decode()})
+        await self._bulk(index, ops, deferred=True)
+
+    async def decisions(self, scope: Scope) -> list[ConsolidationDecision]:
+        """All decisions of the scope by id."""
+        index = await self._ensure("decisions", _DECISIONS)
+        hits = await self._hits(index, {"bool": {"filter": _scoped(scope)}}, [{"id": "asc"}], ["body"])
+        return [ConsolidationDecision.model_validate(orjson.loads(h["_source"]["body"])) for h in hits]
+
+    async def delete(self, scope: Scope, node_ids: Sequence[str]) -> int:
+        """Every edge of the scope touching any of ``node_ids`` (either end), from every group
+        holding one; returns how many distinct edges went."""
+        if not node_ids:
+            return 0
+        ids = set(node_ids)
+        hits = await self._groups(scope, node_ids)
+        removed: set[str] = set()
+        ops: list[dict[str, Any]] = []
+        for h in hits:
+            edges: list[_Edge] = orjson.loads(h["_source"]["body"])
+            keep = [e for e in edges if e["source"] not in ids and e["target"] not in ids]
+            removed.update(e["id"] for e in edges if e["source"] in ids or e["target"] in ids)
+            if not keep:
+                ops.append({"delete": {"_id": h["_id"]}})
+            else:
+                ops += [{"index": {"_id": h["_id"]}},
+                        _group_doc(scope.tenant_id, scope.conversation_id, h["_source"]["gid"], h["_source"]["written"], keep)]
+        await self._rewrite(ops)
+        return len(removed)
+
+    async def delete_scope(self, scope: Scope) -> int:
+        """Every edge of the scope; returns how many distinct edges went."""
+        hits = await self._groups(scope, None)
+        count = len(_latest(hits))
+        await self._rewrite([{"delete": {"_id": h["_id"]}} for h in hits])
+        return count
+
+    async def _rewrite(self, ops: list[dict[str, Any]]) -> None:
+        """Send ``ops`` on the group index in bulks of at most :data:`_PAGE` documents (refreshed)."""
+        index = await self._existing(GROUPS)
+        if index is None or not ops:
+            return
+        i = 0
+        while i < len(ops):
+            j, docs = i, 0
+            while j < len(ops) and docs < _PAGE:
+                j += 1 if "delete" in ops[j] else 2
+                docs += 1
+            await self._bulk(index, ops[i:j])
+            i = j
+
+    async def delete_decisions(self, scope: Scope, node_ids: Sequence[str]) -> int:
+        """Decisions whose left, right or derived node is one of ``node_ids`` (found by a scan of
+        the scope's decisions: the references live in the opaque body)."""
+        gone = set(node_ids)
+        doomed = sorted(d.id for d in await self.decisions(scope) if {d.left, d.right, d.derived_node_id} & gone)
+        if not doomed:
+            return 0
+        query = {"bool": {"filter": _scoped(scope, {"terms": {"id": doomed}})}}
+        return await self._delete_matching(await self._existing("decisions"), query)
+
+    async def delete_scope_decisions(self, scope: Scope) -> int:
+        return await self._delete_matching(await self._existing("decisions"), {"bool": {"filter": _scoped(scope)}})
