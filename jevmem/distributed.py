@@ -194,13 +194,17 @@ async def resolve_prefix(settings: Settings) -> str:
 
 
 def write_path(settings: Settings, stores: Stores, embedder: Embedder) -> WritePath:
+    """The worker's write path. The update question also reads the speaker's earlier memories
+    across the user's sessions from Qdrant (searchable as soon as written); Elasticsearch's vector
+    index is searchable only after a refresh, which the write path never asks for, so without
+    Qdrant the update question asks a turn's candidates only."""
     so = CountingSystemOne(system_one(settings))
     # conversations read from memory (the worker owns their partitions; the Faust app clears the
     # cache whenever its assignment changes, and conversations reload from the stores)
     reader = ScopeCache(stores.nodes, settings.memory(embedder.dim, embedded=False).write_nodes)
     stores.attach(reader)
     return WritePath(embedder, so, reader, settings.params, summariser=system_two(settings),
-                     facts=speaker_facts(stores.vectors, stores.nodes))
+                     facts=speaker_facts(stores.vectors, stores.nodes) if settings.qdrant_url else None)
 
 
 class DistributedService:
