@@ -70,7 +70,7 @@ INGEST_CALL_BATCHES = 16
 
 
 class Fault(StrEnum):
-    """``jevmem bench chaos --fault``: the names of :data:`jevmem.bench_chaos.FAULTS` (kept equal by a test;
+    """``jevmem bench chaos --fault``: the names of :data:`jevmem.bench.chaos.FAULTS` (kept equal by a test;
     listed here so the CLI need not import the benchmark to print its help)."""
 
     kill = "kill"
@@ -530,7 +530,7 @@ def bench_locomo(directory: Annotated[Path, typer.Argument(metavar="DIR", help="
                  ablate: Annotated[bool, typer.Option(
                      "--ablate", help="Also report jevmem_no_graph (expansion rounds off), same run.")] = False) -> None:
     """Evidence recall@5/10/20 of jevmem vs bm25/vector/hybrid_rrf on LoCoMo conversation files."""
-    from jevmem.bench import CATS, KS, methods, run_locomo
+    from jevmem.bench.locomo import CATS, KS, methods, run_locomo
 
     settings = _settings()
     require_model(settings)
@@ -564,7 +564,7 @@ def bench_edges(directory: Annotated[Path, typer.Argument(metavar="DIR", help="L
                 as_json: Json = False) -> None:
     """How well each view's edge probabilities separate turns that are evidence for one question
     from the other candidate pairs (ROC AUC), and edges per turn by view."""
-    from jevmem.bench_edges import run_edges
+    from jevmem.bench.edges import run_edges
 
     settings = _settings()
     require_model(settings)
@@ -580,13 +580,13 @@ def bench_scale(observations: Annotated[int, typer.Option(metavar="N", help="Syn
                 conversations: Annotated[int, typer.Option(metavar="N", help="Conversations.")] = 1000,
                 tenants: Annotated[int, typer.Option(metavar="N", help="Tenants.")] = 10,
                 active: Annotated[int, typer.Option(metavar="N", help="Conversations in flight at once (0: all of them).")
-                                  ] = 20,  # bench_scale.DEFAULT_ACTIVE
+                                  ] = 20,  # jevmem.bench.scale.DEFAULT_ACTIVE
                 data_dir: Annotated[Path | None, typer.Option(
                     "--data-dir", metavar="DIR", help="Build the store here and keep it (an empty directory); "
                                                       "default: a temporary one, removed after the run.")] = None,
                 as_json: Json = False) -> None:
     """Ingest rate per tenth of a synthetic multi-tenant stream, then query latency, peak RSS, disk."""
-    from jevmem.bench_scale import run_scale
+    from jevmem.bench.scale import run_scale
 
     settings = _settings()
     require_model(settings)
@@ -618,8 +618,8 @@ def bench_users(users: Annotated[int, typer.Option(metavar="N", help="Users.")] 
     """User memory across sessions through recall (POST /v1/recall's code): is a fact the user
     stated once ranked first, above their own later questions about it, tool calls and results,
     advice and one-turn sessions? Also recall latency, ingest rate, and many or very many sessions."""
-    from jevmem.bench_users import run_users
-    from jevmem.users_data import WORDINGS
+    from jevmem.bench.users import run_users
+    from jevmem.bench.users_data import WORDINGS
 
     split = next((w for w in WORDINGS if w == wordings), None)
     if split is None:
@@ -661,8 +661,8 @@ def bench_updates(conversations: Annotated[int, typer.Option(
     """Facts that change: is the current value ranked above the one it replaced and the old one
     marked superseded, is it still found for questions about the past, and is a look-alike about
     someone else left alone? Also query latency and ingest rate."""
-    from jevmem.bench_updates import run_updates
-    from jevmem.users_data import WORDINGS
+    from jevmem.bench.updates import run_updates
+    from jevmem.bench.users_data import WORDINGS
 
     split = next((w for w in WORDINGS if w == wordings), None)
     if split is None:
@@ -708,7 +708,7 @@ def bench_kafka(directory: Annotated[Path | None, typer.Argument(
     """Observations/s and end-to-end lag through Kafka + N Faust workers vs the embedded pipeline
     (needs a running broker, Elasticsearch node and, for vectors in Qdrant, a Qdrant server).
     Without DIR: the fan-in workload, with CPU and disk per observation by component."""
-    from jevmem.bench_kafka import run_fanin, run_kafka, vector_stores
+    from jevmem.bench.kafka import run_fanin, run_kafka, vector_stores
 
     settings = _settings()
     require_model(settings)
@@ -747,7 +747,7 @@ def bench_serve(directory: Annotated[Path, typer.Argument(metavar="DIR", help="L
     """Load on `jevmem serve` (embedded, a fresh data directory): closed-loop clients querying and
     ingesting at each concurrency level; requests/s, p50/p95/p99 per kind, errors and 5xx,
     server and client CPU per request, and acknowledged observations not stored."""
-    from jevmem.bench_serve import run_serve
+    from jevmem.bench.serve import run_serve
 
     require_model(_settings())
     out = _run(run_serve(directory, tuple(clients) if clients else (1, 4, 16), seconds, ingest_every=ingest_every))
@@ -773,7 +773,7 @@ def bench_chaos(directory: Annotated[Path, typer.Argument(metavar="DIR", help="L
     Needs a source checkout of jevmem for the faults that restart a server (broker_restart,
     qdrant_kill, broker_loss, broker_rolling, qdrant_node_loss run its scripts/); kill,
     double_kill, es_outage and scale also run from an installed package."""
-    from jevmem.bench_chaos import SourceCheckoutNeeded, run_chaos
+    from jevmem.bench.chaos import SourceCheckoutNeeded, run_chaos
 
     faults = tuple(f.value for f in fault) if fault else None
     settings = _settings()

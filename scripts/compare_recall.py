@@ -1,4 +1,4 @@
-"""Compare two leave-one-out runs question by question (a paired bootstrap, :mod:`jevmem.paired`).
+"""Compare two leave-one-out runs question by question (a paired bootstrap, :mod:`jevmem.bench.paired`).
 
     python scripts/train_system_one.py ../shared/data/locomo --out A.json --questions A.jsonl
     (change something)
@@ -18,7 +18,7 @@ from pathlib import Path
 
 import orjson
 
-from jevmem.paired import compare, load_lines
+from jevmem.bench.paired import compare, load_lines
 
 
 def main() -> None:

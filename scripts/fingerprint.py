@@ -24,7 +24,7 @@ from typing import Any
 import orjson
 
 from jevmem import locomo
-from jevmem.bench_scale import questions
+from jevmem.bench.scale import questions
 from jevmem.settings import Settings
 from jevmem.wiring import build_embedded
 from query_api.controller import Retrieval

@@ -24,8 +24,8 @@ from pathlib import Path
 from typing import Any
 
 from jevmem import collector
-from jevmem.bench import percentile
-from jevmem.bench_scale import questions
+from jevmem.bench.locomo import percentile
+from jevmem.bench.scale import questions
 from jevmem.settings import Settings
 from jevmem.wiring import build_embedded
 from topology.schemas import Scope

@@ -5,7 +5,7 @@
 
 Ingests each conversation, labels every candidate pair the write path proposed (related: both
 turns are evidence for one question), fits the class-balanced logistic judge (deterministic Newton
-fit; see :mod:`jevmem.train_relations`), prints the leave-one-conversation-out ROC AUC of the
+fit; see :mod:`jevmem.bench.train_relations`), prints the leave-one-conversation-out ROC AUC of the
 hand-set rule and of the learned judge, with the semantic edges per turn each writes at
 ``theta_rel``, as JSON, and writes the weights to ``--out`` (default: the package file for the
 embedding model in use). Labels are used here only; the write path never sees them.
@@ -20,8 +20,8 @@ from pathlib import Path
 
 import orjson
 
+from jevmem.bench.train_relations import train
 from jevmem.settings import Settings
-from jevmem.train_relations import train
 from topology.systemone.relation_model import shipped_file
 
 

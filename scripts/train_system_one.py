@@ -4,7 +4,7 @@
     JEVMEM_EMBEDDER=paraphrase-minilm-l3-v2-int8@0.2.1 python scripts/train_system_one.py ../shared/data/locomo
 
 Builds one memory per conversation, fits the logistic relevance model (fixed seed, deterministic
-Newton fit; see :mod:`jevmem.train`), prints in-sample and leave-one-conversation-out recall@k per
+Newton fit; see :mod:`jevmem.bench.train`), prints in-sample and leave-one-conversation-out recall@k per
 category as JSON, and writes the weights to ``--out`` (default: the package file for the embedding
 model in use, ``topology/systemone/score_model.json`` for the default model). Only the dev conversations' evidence labels
 are used, and only here; the controller never sees labels at run time.
@@ -19,9 +19,9 @@ from pathlib import Path
 
 import orjson
 
-from jevmem.paired import dump_lines
+from jevmem.bench.paired import dump_lines
+from jevmem.bench.train import train
 from jevmem.settings import Settings
-from jevmem.train import train
 from topology.systemone.learned import shipped_file
 
 

@@ -2,7 +2,7 @@
 
     python scripts/train_turn_kinds.py [--out FILE] [--per-template N] [--seed S] [--l2 L]
 
-Generates labelled turns from our own templates (:mod:`jevmem.turn_kinds_data`: statement,
+Generates labelled turns from our own templates (:mod:`jevmem.bench.turn_kinds_data`: statement,
 question, tool, advice, chatter; several wordings each, several roles), picks the L2 penalty by
 template-grouped cross-validation on the training wordings (unless ``--l2`` is given), fits the
 class-balanced multinomial logistic model (deterministic Newton fit,
@@ -20,7 +20,7 @@ from pathlib import Path
 
 import orjson
 
-from jevmem.turn_kinds_data import PER_TEMPLATE, SEED, train
+from jevmem.bench.turn_kinds_data import PER_TEMPLATE, SEED, train
 from topology.systemone.turn_kinds import SHIPPED
 
 

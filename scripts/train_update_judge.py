@@ -2,7 +2,7 @@
 
     python scripts/train_update_judge.py [--out FILE] [--rounds N] [--seed S] [--l2 L]
 
-Builds labelled (older, newer) pairs from our own generator (:func:`jevmem.updates_data.judge_pairs`):
+Builds labelled (older, newer) pairs from our own generator (:func:`jevmem.bench.updates_data.judge_pairs`):
 updates (a statement and its explicit, contrasting or cue-less update by the same person; a
 third party's value and that party's update) and non-updates (look-alikes about someone else,
 the same wording by another speaker, restatements, another attribute, small talk, the partner's
@@ -25,7 +25,7 @@ from typing import Any
 import numpy as np
 import orjson
 
-from jevmem.updates_data import ROUNDS, SEED, Pair, judge_pairs
+from jevmem.bench.updates_data import ROUNDS, SEED, Pair, judge_pairs
 from topology.systemone.features import RelationState
 from topology.systemone.update_model import SHIPPED, UpdateModel, fit, update_features
 

@@ -19,9 +19,9 @@ import itertools
 import tempfile
 from typing import Any
 
-from jevmem.bench_users import TOP_K, _Run
+from jevmem.bench.users import TOP_K, _Run
+from jevmem.bench.users_data import generate
 from jevmem.settings import Settings
-from jevmem.users_data import generate
 from jevmem.wiring import EmbeddedService
 from query_api import service as service_api
 from topology.params import KindPenalties, RealmRanking

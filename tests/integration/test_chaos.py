@@ -21,7 +21,7 @@ from tests.integration.servers import ES_URL, KAFKA, LOCOMO, QDRANT_URL, SINGLE_
 
 require_stack()
 
-from jevmem.bench_chaos import run_chaos  # noqa: E402
+from jevmem.bench.chaos import run_chaos  # noqa: E402
 from jevmem.settings import Settings  # noqa: E402
 
 SETTINGS = Settings(kafka_bootstrap=KAFKA or "", elasticsearch_url=ES_URL or "", qdrant_url=QDRANT_URL,

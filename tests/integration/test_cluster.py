@@ -42,8 +42,8 @@ if not (KAFKA_ENV and QDRANT_ENV):
     pytest.skip("JEVMEM_TEST_KAFKA_CLUSTER_ENV / JEVMEM_TEST_QDRANT_CLUSTER_ENV not set", allow_module_level=True)
 
 from jevmem import locomo  # noqa: E402
-from jevmem.bench_chaos import run_chaos  # noqa: E402
-from jevmem.bench_kafka import spawn_worker, stop_workers, worker_env  # noqa: E402
+from jevmem.bench.chaos import run_chaos  # noqa: E402
+from jevmem.bench.kafka import spawn_worker, stop_workers, worker_env  # noqa: E402
 from jevmem.distributed import distributed_stores  # noqa: E402
 from jevmem.settings import Settings  # noqa: E402
 from jevmem.wiring import build_embedded  # noqa: E402

@@ -30,7 +30,7 @@ from tests.integration.servers import ES_URL, KAFKA, LOCOMO, QDRANT_URL, SINGLE_
 require_stack()
 
 from jevmem import locomo  # noqa: E402
-from jevmem.bench_kafka import spawn_worker, stop_workers, worker_env  # noqa: E402
+from jevmem.bench.kafka import spawn_worker, stop_workers, worker_env  # noqa: E402
 from jevmem.distributed import distributed_stores, replay  # noqa: E402
 from jevmem.settings import Settings  # noqa: E402
 from jevmem.wiring import build_embedded  # noqa: E402

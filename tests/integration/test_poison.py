@@ -37,7 +37,7 @@ pytestmark = pytest.mark.integration
 if not (KAFKA and ES_URL):
     pytest.skip("JEVMEM_TEST_KAFKA / JEVMEM_TEST_ES_URL not set", allow_module_level=True)
 
-from jevmem.bench_kafka import spawn_worker, stop_workers, worker_env  # noqa: E402
+from jevmem.bench.kafka import spawn_worker, stop_workers, worker_env  # noqa: E402
 from jevmem.distributed import distributed_stores  # noqa: E402
 from jevmem.settings import Settings  # noqa: E402
 from streams.kafka_admin import ensure_topics, read_topic  # noqa: E402

@@ -27,7 +27,7 @@ from tests.integration.servers import KAFKA, require_stack  # noqa: E402
 
 require_stack()
 
-from jevmem.bench_kafka import worker_env  # noqa: E402
+from jevmem.bench.kafka import worker_env  # noqa: E402
 from jevmem.distributed import DistributedService, checked_keyring, distributed_stores, replay  # noqa: E402
 from streams.kafka_admin import ensure_topics, read_topic  # noqa: E402
 from streams.producer import ObservationProducer  # noqa: E402

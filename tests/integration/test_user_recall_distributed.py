@@ -27,7 +27,7 @@ from tests.integration.servers import ES_URL, KAFKA, QDRANT_URL, SINGLE_BROKER  
 if not (KAFKA and ES_URL and QDRANT_URL):
     pytest.skip("JEVMEM_TEST_KAFKA / JEVMEM_TEST_ES_URL / JEVMEM_TEST_QDRANT_URL not set", allow_module_level=True)
 
-from jevmem.bench_kafka import spawn_worker, stop_workers, worker_env  # noqa: E402
+from jevmem.bench.kafka import spawn_worker, stop_workers, worker_env  # noqa: E402
 from jevmem.distributed import DistributedService  # noqa: E402
 from jevmem.settings import Settings  # noqa: E402
 from query_api.recall import recall  # noqa: E402

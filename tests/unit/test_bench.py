@@ -7,7 +7,7 @@ from pathlib import Path
 import orjson
 import pytest
 
-from jevmem.bench import METHODS, NO_GRAPH, methods, no_graph, recall, run_locomo
+from jevmem.bench.locomo import METHODS, NO_GRAPH, methods, no_graph, recall, run_locomo
 from jevmem.settings import Settings
 from tests.conftest import CHAT
 from topology.params import Params
@@ -54,7 +54,7 @@ async def test_ablation_reports_no_graph_in_the_same_run(tmp_path: Path, embedde
 
 @pytest.mark.parametrize("active", [None, 4])
 def test_scale_workload_is_deterministic_complete_and_bounded_in_flight(active: int | None) -> None:
-    from jevmem.bench_scale import workload
+    from jevmem.bench.scale import workload
 
     stream = list(workload(2_000, conversations=40, tenants=4, active=active))
     assert [o.model_dump() for o in stream] == [o.model_dump() for o in workload(2_000, 40, 4, active=active)]
@@ -80,7 +80,7 @@ def test_scale_workload_is_deterministic_complete_and_bounded_in_flight(active: 
 
 async def test_scale_run_keeps_its_store_in_the_directory_given_and_refuses_a_used_one(
         tmp_path: Path, embedder: Embedder) -> None:
-    from jevmem.bench_scale import run_scale
+    from jevmem.bench.scale import run_scale
     from jevmem.wiring import build_embedded
     from topology.schemas import Scope
 
@@ -98,8 +98,8 @@ async def test_scale_run_keeps_its_store_in_the_directory_given_and_refuses_a_us
 
 
 def test_kafka_bench_interleaves_conversations_keeping_each_order() -> None:
-    from jevmem.bench_kafka import interleave
-    from jevmem.bench_scale import workload
+    from jevmem.bench.kafka import interleave
+    from jevmem.bench.scale import workload
 
     a = list(workload(5, conversations=1, tenants=1))
     b = [o.model_copy(update={"conversation_id": "other"}) for o in workload(3, conversations=1, tenants=1)]
@@ -112,7 +112,7 @@ def test_kafka_bench_interleaves_conversations_keeping_each_order() -> None:
 
 def test_context_tokens_are_counted_with_the_llm_tokenizer() -> None:
     from jevmem import tokens
-    from jevmem.bench import context_tokens
+    from jevmem.bench.locomo import context_tokens
 
     assert tokens.count(["hello world", ""]) == [2, 0]
     got = context_tokens({"json": ['[{"content": "I adopted a puppy"}]'], "prompt": ["Ana: I adopted a puppy"]})

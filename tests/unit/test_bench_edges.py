@@ -7,7 +7,7 @@ from pathlib import Path
 import orjson
 import pytest
 
-from jevmem.bench_edges import VIEWS, related_pairs, roc_auc, run_edges
+from jevmem.bench.edges import VIEWS, related_pairs, roc_auc, run_edges
 from jevmem.locomo import Question
 from jevmem.settings import Settings
 from tests.conftest import CHAT

@@ -6,7 +6,7 @@ import os
 import time
 from pathlib import Path
 
-from jevmem.bench_meter import allocated_bytes, cpu_seconds, per_observation, worker_stages
+from jevmem.bench.meter import allocated_bytes, cpu_seconds, per_observation, worker_stages
 
 
 def test_cpu_seconds_grow_with_work_and_a_gone_process_reads_zero() -> None:

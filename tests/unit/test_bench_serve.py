@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from jevmem.bench_serve import run_serve
+from jevmem.bench.serve import run_serve
 
 LOCOMO = Path(__file__).resolve().parents[3] / "shared" / "data" / "locomo"
 
@@ -29,7 +29,7 @@ async def test_a_short_load_run_answers_everything_and_loses_nothing() -> None:
 def test_process_cpu_reads_a_process_of_its_own() -> None:
     import os
 
-    from jevmem.bench_serve import process_cpu_s
+    from jevmem.bench.serve import process_cpu_s
 
     before = process_cpu_s(os.getpid())
     assert before is not None

@@ -10,11 +10,11 @@ import orjson
 import pytest
 from typer.testing import CliRunner
 
-from jevmem.bench_updates import above, rank, run_updates, scope_of, statement_pairs
+from jevmem.bench.updates import above, rank, run_updates, scope_of, statement_pairs
+from jevmem.bench.updates_data import ATTRIBUTES, PARTS, SLOTS, UPDATE_KINDS, Dataset, generate, tables, templates
+from jevmem.bench.users_data import held_out
 from jevmem.cli import app
 from jevmem.settings import Settings
-from jevmem.updates_data import ATTRIBUTES, PARTS, SLOTS, UPDATE_KINDS, Dataset, generate, tables, templates
-from jevmem.users_data import held_out
 from topology.ports import Embedder
 
 

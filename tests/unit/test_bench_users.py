@@ -10,10 +10,8 @@ import orjson
 import pytest
 from typer.testing import CliRunner
 
-from jevmem.bench_users import CLASSES, above, distractor_class, run_users
-from jevmem.cli import app
-from jevmem.settings import Settings
-from jevmem.users_data import (
+from jevmem.bench.users import CLASSES, above, distractor_class, run_users
+from jevmem.bench.users_data import (
     FACTS,
     LOCKER,
     SLOTS,
@@ -25,6 +23,8 @@ from jevmem.users_data import (
     tables,
     templates,
 )
+from jevmem.cli import app
+from jevmem.settings import Settings
 from topology.ports import Embedder
 
 

@@ -10,7 +10,7 @@ import orjson
 import pytest
 from typer.testing import CliRunner
 
-from jevmem import bench_chaos
+from jevmem.bench import chaos as bench_chaos
 from jevmem.cli import SHOWN_CONVERSATIONS, Fault, app, unknown_conversations, written_summary
 from tests.conftest import chat_observations
 from topology.ports import Embedder

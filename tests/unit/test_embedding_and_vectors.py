@@ -229,7 +229,7 @@ def test_qdrant_server_versions_outside_the_supported_range_are_refused() -> Non
 
 def test_bench_kafka_vector_store_choice() -> None:
     """``--vectors``: the default follows the configuration; Qdrant runs need a Qdrant URL."""
-    from jevmem.bench_kafka import vector_stores
+    from jevmem.bench.kafka import vector_stores
     from jevmem.settings import Settings
 
     url = "http://127.0.0.1:6333"

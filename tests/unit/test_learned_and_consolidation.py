@@ -7,7 +7,7 @@ from datetime import UTC, datetime
 import numpy as np
 import pytest
 
-from jevmem.train import Rows, fit
+from jevmem.bench.train import Rows, fit
 from topology.embedding import MODELS
 from topology.errors import SystemOneError
 from topology.params import Params

@@ -1,4 +1,4 @@
-"""The paired comparison of two retrieval runs (jevmem.paired) and its script's file format."""
+"""The paired comparison of two retrieval runs (jevmem.bench.paired) and its script's file format."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from pathlib import Path
 import orjson
 import pytest
 
-from jevmem.paired import QuestionRecall, compare, dump_lines, paired_interval
+from jevmem.bench.paired import QuestionRecall, compare, dump_lines, paired_interval
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -7,8 +7,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from jevmem.bench.train_relations import Pairs, loco
 from jevmem.settings import Settings
-from jevmem.train_relations import Pairs, loco
 from jevmem.wiring import system_one_and_scorer
 from topology.errors import SystemOneError
 from topology.schemas import EdgeEvent, RelationJudgment

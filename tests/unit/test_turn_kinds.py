@@ -13,7 +13,7 @@ import numpy as np
 import orjson
 import pytest
 
-from jevmem import turn_kinds_data as data
+from jevmem.bench import turn_kinds_data as data
 from topology.errors import SystemOneError
 from topology.schemas import MemoryNode, Observation, TypeScores
 from topology.stages.memory_nodes import describe, type_only

@@ -14,7 +14,7 @@ from typing import Any, cast
 import numpy as np
 import pytest
 
-from jevmem.updates_data import ROUNDS, SEED, judge_pairs
+from jevmem.bench.updates_data import ROUNDS, SEED, judge_pairs
 from topology.errors import SystemOneError
 from topology.schemas import CandidateFeatures, MemoryNode
 from topology.stages.relations import relation_state

@@ -9,7 +9,7 @@ a user who pastes tool output is still typed ``tool`` and an assistant that chat
 
 A model is a JSON document (labels, feature names, standardisation, a coefficient row and an
 intercept per label, ``meta``); the shipped weights (:data:`SHIPPED`) are written by
-``scripts/train_turn_kinds.py`` from the generator in :mod:`jevmem.turn_kinds_data` and validated
+``scripts/train_turn_kinds.py`` from the generator in :mod:`jevmem.bench.turn_kinds_data` and validated
 there on wordings held out of training.
 
 The read path asks a node's kind with :func:`turn_kind` (a pure function of its

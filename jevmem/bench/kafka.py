@@ -33,8 +33,8 @@ from confluent_kafka import Consumer, TopicPartition
 from pydantic import SecretStr
 
 from jevmem import locomo
-from jevmem.bench import percentile
-from jevmem.bench_meter import (
+from jevmem.bench.locomo import percentile
+from jevmem.bench.meter import (
     Servers,
     cpu_seconds,
     elasticsearch_bytes,
@@ -301,8 +301,8 @@ async def run_fanin(settings: Settings, workers: int = 2, conversations: int = 2
     Two distributed runs on fresh topics and stores: a burst (throughput, lag under a backlog)
     and a steady stream at half the burst's throughput (lag at a sustainable load); with
     ``encryption`` "both", a third: the burst with the log sealed (``sealed_vs_plain``)."""
-    from jevmem.bench_meter import allocated_bytes, per_observation
-    from jevmem.bench_scale import workload
+    from jevmem.bench.meter import allocated_bytes, per_observation
+    from jevmem.bench.scale import workload
 
     obs = list(workload(conversations * turns, conversations, tenants))
     servers = Servers.find(pids)

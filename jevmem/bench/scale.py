@@ -28,7 +28,7 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
-from jevmem.bench import percentile
+from jevmem.bench.locomo import percentile
 from jevmem.settings import Settings
 from jevmem.wiring import build_embedded
 from topology.ports import Embedder

@@ -19,7 +19,7 @@ from typing import Any
 import numpy as np
 
 from jevmem import locomo
-from jevmem.bench_edges import ingest_written, related_pairs, roc_auc
+from jevmem.bench.edges import ingest_written, related_pairs, roc_auc
 from jevmem.settings import Settings
 from streams.write_path import Written
 from topology.pipeline import dedupe

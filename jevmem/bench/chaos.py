@@ -13,7 +13,7 @@ LoCoMo observations (paced, so faults land mid-stream) and injects one fault at 
   node: connections hang and time out, as in a network partition).
 * ``scale``: a third worker joins two mid-stream.
 * ``poison``: records that deterministically fail a stage mixed into the stream: the workers'
-  embedding service refuses (HTTP 400) every text that names a marker (:mod:`jevmem.bench_poison`);
+  embedding service refuses (HTTP 400) every text that names a marker (:mod:`jevmem.bench.poison`);
   the round also checks that each poison record is exactly one dead letter naming its cause, and
   that no pause between two batches is longer than a few seconds (the graph is compared with the
   embedded run without the poison records).
@@ -77,9 +77,10 @@ from typing import Any
 
 from confluent_kafka import Consumer, TopicPartition
 
-from jevmem import bench_poison, locomo
-from jevmem.bench_kafka import spawn_worker, stop_workers, worker_env
-from jevmem.bench_meter import server_dirs
+from jevmem import locomo
+from jevmem.bench import poison as bench_poison
+from jevmem.bench.kafka import spawn_worker, stop_workers, worker_env
+from jevmem.bench.meter import server_dirs
 from jevmem.distributed import distributed_stores
 from jevmem.settings import Settings
 from jevmem.wiring import build_embedded

@@ -353,7 +353,7 @@ def train(per_template: int = PER_TEMPLATE, seed: int = SEED,
     if l2 is None:
         l2, cv = select_l2(x[on], y[on], fold[on])
     meta: dict[str, Any] = {
-        "script": "scripts/train_turn_kinds.py", "generator": "jevmem.turn_kinds_data", "seed": seed,
+        "script": "scripts/train_turn_kinds.py", "generator": "jevmem.bench.turn_kinds_data", "seed": seed,
         "per_template": per_template, "l2": l2,
         "templates": {name: sum(1 for i in range(len(ALL_TEMPLATES)) if split(i) == name)
                       for name in ("train", "held_out", "fresh")}}

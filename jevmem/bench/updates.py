@@ -6,7 +6,7 @@ The product is measured through its service layer as an API user would: an embed
 conversation: asked in it) or :func:`query_api.service.recall_across` (a person with several:
 asked across them by ``user_id`` when recall takes one, else over a tenant of the person's
 own), and the conversations' edges read with ``service.edges``. The data are
-:mod:`jevmem.updates_data`'s conversations; only each question's text goes to the product, its
+:mod:`jevmem.bench.updates_data`'s conversations; only each question's text goes to the product, its
 gold ids stay here.
 
 Figures (fractions in [0, 1]; each over the questions of its kind):
@@ -36,11 +36,11 @@ from collections import defaultdict
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from jevmem.bench import percentile
-from jevmem.bench_users import user_scoped
+from jevmem.bench.locomo import percentile
+from jevmem.bench.updates_data import TURNS, UPDATE_KINDS, Dataset, Question, Turn, generate
+from jevmem.bench.users import user_scoped
+from jevmem.bench.users_data import Wordings
 from jevmem.settings import Settings
-from jevmem.updates_data import TURNS, UPDATE_KINDS, Dataset, Question, Turn, generate
-from jevmem.users_data import Wordings
 from jevmem.wiring import EmbeddedService
 from query_api import service as service_api
 from topology.ports import Embedder

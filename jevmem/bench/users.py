@@ -4,7 +4,7 @@ The product is measured through its service layer as an API user would: an embed
 (:class:`jevmem.wiring.EmbeddedService`) in a fresh temporary directory, observations sent with
 ``service.submit``, questions asked with
 :func:`query_api.service.recall_across` (the code behind ``POST /v1/recall``) and nothing else.
-The data are :mod:`jevmem.users_data`'s synthetic users; only each question's text goes to the
+The data are :mod:`jevmem.bench.users_data`'s synthetic users; only each question's text goes to the
 product, its gold (the stating turn's event id) stays here.
 
 Two product generations are supported, detected at run time:
@@ -39,9 +39,9 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from jevmem.bench import percentile
+from jevmem.bench.locomo import percentile
+from jevmem.bench.users_data import Dataset, Question, Turn, Wordings, generate, many_sessions
 from jevmem.settings import Settings
-from jevmem.users_data import Dataset, Question, Turn, Wordings, generate, many_sessions
 from jevmem.wiring import EmbeddedService
 from query_api import service as service_api
 from topology.ports import Embedder

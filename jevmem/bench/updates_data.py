@@ -24,7 +24,7 @@ Contract:
 
 - The same arguments give the same :class:`Dataset` (``random.Random`` seeded with strings).
 - Every wording table has at least three templates; template ``i`` is held out when
-  ``i % 3 == 2`` (:func:`jevmem.users_data.held_out`), so ``wordings="train"`` and ``"heldout"``
+  ``i % 3 == 2`` (:func:`jevmem.bench.users_data.held_out`), so ``wordings="train"`` and ``"heldout"``
   draw from disjoint templates of every table; ``"all"`` draws from both. A turn records its
   template (``table:index``).
 - Event ids are unique (``<conversation>-<turn>``); a conversation's turns are in time order,
@@ -43,7 +43,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Literal
 
-from jevmem.users_data import WORDINGS, Wordings, allowed
+from jevmem.bench.users_data import WORDINGS, Wordings, allowed
 
 UpdateKind = Literal["explicit", "contrast", "implicit"]
 UPDATE_KINDS: tuple[UpdateKind, ...] = ("explicit", "contrast", "implicit")

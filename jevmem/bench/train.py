@@ -22,10 +22,10 @@ from typing import Any
 import numpy as np
 
 from jevmem import locomo
-from jevmem.bench import CATS, KS, recall
-from jevmem.paired import QuestionRecall
+from jevmem.bench.locomo import CATS, KS, recall
+from jevmem.bench.paired import QuestionRecall
+from jevmem.bench.train_relations import collect_pairs, fold_judges
 from jevmem.settings import Settings
-from jevmem.train_relations import collect_pairs, fold_judges
 from jevmem.wiring import Embedded, build_embedded
 from query_api.controller import RetrievalController
 from query_api.scoring import LocalScorer
@@ -151,7 +151,7 @@ async def evaluate(convs: Sequence[Conversation], model: ScoreModel, settings: S
                    acc: Recalls | None = None, questions: list[QuestionRecall] | None = None) -> Recalls:
     """Per-question recall@k by (k, category) ("overall" included) of the controller with
     ``model``, appended to ``acc`` when given; each question's own record is appended to
-    ``questions`` when given (:mod:`jevmem.paired` compares two runs question by question)."""
+    ``questions`` when given (:mod:`jevmem.bench.paired` compares two runs question by question)."""
     acc = {} if acc is None else acc
     for c in convs:
         ctrl = _controller(c, model, settings)
@@ -180,7 +180,7 @@ async def train(files: Sequence[Path], settings: Settings, embedder: Embedder, c
 
     With ``loco_relations`` (and the local learned relation judge), each held-out conversation is
     also rebuilt with a relation judge fitted on the other conversations only
-    (:mod:`jevmem.train_relations`), so its graph carries no labels of its own. ``seed`` is
+    (:mod:`jevmem.bench.train_relations`), so its graph carries no labels of its own. ``seed`` is
     recorded and seeds numpy (the fit itself draws nothing)."""
     np.random.seed(seed)
     with tempfile.TemporaryDirectory() as tmp:
