@@ -102,7 +102,7 @@ QDRANT_FAULTS = ("qdrant_kill", "qdrant_node_loss")
 SINGLE_FAULTS = ("broker_restart", "qdrant_kill")
 CLUSTER_FAULTS = ("broker_loss", "broker_rolling", "qdrant_node_loss")
 #: ``scripts/`` of the source checkout this module runs from (absent in an installed package).
-SCRIPTS = Path(__file__).resolve().parents[1] / "scripts"
+SCRIPTS = Path(__file__).resolve().parents[2] / "scripts"
 #: The script (under :data:`SCRIPTS`) each fault runs to restart or stop a server; the other faults
 #: only signal processes found through the scripts' pid files.
 FAULT_SCRIPTS = {"broker_restart": "kafka/kafka.sh", "qdrant_kill": "qdrant/qdrant.sh", "broker_loss": "kafka/cluster.sh",
