@@ -91,9 +91,8 @@ def own_updates(stale: Mapping[str, Superseded], nodes: Mapping[str, MemoryNode]
     :func:`stale_factor`."""
     out = {}
     for i, s in stale.items():
-        node = nodes.get(i)
-        mine = tuple(j for j in s.by_ids if node is not None and node.speaker and j in nodes
-                     and nodes[j].speaker == node.speaker)
+        speaker = nodes[i].speaker if i in nodes else None
+        mine = tuple(j for j in s.by_ids if speaker and j in nodes and nodes[j].speaker == speaker)
         if mine:
             out[i] = Superseded(by=s.by, since=s.since, probability=s.probability, by_ids=mine)
     return out

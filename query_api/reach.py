@@ -21,7 +21,7 @@ from typing import Protocol
 
 import numpy as np
 
-from storage.ports import EdgeReader, Hit, LexicalIndex, NodeReader, NodeRows, RealmSearch, VectorSearch
+from storage.ports import EdgeReader, Hit, LexicalIndex, NodeReader, NodeRows, RealmSearch, VectorSearch, searches_realm
 from topology.errors import IncompatibleStore
 from topology.schemas import EdgeEvent, MemoryNode, Realm, Scope, View
 
@@ -86,9 +86,9 @@ class ConversationReach(_Reads):
 
 
 def _realm_search(store: object, what: str) -> RealmSearch:
-    if not callable(getattr(store, "search_realm", None)):
+    if not searches_realm(store):
         raise IncompatibleStore(f"the {what} ({type(store).__name__}) cannot search across conversations")
-    return store  # type: ignore[return-value]
+    return store
 
 
 class RealmReach(_Reads):

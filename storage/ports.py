@@ -19,7 +19,7 @@ from __future__ import annotations
 from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Literal, Protocol, get_args, runtime_checkable
+from typing import Literal, Protocol, TypeGuard, get_args, runtime_checkable
 
 import numpy as np
 from pydantic import BaseModel, ConfigDict
@@ -47,6 +47,11 @@ class RealmSearch(Protocol):
         """The realm's best ``limit`` nodes for ``query`` (a vector for a vector index, a text for
         a lexical index), best first, each hit naming its conversation. Ties: earlier seq, then id."""
         ...
+
+
+def searches_realm(store: object) -> TypeGuard[RealmSearch]:
+    """Whether ``store`` implements :class:`RealmSearch` (has a callable ``search_realm``)."""
+    return callable(getattr(store, "search_realm", None))
 
 
 class VectorSearch(Protocol):

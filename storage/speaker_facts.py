@@ -8,7 +8,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Sequence
 
-from storage.ports import NodeReader, RealmSearch
+from storage.ports import NodeReader, RealmSearch, searches_realm
 from topology.schemas import MemoryNode, Realm, Scope
 from topology.stages.updates import earlier
 
@@ -27,9 +27,7 @@ def realm_of(node: MemoryNode) -> Realm:
 def speaker_facts(vectors: object, nodes: NodeReader) -> RealmSpeakerFacts | None:
     """:class:`RealmSpeakerFacts` over ``vectors`` when it searches a realm (None otherwise: the
     write path then asks the update question of a turn's candidates alone)."""
-    if not callable(getattr(vectors, "search_realm", None)):
-        return None
-    return RealmSpeakerFacts(vectors, nodes)  # type: ignore[arg-type]
+    return RealmSpeakerFacts(vectors, nodes) if searches_realm(vectors) else None
 
 
 class RealmSpeakerFacts:

@@ -38,18 +38,16 @@ from typing import Any
 
 from jevmem.bench.locomo import percentile
 from jevmem.bench.updates_data import TURNS, UPDATE_KINDS, Dataset, Question, Turn, generate
-from jevmem.bench.users import user_scoped
+from jevmem.bench.users import SyntheticRun, user_scoped
 from jevmem.bench.users_data import Wordings
 from jevmem.settings import Settings
 from jevmem.wiring import EmbeddedService
 from query_api import service as service_api
 from topology.ports import Embedder
-from topology.schemas import Observation, Scope
+from topology.schemas import Scope
 
 TOP_K = 10
 """Evidence items asked for per question (a statement must be among them to count as found)."""
-BATCH = 500
-"""Observations per ``service.submit`` call (the API takes at most 1,000 per request)."""
 TENANT = "bench-updates"
 """The one tenant of every person when recall takes ``user_id``."""
 SUPERSEDES = "supersedes"
@@ -90,37 +88,13 @@ def statement_pairs(data: Dataset) -> set[tuple[str, str]]:
     return out
 
 
-class _Run:
+class _Run(SyntheticRun):
     """One fresh embedded service in a temporary directory, fed and asked one dataset."""
 
     def __init__(self, settings: Settings, embedder: Embedder, data: Dataset, progress: Progress | None) -> None:
-        self.settings, self.embedder, self.data, self.progress = settings, embedder, data, progress
-        self.scoped = user_scoped()
+        super().__init__(settings, embedder, data, progress, TENANT)
+        self.data = data
         self.turns = {t.event_id: t for t in data.turns()}
-
-    def tenant(self, user_id: str) -> str:
-        return TENANT if self.scoped else f"bench-{user_id}"
-
-    def observation(self, t: Turn) -> Observation:
-        fields: dict[str, Any] = {"tenant_id": self.tenant(t.user_id), "conversation_id": t.conversation_id,
-                                  "event_id": t.event_id, "content": t.content, "speaker": t.speaker, "role": t.role,
-                                  "observed_at": t.observed_at}
-        if self.scoped:
-            fields["user_id"] = t.user_id
-        return Observation(**fields)
-
-    async def ingest(self, service: EmbeddedService) -> float:
-        """Submit every turn in arrival order; seconds taken."""
-        stream = self.data.stream()
-        spent = 0.0
-        for i in range(0, len(stream), BATCH):
-            batch = [self.observation(t) for t in stream[i:i + BATCH]]
-            t0 = time.perf_counter()
-            await service.submit(batch)
-            spent += time.perf_counter() - t0
-            if self.progress:
-                self.progress("ingest", min(i + BATCH, len(stream)), len(stream))
-        return spent
 
     async def supersedes(self, service: EmbeddedService) -> set[tuple[str, str]]:
         """(newer, older) event ids of every ``supersedes`` edge in the people's conversations

@@ -37,7 +37,8 @@ import sys
 import tempfile
 import time
 from collections.abc import Callable, Sequence
-from typing import Any
+from datetime import datetime
+from typing import Any, Protocol
 
 from jevmem.bench.locomo import percentile
 from jevmem.bench.users_data import Dataset, Question, Turn, Wordings, generate, many_sessions
@@ -102,19 +103,46 @@ def peak_rss_mb() -> float:
     return round(peak / (2**20 if sys.platform == "darwin" else 1024), 1)
 
 
-class _Run:
-    """One fresh embedded service in a temporary directory, fed and asked one dataset."""
+class SyntheticTurn(Protocol):
+    """What a synthetic bench sends of one of its turns."""
 
-    def __init__(self, settings: Settings, embedder: Embedder, data: Dataset, progress: Progress | None,
-                 label: str) -> None:
-        self.settings, self.embedder, self.data, self.progress, self.label = settings, embedder, data, progress, label
+    @property
+    def event_id(self) -> str: ...
+    @property
+    def conversation_id(self) -> str: ...
+    @property
+    def user_id(self) -> str: ...
+    @property
+    def role(self) -> str: ...
+    @property
+    def speaker(self) -> str: ...
+    @property
+    def content(self) -> str: ...
+    @property
+    def observed_at(self) -> datetime: ...
+
+
+class SyntheticData(Protocol):
+    """A synthetic bench's dataset: its turns in arrival order."""
+
+    def stream(self) -> Sequence[SyntheticTurn]: ...
+
+
+class SyntheticRun:
+    """One fresh embedded service fed a synthetic dataset in arrival order: each person under
+    ``tenant`` with their ``user_id`` when recall takes one (:func:`user_scoped`), else in a
+    tenant of their own. ``label`` prefixes the progress names."""
+
+    def __init__(self, settings: Settings, embedder: Embedder, data: SyntheticData, progress: Progress | None,
+                 tenant: str, label: str | None = None) -> None:
+        self.settings, self.embedder, self.progress = settings, embedder, progress
+        self.synthetic, self.shared_tenant, self.label = data, tenant, label
         self.scoped = user_scoped()
-        self.turns = {t.event_id: t for t in data.turns()}
 
     def tenant(self, user_id: str) -> str:
-        return TENANT if self.scoped else f"bench-{user_id}"
+        return self.shared_tenant if self.scoped else f"bench-{user_id}"
 
-    def observation(self, t: Turn) -> Observation:
+    def observation(self, t: SyntheticTurn) -> Observation:
         fields: dict[str, Any] = {"tenant_id": self.tenant(t.user_id), "conversation_id": t.conversation_id,
                                   "event_id": t.event_id, "content": t.content, "speaker": t.speaker, "role": t.role,
                                   "observed_at": t.observed_at}
@@ -124,16 +152,27 @@ class _Run:
 
     async def ingest(self, service: EmbeddedService) -> float:
         """Submit every turn in arrival order; seconds taken."""
-        stream = self.data.stream()
+        stream = self.synthetic.stream()
         spent = 0.0
+        name = f"{self.label}: ingest" if self.label else "ingest"
         for i in range(0, len(stream), BATCH):
             batch = [self.observation(t) for t in stream[i:i + BATCH]]  # built outside the timed part
             t0 = time.perf_counter()
             await service.submit(batch)
             spent += time.perf_counter() - t0
             if self.progress:
-                self.progress(f"{self.label}: ingest", min(i + BATCH, len(stream)), len(stream))
+                self.progress(name, min(i + BATCH, len(stream)), len(stream))
         return spent
+
+
+class _Run(SyntheticRun):
+    """One fresh embedded service in a temporary directory, fed and asked one dataset."""
+
+    def __init__(self, settings: Settings, embedder: Embedder, data: Dataset, progress: Progress | None,
+                 label: str) -> None:
+        super().__init__(settings, embedder, data, progress, TENANT, label)
+        self.data = data
+        self.turns = {t.event_id: t for t in data.turns()}
 
     async def ask(self, service: EmbeddedService, q: Question) -> tuple[list[str], float, int, int]:
         """(event ids recalled best first, ms, sessions skipped, sessions searched) for ``q``."""
