@@ -15,6 +15,10 @@ from topology.stages.updates import earlier
 #: Realm hits read per node: the speaker's own turns are about half of a two-person
 #: conversation's, so this leaves room for the ``limit`` asked after filtering by speaker.
 HITS_PER_LIMIT = 6
+#: A node short of its speaker's earlier memories is searched again with this many times the hits,
+WIDEN = 4
+#: up to this many (beyond it, the answer is the best of these hits).
+MAX_HITS = 1536
 
 
 def realm_of(node: MemoryNode) -> Realm:
@@ -38,10 +42,29 @@ class RealmSpeakerFacts:
         self.vectors, self.nodes = vectors, nodes
 
     async def earlier_by_speaker(self, nodes: Sequence[MemoryNode], limit: int) -> list[list[tuple[MemoryNode, float]]]:
+        """As the protocol says, and independent of what else the stores hold: a node whose hits
+        leave fewer than ``limit`` of its speaker's earlier memories while the realm may hold more
+        (later turns of the same batch, another speaker's turns) is searched again with
+        :data:`WIDEN` times the hits, up to :data:`MAX_HITS`, so batch boundaries and redelivery
+        never change the answer below that bound."""
+        out: list[list[tuple[MemoryNode, float]]] = [[] for _ in nodes]
         if limit <= 0 or not nodes:
-            return [[] for _ in nodes]
-        searches = await asyncio.gather(*(self.vectors.search_realm(realm_of(n), n.embedding or [], limit * HITS_PER_LIMIT)
-                                          for n in nodes))
+            return out
+        todo, k = list(range(len(nodes))), limit * HITS_PER_LIMIT
+        while todo:
+            found = await self._search([nodes[i] for i in todo], k)
+            again = []
+            for i, (mine, full) in zip(todo, found, strict=True):
+                out[i] = sorted(mine, key=lambda ms: (-ms[1], ms[0].id))[:limit]
+                if len(mine) < limit and full and k < MAX_HITS:
+                    again.append(i)
+            todo, k = again, min(k * WIDEN, MAX_HITS)
+        return out
+
+    async def _search(self, nodes: Sequence[MemoryNode], k: int) -> list[tuple[list[tuple[MemoryNode, float]], bool]]:
+        """Per node: (its speaker's earlier memories among its realm's best ``k`` hits;
+        whether the search returned all ``k``, i.e. the realm may hold more)."""
+        searches = await asyncio.gather(*(self.vectors.search_realm(realm_of(n), n.embedding or [], k) for n in nodes))
         wanted: dict[Scope, set[str]] = {}
         for n, hits in zip(nodes, searches, strict=True):
             for h in hits:
@@ -50,11 +73,7 @@ class RealmSpeakerFacts:
         scopes = list(wanted)
         read = await asyncio.gather(*(self.nodes.get(s, sorted(wanted[s])) for s in scopes))
         known = {m.id: m for got in read for m in got}
-        out = []
-        for n, hits in zip(nodes, searches, strict=True):
-            mine = [(known[h.id], h.score) for h in hits
-                    if h.id in known and known[h.id].kind == "observation" and known[h.id].speaker == n.speaker
-                    and earlier(known[h.id], n)]
-            mine.sort(key=lambda ms: (-ms[1], ms[0].id))
-            out.append(mine[:limit])
-        return out
+        return [([(known[h.id], h.score) for h in hits
+                  if h.id in known and known[h.id].kind == "observation" and known[h.id].speaker == n.speaker
+                  and earlier(known[h.id], n)], len(hits) >= k)
+                for n, hits in zip(nodes, searches, strict=True)]

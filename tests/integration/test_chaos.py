@@ -24,6 +24,12 @@ require_stack()
 from jevmem.bench.chaos import run_chaos  # noqa: E402
 from jevmem.settings import Settings  # noqa: E402
 
+def why(result: dict[str, object]) -> str:
+    """A failed round's problems first (pytest shortens a long dict to its first keys)."""
+    keys = ("stalled", "graph_mismatch", "poison_problems", "max_gap_s", "detail")
+    return "; ".join(f"{k}={result.get(k)!r}" for k in keys)
+
+
 SETTINGS = Settings(kafka_bootstrap=KAFKA or "", elasticsearch_url=ES_URL or "", qdrant_url=QDRANT_URL,
                     partitions=4, write_batch=16, **SINGLE_BROKER)
 
@@ -31,7 +37,7 @@ SETTINGS = Settings(kafka_bootstrap=KAFKA or "", elasticsearch_url=ES_URL or "",
 async def test_two_workers_killed_none_replaced() -> None:
     out = await run_chaos(LOCOMO, SETTINGS, rounds=1, turns=16, faults=("double_kill",), stall_s=60.0, timeout_s=240.0)
     result = out["results"][0]
-    assert out["passed"] == 1, result
+    assert out["passed"] == 1, why(result)
     assert (out["lost"], out["duplicated"], out["stalled"], out["graph_mismatches"]) == (0, 0, 0, 0)
 
 
@@ -40,7 +46,7 @@ async def test_qdrant_server_killed_and_restarted_mid_stream() -> None:
     QDRANT_PORT, as ``scripts/test`` exports them)."""
     out = await run_chaos(LOCOMO, SETTINGS, rounds=1, turns=16, faults=("qdrant_kill",), stall_s=60.0, timeout_s=240.0)
     result = out["results"][0]
-    assert out["passed"] == 1, result
+    assert out["passed"] == 1, why(result)
     assert (out["lost"], out["duplicated"], out["stalled"], out["graph_mismatches"]) == (0, 0, 0, 0)
     killed = [d for d in result["detail"] if d.startswith("SIGKILL Qdrant")]
     acknowledged = int(re.findall(r"\((\d+) points acknowledged\)", killed[0])[0])
@@ -54,6 +60,6 @@ async def test_poison_records_are_dead_letters_and_the_stream_moves_on() -> None
     run without them, and no batch pause is longer than a few seconds."""
     out = await run_chaos(LOCOMO, SETTINGS, rounds=1, turns=16, faults=("poison",), stall_s=60.0, timeout_s=240.0)
     result = out["results"][0]
-    assert out["passed"] == 1, result
+    assert out["passed"] == 1, why(result)
     assert (out["lost"], out["duplicated"], out["stalled"], out["graph_mismatches"], out["poison_problems"]) == (0, 0, 0, 0, 0)
     assert any("poison records among" in d for d in result["detail"]), result

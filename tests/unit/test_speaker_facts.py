@@ -1,0 +1,62 @@
+"""The write path's update candidates (:class:`storage.speaker_facts.RealmSpeakerFacts`) do not
+depend on what else the stores hold: later turns of the same batch, or a redelivered batch's
+turns already written, that outrank a speaker's earlier memories in the realm search change
+neither which earlier memories are found nor their order."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from storage.ports import Hit
+from storage.speaker_facts import HITS_PER_LIMIT, RealmSpeakerFacts
+from topology.schemas import MemoryNode, Realm, Scope
+
+SCOPE = Scope(tenant_id="t1", conversation_id="c1")
+
+
+def _node(seq: int, speaker: str, score: float) -> MemoryNode:
+    return MemoryNode(id=f"n{seq}", tenant_id="t1", conversation_id="c1", event_id=f"e{seq}", seq=seq,
+                      content=f"turn {seq}", speaker=speaker, embedding=[1.0], metadata={"score": score})
+
+
+class Realm1:
+    """A realm search over fixed nodes, best ``metadata['score']`` first, and their node reads."""
+
+    def __init__(self, nodes: Sequence[MemoryNode]) -> None:
+        self.by_id = {n.id: n for n in nodes}
+        self.searched: list[int] = []
+
+    async def search_realm(self, realm: Realm, query: Sequence[float] | str, limit: int) -> list[Hit]:
+        self.searched.append(limit)
+        ranked = sorted(self.by_id.values(), key=lambda n: (-float(n.metadata["score"]), n.seq))
+        return [Hit(n.id, float(n.metadata["score"]), n.conversation_id) for n in ranked[:limit]]
+
+    async def get(self, scope: Scope, ids: Sequence[str]) -> list[MemoryNode]:
+        return [self.by_id[i] for i in ids if i in self.by_id]
+
+    async def scan(self, scope: Scope) -> list[MemoryNode]:
+        return sorted(self.by_id.values(), key=lambda n: n.seq)
+
+
+async def test_later_turns_in_the_store_do_not_change_the_update_candidates() -> None:
+    limit = 2
+    asking = _node(100, "Ana", 0.0)
+    # Ana's earlier turns (seq < 100) score low; Bo's turns and Ana's own later turns score high
+    earlier = [_node(s, "Ana", 0.1 + s / 1000) for s in range(10)] + [_node(10 + s, "Bo", 0.5) for s in range(10)]
+    later = [_node(101 + s, "Ana", 0.9) for s in range(limit * HITS_PER_LIMIT * 3)]
+    alone = Realm1([*earlier, asking])
+    crowded = Realm1([*earlier, asking, *later])
+    want = (await RealmSpeakerFacts(alone, alone).earlier_by_speaker([asking], limit))[0]
+    got = (await RealmSpeakerFacts(crowded, crowded).earlier_by_speaker([asking], limit))[0]
+    assert [n.id for n, _ in want] == ["n9", "n8"]
+    assert [(n.id, s) for n, s in got] == [(n.id, s) for n, s in want]
+    assert len(crowded.searched) > 1 and crowded.searched[1] > crowded.searched[0]  # searched again, wider
+    assert len(alone.searched) == 1
+
+
+async def test_a_realm_with_fewer_of_the_speakers_memories_is_searched_once() -> None:
+    asking = _node(5, "Ana", 0.0)
+    realm = Realm1([_node(0, "Ana", 0.3), _node(1, "Bo", 0.4), asking])
+    got = (await RealmSpeakerFacts(realm, realm).earlier_by_speaker([asking], 4))[0]
+    assert [n.id for n, _ in got] == ["n0"]
+    assert realm.searched == [4 * HITS_PER_LIMIT]
