@@ -160,7 +160,7 @@ class RoundResult:
     stalled: bool = False
     graph_mismatch: bool = False
     #: poison rounds: poison records without exactly one dead letter naming the cause, a pause
-    #: between batches longer than ``bench_poison.MAX_PAUSE_S``, a retried batch
+    #: between batches longer than ``bench_poison.MAX_PAUSE_S``, a poison record retried
     poison_problems: int = 0
     seconds: float = 0.0
     max_gap_s: float = 0.0
@@ -447,14 +447,10 @@ async def run_round(obs: list[Observation], ref: Reference, settings: Settings, 
         await check(stores, ref, result)
         result.max_gap_s = await asyncio.to_thread(longest_gap_s, rnd.settings)
         if poison:
-            problems = await asyncio.to_thread(bench_poison.letter_problems, rnd.settings, poison)
-            if result.max_gap_s > bench_poison.MAX_PAUSE_S:
-                problems.append(f"a pause of {result.max_gap_s} s between batches (at most {bench_poison.MAX_PAUSE_S})")
-            retried = sum(rnd.log(n).read_text(errors="replace").count("failed (attempt") for n in range(len(rnd.workers)))
-            if retried:
-                problems.append(f"{retried} batch attempts failed and were retried (a poison record held its partition)")
+            logs = [rnd.log(n).read_text(errors="replace") for n in range(len(rnd.workers))]
+            problems, notes = await bench_poison.round_problems(rnd.settings, poison, result.max_gap_s, logs)
             result.poison_problems = len(problems)
-            result.detail += [f"problem: {p}" for p in problems]
+            result.detail += notes + [f"problem: {p}" for p in problems]
     finally:
         if producer is not None and not producer.done():
             producer.cancel()

@@ -15,6 +15,7 @@ workers wrote is longer than :data:`MAX_PAUSE_S`.
 
 from __future__ import annotations
 
+import asyncio
 import random
 import threading
 import time
@@ -100,18 +101,48 @@ def refusing_service(embedder: Embedder) -> Iterator[str]:
         thread.join(10)
 
 
+#: How long the round waits for the last dead letters once every other record is written (a
+#: batch's dead letters are published after the rest of it is written).
+LETTERS_WAIT_S = 30.0
+
+
+async def round_problems(settings: Settings, poison: Sequence[Observation], max_gap_s: float,
+                         worker_logs: Sequence[str]) -> tuple[list[str], list[str]]:
+    """(what is wrong with a poison round, notes) once every other record is written: the dead
+    letters (:func:`letter_problems`, read again until they are right or :data:`LETTERS_WAIT_S`
+    passed); a batch retried for an error that is not transient, or for the refusal itself (a poison record held
+    its partition); a pause longer than :data:`MAX_PAUSE_S` that no retried transient failure
+    explains. Retried transient failures (a store's hiccup) are notes: retrying them is the
+    stream's contract, not a poison record's doing."""
+    deadline = time.monotonic() + LETTERS_WAIT_S
+    problems = await asyncio.to_thread(letter_problems, settings, poison)
+    while problems and time.monotonic() < deadline:
+        await asyncio.sleep(1.0)
+        problems = await asyncio.to_thread(letter_problems, settings, poison)
+    retries = [line for log in worker_logs for line in log.splitlines() if "failed (attempt" in line]
+    held = [r for r in retries if ", transient)" not in r or "EmbeddingRefused" in r or POISON in r]
+    if held:
+        problems.append(f"{len(held)} batch attempts failed on a poison record and were retried (it held its partition)")
+    notes = [f"{len(retries) - len(held)} batch attempts failed transiently and were retried"] if len(retries) > len(held) else []
+    if max_gap_s > MAX_PAUSE_S and len(retries) == len(held):
+        problems.append(f"a pause of {max_gap_s} s between batches (at most {MAX_PAUSE_S})")
+    return problems, notes
+
+
 def letter_problems(settings: Settings, poison: Sequence[Observation]) -> list[str]:
     """What is wrong with the round's dead letters: each poison record must be exactly one letter
-    whose reason names the refusal and the stage, and no other record a letter."""
+    whose reason names the refusal and the stage, and no other record a letter (records are told
+    apart by conversation and event: event ids repeat across conversations)."""
     letters = [decode(DeadLetter, r.value) for r in read_topic(settings.kafka(), topics(settings.topic_prefix)["deadletters"].name)]
-    per_event = Counter(d.event_id for d in letters)
+    per_event = Counter((d.conversation_id, d.event_id) for d in letters)
     problems = []
     for o in poison:
-        n = per_event.pop(o.event_id, 0)
+        n = per_event.pop((o.conversation_id, o.event_id), 0)
         if n != 1:
             problems.append(f"poison {o.conversation_id}/{o.event_id}: {n} dead letters")
+    poisoned_events = {(o.conversation_id, o.event_id) for o in poison}
     for d in letters:
-        if d.event_id in {o.event_id for o in poison} and not ("EmbeddingRefused" in d.reason and "embed" in d.reason):
+        if (d.conversation_id, d.event_id) in poisoned_events and not ("EmbeddingRefused" in d.reason and "embed" in d.reason):
             problems.append(f"dead letter {d.source} does not name its cause: {d.reason[:200]}")
-    problems += [f"unexpected dead letter for {e}" for e in per_event]
+    problems += [f"unexpected dead letter for {c}/{e}" for c, e in per_event]
     return problems
