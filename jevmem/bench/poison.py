@@ -27,6 +27,7 @@ import uvicorn
 from fastapi import FastAPI
 from fastapi.responses import JSONResponse
 
+from jevmem import assembly
 from jevmem.settings import Settings
 from streams.kafka_admin import read_topic
 from topology.ports import Embedder
@@ -103,7 +104,8 @@ def refusing_service(embedder: Embedder) -> Iterator[str]:
 def letter_problems(settings: Settings, poison: Sequence[Observation]) -> list[str]:
     """What is wrong with the round's dead letters: each poison record must be exactly one letter
     whose reason names the refusal and the stage, and no other record a letter."""
-    letters = [decode(DeadLetter, r.value) for r in read_topic(settings.kafka(), topics(settings.topic_prefix)["deadletters"].name)]
+    letters = [decode(DeadLetter, r.value)
+               for r in read_topic(assembly.kafka(settings), topics(settings.topic_prefix)["deadletters"].name)]
     per_event = Counter(d.event_id for d in letters)
     problems = []
     for o in poison:
