@@ -348,7 +348,7 @@ async def replay(settings: Settings, source: str, new_prefix: str, switch: bool)
     """Rebuild into stores under ``new_prefix`` from the log (``source`` = "edges": memories, edges
     and consolidation topics, no System One calls; "observations": recompute), verify the rebuilt
     graph equals the active one, and make it active when ``switch`` and identical."""
-    from streams.embedded import EmbeddedPipeline
+    from streams.in_process import InProcessWriter
     from streams.replay import Unreadable, rebuild_from_log, recompute, verify
 
     spec = topics(settings.topic_prefix)
@@ -391,7 +391,7 @@ async def replay(settings: Settings, source: str, new_prefix: str, switch: bool)
                                             [v for v in decisions if not isinstance(v, Unreadable)])
         elif source == "observations":
             wp = assembly.paths(settings, new, embedder, embedded=False).writer()
-            report = await recompute(EmbeddedPipeline(new, wp, wp.so), await log("observations"), settings.write_batch)
+            report = await recompute(InProcessWriter(new, wp, wp.so), await log("observations"), settings.write_batch)
         else:
             raise ValueError("source must be 'edges' or 'observations'")
         problems = await verify(old, new, report.scopes)

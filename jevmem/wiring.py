@@ -30,7 +30,7 @@ from storage.sqlite import (
 from storage.sqlite_base import DirLock, scrub
 from storage.vector_matrix import MAX_ROWS as VECTOR_ROWS
 from storage.vector_matrix import MatrixVectorIndex
-from streams.embedded import EmbeddedPipeline, IngestReport
+from streams.in_process import IngestReport, InProcessWriter
 from streams.write_path import Stores
 from topology.ports import Embedder
 from topology.schemas import ConsolidationDecision, DeadLetter, EdgeEvent, MemoryNode, Observation, Realm, Scope
@@ -73,7 +73,10 @@ def embedded_stores(data_dir: Path | str, dim: int, embedder: str | None = None,
 
 @dataclass
 class Embedded:
-    pipeline: EmbeddedPipeline
+    """The embedded product over one store: ``pipeline`` writes it (in this process),
+    ``controller`` answers queries from it; :meth:`close` closes the writer and the stores."""
+
+    pipeline: InProcessWriter
     controller: RetrievalController
     embedder: Embedder
     stores: Stores
@@ -91,14 +94,14 @@ def build_embedded(settings: Settings, embedder: Embedder | None = None, data_di
     stores = embedded_stores(data_dir if data_dir is not None else settings.data_dir, emb.dim, emb.name,
                              budget.sqlite_cache_mb, budget.vector_rows)
     built = assembly.paths(settings, stores, emb, embedded=True)
-    return Embedded(EmbeddedPipeline(stores, built.writer(), built.system_one, settings.write_batch), built.controller,
+    return Embedded(InProcessWriter(stores, built.writer(), built.system_one, settings.write_batch), built.controller,
                     emb, stores)
 
 
 class GroupWrite:
     """Concurrent writes as one batch (a group commit): a write waits while the one before it is
     being written, and every write that arrived meanwhile is then written together, in arrival
-    order, by one ``write`` call (the pipeline's graph does not depend on batching, and a batch
+    order, by one ``write`` call (the written graph does not depend on batching, and a batch
     pays the model, the System One requests and the store transactions once). Each caller gets
     the group's report (its own items' failures are found in it by event), or the exception
     that failed the group. A caller that stops waiting does not withdraw its items."""
@@ -143,7 +146,7 @@ class GroupWrite:
 
 
 class EmbeddedService:
-    """:class:`query_api.service.MemoryService` over the embedded pipeline (one process owns the
+    """:class:`query_api.service.MemoryService` over the embedded deployment (one process owns the
     store). Its stores translate their own failures (a locked, closed, full or corrupt database
     is :class:`~topology.errors.StoreUnavailable`). Concurrent submits are written in groups
     (:class:`GroupWrite`), each observation stamped with the time its request was accepted."""
@@ -172,7 +175,7 @@ class EmbeddedService:
 
     async def submit(self, observations: Sequence[Observation]) -> list[ItemError]:
         """Write ``observations``; those that failed permanently (isolated and dead-lettered by the
-        pipeline, sourced ``api:<stage>``) are returned with their indexes (every copy of a
+        in-process writer, sourced ``api:<stage>``) are returned with their indexes (every copy of a
         duplicated event)."""
         now = datetime.now(UTC)
         report = await self._group.submit([o.stamped(now) for o in observations])
@@ -182,7 +185,7 @@ class EmbeddedService:
 
     async def load(self, payloads: Sequence[bytes | str], *, source: str, offset: int = 0) -> IngestReport:
         """Bulk-load raw records (JSON observations and forget records, as on the observations
-        topic, e.g. a file's lines): :meth:`streams.embedded.EmbeddedPipeline.ingest_raw` without
+        topic, e.g. a file's lines): :meth:`streams.in_process.InProcessWriter.ingest_raw` without
         per-node results (a load of any size holds none); an invalid record is a dead letter
         sourced ``"{source}#{offset + index}"``."""
         return await self.mem.pipeline.ingest_raw(payloads, source=source, keep_results=False, offset=offset)

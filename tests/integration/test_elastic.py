@@ -535,7 +535,7 @@ async def test_retrieval_of_a_tenant_ignores_other_tenants_writes(es: tuple[Asyn
     from jevmem.settings import Settings
     from query_api.controller import RetrievalController
     from storage.elastic_vectors import ElasticVectorIndex
-    from streams.embedded import EmbeddedPipeline
+    from streams.in_process import InProcessWriter
     from streams.write_path import Stores as AllStores
     from topology.embedding import default_embedder
     from topology.systemone.local import LocalSystemOne
@@ -557,7 +557,7 @@ async def test_retrieval_of_a_tenant_ignores_other_tenants_writes(es: tuple[Asyn
                        dead_letters=NoLetters())  # type: ignore[arg-type]
     wp = assembly.paths(settings, stores, emb, embedded=False).writer()
     assert isinstance(wp.so, CountingSystemOne)
-    pipeline = EmbeddedPipeline(stores, wp, wp.so)
+    pipeline = InProcessWriter(stores, wp, wp.so)
     controller = RetrievalController(emb, LocalSystemOne(), stores.vectors, stores.lexical, stores.nodes, stores.edges,
                                      settings.params)
 
