@@ -1,2 +1,3 @@
-"""Composition root: settings, wiring, CLI and benchmarks. The only place that reads the
-environment; everything below it takes explicit objects."""
+"""The edge of the product: settings, the composition root (:mod:`jevmem.assembly`), the two
+deployments (:mod:`jevmem.wiring`, :mod:`jevmem.distributed`), CLI and benchmarks. The only place
+that reads the environment; everything below it takes explicit objects."""

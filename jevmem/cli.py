@@ -22,7 +22,7 @@ from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from jevmem import cli_errors
+from jevmem import assembly, cli_errors
 from jevmem.cli_encryption import encryption_app
 from jevmem.cli_keys import keys_app
 from jevmem.cli_models import models_app, require_model
@@ -316,7 +316,7 @@ def serve(host: Annotated[str, typer.Option(metavar="HOST", help="Address to lis
     distributed stack. Every call but /healthz and /ui needs an API key: jevmem keys create --tenant T."""
     import uvicorn
 
-    from jevmem.wiring import key_store
+    from jevmem.assembly import key_store
     from query_api.auth import Authenticator
     from query_api.http import create_app
     from query_api.ui import DevUi, dev_key, enable_dev_ui, is_loopback
@@ -334,7 +334,7 @@ def serve(host: Annotated[str, typer.Option(metavar="HOST", help="Address to lis
     sign_in: DevUi | None = None
     if dev_ui:
         sign_in, keys = dev_key(settings.tenant, keys)
-    api = create_app(service, Authenticator(keys, settings.auth_cache_seconds, tokens=settings.oidc()))
+    api = create_app(service, Authenticator(keys, settings.auth_cache_seconds, tokens=assembly.oidc(settings)))
     metrics.attach(api)
     shown = f"[{host}]" if ":" in host else host
     if sign_in is not None:
@@ -407,7 +407,7 @@ def mcp(key: Annotated[str | None, typer.Option(
         distributed: Annotated[bool, typer.Option(help="Ingest to Kafka; query Elasticsearch/Qdrant.")] = False) -> None:
     """Serve the memory tools (remember, recall, forget, graph, conversations) to an agent over MCP stdio,
     for the tenant of the API key. Over HTTP, jevmem serve has them at /mcp."""
-    from jevmem.wiring import key_store
+    from jevmem.assembly import key_store
     from query_api.auth import Authenticator, Unauthenticated
     from query_api.mcp_server import serve_stdio
     from topology.errors import StoreUnavailable
@@ -418,7 +418,7 @@ def mcp(key: Annotated[str | None, typer.Option(
     require_model(settings)
     settings, service = _service(settings, distributed)
     try:
-        _run(serve_stdio(service, Authenticator(key_store(settings), settings.auth_cache_seconds, tokens=settings.oidc()),
+        _run(serve_stdio(service, Authenticator(key_store(settings), settings.auth_cache_seconds, tokens=assembly.oidc(settings)),
                          key))
     except Unauthenticated as exc:
         cli_errors.stop(f"API key refused: {exc}", 2)
@@ -449,14 +449,14 @@ def produce(path: Annotated[Path, typer.Argument(metavar="FILE", help="JSONL obs
 
     settings = _settings(tenant=tenant)
     payloads = read_observation_payloads(path, settings.tenant, conversation)
-    ensure_topics(settings.kafka(), settings.topic_prefix, settings.topic_layout())
+    ensure_topics(assembly.kafka(settings), settings.topic_prefix, settings.topic_layout())
 
     async def go() -> int:
         from jevmem.distributed import checked_keyring
 
         keyring = await checked_keyring(settings)
         try:
-            async with ObservationProducer(settings.kafka(), settings.topic_prefix, keyring=keyring) as producer:
+            async with ObservationProducer(assembly.kafka(settings), settings.topic_prefix, keyring=keyring) as producer:
                 if keyring is None:
                     return len(await producer.send_raw([(partition_key(raw), raw) for raw in payloads]))
                 # sealed: what decodes is sent as observations; what does not goes straight to the
@@ -542,7 +542,7 @@ def bench_locomo(directory: Annotated[Path, typer.Argument(metavar="DIR", help="
                 tasks[label] = bar.add_task(label, total=total)
             bar.update(tasks[label], completed=done)
 
-        out = _run(run_locomo(directory, settings, settings.load_embedder(), progress,
+        out = _run(run_locomo(directory, settings, assembly.load_embedder(settings), progress,
                               ablate=ablate))
     if as_json:
         sys.stdout.write(orjson.dumps(out).decode() + "\n")
@@ -568,7 +568,7 @@ def bench_edges(directory: Annotated[Path, typer.Argument(metavar="DIR", help="L
 
     settings = _settings()
     require_model(settings)
-    out = _run(run_edges(directory, settings, settings.load_embedder()))
+    out = _run(run_edges(directory, settings, assembly.load_embedder(settings)))
     if as_json:
         sys.stdout.write(orjson.dumps(out).decode() + "\n")
         return
@@ -592,7 +592,7 @@ def bench_scale(observations: Annotated[int, typer.Option(metavar="N", help="Syn
     require_model(settings)
     with _progress() as bar:
         task = bar.add_task("ingest", total=observations)
-        out = _run(run_scale(settings, settings.load_embedder(), observations,
+        out = _run(run_scale(settings, assembly.load_embedder(settings), observations,
                              conversations, tenants, active=active or None,
                              progress=lambda done, _: bar.update(task, completed=done), data_dir=data_dir))
     if as_json:
@@ -634,7 +634,7 @@ def bench_users(users: Annotated[int, typer.Option(metavar="N", help="Users.")] 
                 tasks[label] = bar.add_task(label, total=total)
             bar.update(tasks[label], completed=done)
 
-        out = _run(run_users(settings, settings.load_embedder(), users, sessions, facts, split, seed, many_sessions,
+        out = _run(run_users(settings, assembly.load_embedder(settings), users, sessions, facts, split, seed, many_sessions,
                              repeats, scale_sessions, progress))
     if as_json:
         sys.stdout.write(orjson.dumps(out).decode() + "\n")
@@ -677,7 +677,7 @@ def bench_updates(conversations: Annotated[int, typer.Option(
                 tasks[label] = bar.add_task(label, total=total)
             bar.update(tasks[label], completed=done)
 
-        out = _run(run_updates(settings, settings.load_embedder(), conversations, split, seed, turns, progress))
+        out = _run(run_updates(settings, assembly.load_embedder(settings), conversations, split, seed, turns, progress))
     if as_json:
         sys.stdout.write(orjson.dumps(out).decode() + "\n")
     else:

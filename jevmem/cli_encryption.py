@@ -12,6 +12,7 @@ import orjson
 import typer
 from rich.console import Console
 
+from jevmem import assembly
 from jevmem.settings import Settings
 
 encryption_app = typer.Typer(help="Key-encryption keys of the sealed Kafka log (JEVMEM_ENCRYPTION).",
@@ -27,7 +28,7 @@ def new_kek() -> None:
 
 async def _keyring_do(what: str) -> dict[str, object]:
     settings = Settings().model_copy(update={"encryption": True})
-    keyring = settings.keyring()
+    keyring = assembly.keyring(settings)
     assert keyring is not None
     try:
         if what == "rotate":

@@ -35,7 +35,7 @@ def create(tenant: Annotated[str, typer.Option(metavar="TENANT", help="The tenan
                "Comma-separated user ids: the key then remembers and recalls only these users' memory."))] = None,
            data_dir: DataDir = None, as_json: Json = False) -> None:
     """Make a key and print it once (only its hash is stored)."""
-    from jevmem.wiring import key_store
+    from jevmem.assembly import key_store
     from query_api.auth import mint
 
     try:
@@ -65,7 +65,7 @@ def create(tenant: Annotated[str, typer.Option(metavar="TENANT", help="The tenan
 def list_keys(tenant: Annotated[str | None, typer.Option(metavar="TENANT", help="Only this tenant's keys.")] = None,
               data_dir: DataDir = None, as_json: Json = False) -> None:
     """Key ids, tenants, scopes and state (never the keys)."""
-    from jevmem.wiring import key_store
+    from jevmem.assembly import key_store
 
     async def go() -> list[dict[str, object]]:
         store = key_store(_settings(data_dir))
@@ -86,7 +86,7 @@ def list_keys(tenant: Annotated[str | None, typer.Option(metavar="TENANT", help=
 @keys_app.command("revoke")
 def revoke(key_id: str, data_dir: DataDir = None) -> None:
     """Revoke a key (servers stop accepting it within ``JEVMEM_AUTH_CACHE_SECONDS``)."""
-    from jevmem.wiring import key_store
+    from jevmem.assembly import key_store
 
     async def go() -> bool:
         store = key_store(_settings(data_dir))

@@ -1,5 +1,6 @@
-"""Wiring of the distributed stack: Kafka topics, Elasticsearch + Qdrant stores, Faust workers,
-the HTTP service over them, and the active store generation used by replay's switch-over."""
+"""The distributed deployment: Kafka topics, Elasticsearch + Qdrant stores, Faust workers, the
+HTTP service over them, and the active store generation used by replay's switch-over. The write
+and read paths over those stores come from :func:`jevmem.assembly.paths` (``embedded=False``)."""
 
 from __future__ import annotations
 
@@ -12,8 +13,8 @@ from typing import Any
 import orjson
 from elasticsearch import AsyncElasticsearch, ConflictError, NotFoundError
 
+from jevmem import assembly
 from jevmem.settings import Settings
-from jevmem.wiring import system_one, system_one_and_scorer, system_two
 from query_api.controller import Retrieval, RetrievalController
 from query_api.items import ItemError
 from query_api.service import ForgetAccepted
@@ -28,14 +29,11 @@ from storage.elastic_vectors import ElasticVectorIndex
 from storage.ports import VectorIndex
 from storage.purge import Expunger
 from storage.qdrant import QdrantVectorIndex, check_server
-from storage.scope_cache import ScopeCache
-from storage.speaker_facts import speaker_facts
 from streams.kafka_admin import ensure_topics, read_topic
 from streams.keyring import Keyring
 from streams.producer import ObservationProducer
 from streams.write_path import Stores
 from topology.errors import ModelMismatch
-from topology.pipeline import WritePath
 from topology.ports import Embedder
 from topology.schemas import (
     ConsolidationDecision,
@@ -48,7 +46,6 @@ from topology.schemas import (
     Scope,
     decode,
 )
-from topology.systemone.port import CountingSystemOne
 from topology.topics import topics
 
 META_INDEX = "jevmem-meta"
@@ -77,7 +74,7 @@ async def check_model(settings: Settings, prefix: str, embedder: str) -> None:
 
     Also brings an older generation's layout up to date: its shared memories index (BM25 over all
     tenants) is split into one index per tenant (:meth:`ElasticNodeStore.migrate_shared`)."""
-    es = settings.elasticsearch()
+    es = assembly.elasticsearch(settings)
     try:
         with es_errors("meta"):
             with contextlib.suppress(ConflictError):
@@ -97,7 +94,7 @@ async def check_vectors(settings: Settings) -> None:
     """Fail fast at startup: the configured Qdrant server answers and its version is supported
     (:func:`storage.qdrant.check_server`); nothing to check for the Elasticsearch fallback."""
     if settings.qdrant_url:
-        await check_server(settings.qdrant_url, settings.qdrant_key(),
+        await check_server(settings.qdrant_url, assembly.qdrant_key(settings),
                            str(settings.qdrant_ca_file) if settings.qdrant_ca_file else None)
 
 
@@ -107,7 +104,7 @@ async def prepare_indices(settings: Settings, prefix: str, dim: int) -> None:
     Qdrant collection and its payload indexes, or Elasticsearch's vector index) before a worker
     takes records, so its first batch does not wait for them (tenants' memories indices are still
     created on a tenant's first write)."""
-    es = settings.elasticsearch()
+    es = assembly.elasticsearch(settings)
     try:
         await ElasticEdgeStore(es, prefix).prepare()
         if not settings.qdrant_url:
@@ -124,7 +121,7 @@ async def prepare_indices(settings: Settings, prefix: str, dim: int) -> None:
 
 def _qdrant_vectors(settings: Settings, prefix: str, dim: int) -> QdrantVectorIndex:
     """The vector index of the store generation ``prefix`` on the configured Qdrant node(s)."""
-    return settings.qdrant(dim, prefix.replace("-", "_") + "memories")
+    return assembly.qdrant(settings, dim, prefix.replace("-", "_") + "memories")
 
 
 def distributed_stores(settings: Settings, prefix: str, dim: int, owner: bool = False,
@@ -139,7 +136,7 @@ def distributed_stores(settings: Settings, prefix: str, dim: int, owner: bool = 
     this process wrote itself. ``keyring``: dead letters are sealed (and read) with it. After
     forgets, :attr:`Stores.purge` expunges the deleted documents of the generation's indices and
     of the data-key index (``storage.purge.Expunger``)."""
-    es = settings.elasticsearch()
+    es = assembly.elasticsearch(settings)
     seen = Visibility(es, strict_reads=not owner)  # one bulk per batch; reads refresh what they need
     vectors: VectorIndex = (_qdrant_vectors(settings, prefix, dim) if settings.qdrant_url
                             else ElasticVectorIndex(es, prefix, dim, seen))
@@ -164,14 +161,14 @@ class TopicDeadLetters:
 
     async def put(self, letters: Sequence[DeadLetter]) -> None:
         if self._producer is None:
-            self._producer = ObservationProducer(self.settings.kafka(), self.settings.topic_prefix, keyring=self.keyring)
+            self._producer = ObservationProducer(assembly.kafka(self.settings), self.settings.topic_prefix, keyring=self.keyring)
         await self._producer.dead_letter(letters)
 
     async def recent(self, limit: int = 100, tenant_id: str | None = None) -> list[DeadLetter]:
         """Reads the whole topic (an operator's view, not a hot path), newest ``limit`` kept;
         sealed letters whose keys a forget destroyed are left out."""
         topic = topics(self.settings.topic_prefix)["deadletters"].name
-        records = await asyncio.to_thread(read_topic, self.settings.kafka(), topic)
+        records = await asyncio.to_thread(read_topic, assembly.kafka(self.settings), topic)
         values: Sequence[bytes | dict[str, Any]] = [r.value for r in records]
         if self.keyring is not None:
             values, _ = await self.keyring.open_readable([r.value for r in records], cache=False)
@@ -186,25 +183,11 @@ class TopicDeadLetters:
 async def resolve_prefix(settings: Settings) -> str:
     if settings.store_prefix:
         return settings.store_prefix
-    es = settings.elasticsearch()
+    es = assembly.elasticsearch(settings)
     try:
         return await active_generation(es)
     finally:
         await es.close()
-
-
-def write_path(settings: Settings, stores: Stores, embedder: Embedder) -> WritePath:
-    """The worker's write path. The update question also reads the speaker's earlier memories
-    across the user's sessions from Qdrant (searchable as soon as written); Elasticsearch's vector
-    index is searchable only after a refresh, which the write path never asks for, so without
-    Qdrant the update question asks a turn's candidates only."""
-    so = CountingSystemOne(system_one(settings))
-    # conversations read from memory (the worker owns their partitions; the Faust app clears the
-    # cache whenever its assignment changes, and conversations reload from the stores)
-    reader = ScopeCache(stores.nodes, settings.memory(embedder.dim, embedded=False).write_nodes)
-    stores.attach(reader)
-    return WritePath(embedder, so, reader, settings.params, summariser=system_two(settings),
-                     facts=speaker_facts(stores.vectors, stores.nodes) if settings.qdrant_url else None)
 
 
 class DistributedService:
@@ -215,25 +198,23 @@ class DistributedService:
 
     def __init__(self, settings: Settings, embedder: Embedder | None = None) -> None:
         self.settings = settings
-        self.embedder = embedder or settings.load_embedder()
+        self.embedder = embedder or assembly.load_embedder(settings)
         self._stores: Stores | None = None
         self._producer: ObservationProducer | None = None
         self._controller: RetrievalController | None = None
         self._keyring: Keyring | None = None
-        self._s2 = system_two(settings)
+        self._s2 = assembly.system_two(settings)
 
     async def start(self) -> None:
-        ensure_topics(self.settings.kafka(), self.settings.topic_prefix, self.settings.topic_layout())
+        ensure_topics(assembly.kafka(self.settings), self.settings.topic_prefix, self.settings.topic_layout())
         prefix = await resolve_prefix(self.settings)
         await check_model(self.settings, prefix, self.embedder.name)
         await check_vectors(self.settings)
         self._keyring = await checked_keyring(self.settings)
         self._stores = distributed_stores(self.settings, prefix, self.embedder.dim, owner=True, keyring=self._keyring)
-        self._producer = ObservationProducer(self.settings.kafka(), self.settings.topic_prefix, keyring=self._keyring)
-        s = self._stores
-        inner, scorer = system_one_and_scorer(self.settings)
-        self._controller = RetrievalController(self.embedder, inner, s.vectors, s.lexical,
-                                               s.nodes, s.edges, self.settings.params, scorer=scorer)
+        self._producer = ObservationProducer(assembly.kafka(self.settings), self.settings.topic_prefix, keyring=self._keyring)
+        self._controller = assembly.paths(self.settings, self._stores, self.embedder, embedded=False,
+                                          writes=False).controller
 
     @property
     def stores(self) -> Stores:
@@ -329,22 +310,23 @@ def run_worker(settings: Settings) -> None:
     else:
         metrics.install()
 
-    ensure_topics(settings.kafka(), settings.topic_prefix, settings.topic_layout())
+    ensure_topics(assembly.kafka(settings), settings.topic_prefix, settings.topic_layout())
     settings.worker_datadir.mkdir(parents=True, exist_ok=True)
     prefix = asyncio.run(resolve_prefix(settings))
-    embedder = settings.load_embedder()
+    embedder = assembly.load_embedder(settings)
     asyncio.run(check_model(settings, prefix, embedder.name))
     asyncio.run(prepare_indices(settings, prefix, embedder.dim))  # checks the Qdrant server's version too
     embedder.embed(["warm up"] * 4)  # first inferences allocate: not on the first batch's clock
     asyncio.run(check_keys(settings))
-    keyring = settings.keyring()  # its client connects on the worker's event loop
+    keyring = assembly.keyring(settings)  # its client connects on the worker's event loop
     stores = distributed_stores(settings, prefix, embedder.dim, owner=True, keyring=keyring)
-    config = AppConfig(kafka=settings.kafka(), app_id=settings.app_id, prefix=settings.topic_prefix,
+    config = AppConfig(kafka=assembly.kafka(settings), app_id=settings.app_id, prefix=settings.topic_prefix,
                        layout=settings.topic_layout(), batch=settings.write_batch, within_s=settings.write_wait_s,
                        datadir=str(settings.worker_datadir))
-    output = ObservationProducer(settings.kafka(), settings.topic_prefix, None,
+    output = ObservationProducer(assembly.kafka(settings), settings.topic_prefix, None,
                                  **{"compression.type": settings.kafka_output_compression})
-    app = create_app(config, Services(write_path(settings, stores, embedder), stores, output.publish, keyring, stalls))
+    write_path = assembly.paths(settings, stores, embedder, embedded=False).writer()
+    app = create_app(config, Services(write_path, stores, output.publish, keyring, stalls))
 
     @app.timer(5.0)  # type: ignore[untyped-decorator]
     async def report_lag() -> None:
@@ -366,11 +348,11 @@ async def replay(settings: Settings, source: str, new_prefix: str, switch: bool)
     """Rebuild into stores under ``new_prefix`` from the log (``source`` = "edges": memories, edges
     and consolidation topics, no System One calls; "observations": recompute), verify the rebuilt
     graph equals the active one, and make it active when ``switch`` and identical."""
-    from streams.embedded import EmbeddedPipeline
+    from streams.in_process import InProcessWriter
     from streams.replay import Unreadable, rebuild_from_log, recompute, verify
 
     spec = topics(settings.topic_prefix)
-    embedder = settings.load_embedder()
+    embedder = assembly.load_embedder(settings)
     old_prefix = await resolve_prefix(settings)
     if new_prefix == old_prefix:
         raise ValueError(f"{new_prefix!r} is the active generation; choose a fresh prefix")
@@ -386,7 +368,7 @@ async def replay(settings: Settings, source: str, new_prefix: str, switch: bool)
         """The topic's values, opened: a record sealed under a destroyed key (forgotten) is left
         out, or, on the observations topic, an :class:`~streams.replay.Unreadable` in its place."""
         nonlocal unreadable
-        values: list[bytes] = [r.value for r in await asyncio.to_thread(read_topic, settings.kafka(), spec[role].name)]
+        values: list[bytes] = [r.value for r in await asyncio.to_thread(read_topic, assembly.kafka(settings), spec[role].name)]
         if keyring is None:
             return list(values)
         opened = await keyring.open(values)
@@ -408,14 +390,14 @@ async def replay(settings: Settings, source: str, new_prefix: str, switch: bool)
                                             [v for v in edges if not isinstance(v, Unreadable)],
                                             [v for v in decisions if not isinstance(v, Unreadable)])
         elif source == "observations":
-            wp = write_path(settings, new, embedder)
-            report = await recompute(EmbeddedPipeline(new, wp, wp.so), await log("observations"), settings.write_batch)
+            wp = assembly.paths(settings, new, embedder, embedded=False).writer()
+            report = await recompute(InProcessWriter(new, wp, wp.so), await log("observations"), settings.write_batch)
         else:
             raise ValueError("source must be 'edges' or 'observations'")
         problems = await verify(old, new, report.scopes)
         switched = False
         if switch and not problems:
-            es = settings.elasticsearch()
+            es = assembly.elasticsearch(settings)
             try:
                 await set_active_generation(es, new_prefix)
             finally:
@@ -443,7 +425,7 @@ async def checked_keyring(settings: Settings) -> Keyring | None:
     """The deployment's keyring when encryption is on (None otherwise), checked against the
     stored keys: :class:`~topology.errors.KekMissing` when the key-encryption key is missing,
     malformed, or not the one the stored keys are wrapped by."""
-    keyring = settings.keyring()
+    keyring = assembly.keyring(settings)
     if keyring is not None:
         try:
             await keyring.check()

@@ -2,14 +2,18 @@
 
 Every secret (a :class:`~pydantic.SecretStr` field) can also come from a file:
 ``JEVMEM_<NAME>_FILE`` names a file whose content (without its trailing newline) is the value, as
-container secrets are mounted. A value given directly wins over the file."""
+container secrets are mounted. A value given directly wins over the file.
+
+Settings are data: values, and what follows from them alone (the cache budget, the topic
+layout, the environment for child processes). The parts built from them (clients, models,
+keys, the write and read paths) are made in :mod:`jevmem.assembly`."""
 
 from __future__ import annotations
 
 import json
 import os
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal
+from typing import Any, Literal
 
 from pydantic import Field, SecretStr
 from pydantic.fields import FieldInfo
@@ -17,18 +21,9 @@ from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, Settings
 
 from jevmem import collector
 from storage.budget import MemoryPlan, plan
-from streams.kafka_client import KafkaClient, SaslMechanism, SecurityProtocol
+from streams.kafka_client import SaslMechanism, SecurityProtocol
 from topology.params import Params
 from topology.topics import TopicLayout
-
-if TYPE_CHECKING:
-    from elasticsearch import AsyncElasticsearch
-
-    from query_api.oidc import OidcVerifier
-    from storage.qdrant import QdrantVectorIndex
-    from streams.keyring import Keyring
-    from topology.ports import Embedder
-    from topology.sealing import Keks
 
 ENV_PREFIX = "JEVMEM_"
 
@@ -171,100 +166,6 @@ class Settings(BaseSettings):
         """The caches' bounds for embeddings of ``dim`` dimensions, in a process with an
         embedded store or a distributed worker (:func:`storage.budget.plan`)."""
         return plan(self.memory_mb, dim, self.sqlite_cache_mb, self.cache_nodes, embedded)
-
-    def load_embedder(self) -> Embedder:
-        """The configured embedder: a named in-process model, or (``openai:<model>``) the
-        embedding service at ``embedding_url`` (a new client per call; an in-process model is
-        loaded once per process)."""
-        if not self.embedder.startswith("openai:"):
-            from topology.embedding import load_embedder
-
-            return load_embedder(self.embedder, self.model_cache)
-        if not self.embedding_url:
-            raise ValueError(f"JEVMEM_EMBEDDER={self.embedder} needs JEVMEM_EMBEDDING_URL (the service's base URL)")
-        from topology.embedding_service import ServiceEmbedder
-
-        spec = self.embedder.removeprefix("openai:")
-        joined = spec.endswith("+joined")
-        model, _, dims = spec.removesuffix("+joined").partition(":")
-        key = self.embedding_api_key.get_secret_value() if self.embedding_api_key else None
-        return ServiceEmbedder(self.embedding_url, model, key, int(dims) if dims else self.embedding_dimensions,
-                               query_prefix=self.embedding_query_prefix, passage_prefix=self.embedding_passage_prefix,
-                               max_tokens=self.embedding_max_tokens, joined=joined)
-
-    def oidc(self) -> OidcVerifier | None:
-        """The bearer-token verifier of the configured issuer, or None (API keys only)."""
-        if not self.oidc_issuer:
-            return None
-        if not self.oidc_audience:
-            raise ValueError("JEVMEM_OIDC_ISSUER needs JEVMEM_OIDC_AUDIENCE (this API's identifier in the tokens' aud)")
-        from query_api.oidc import OidcConfig, OidcVerifier
-
-        return OidcVerifier(OidcConfig(issuer=self.oidc_issuer, audience=self.oidc_audience, jwks_url=self.oidc_jwks_url,
-                                       tenant_claim=self.oidc_tenant_claim, scope_claim=self.oidc_scope_claim,
-                                       scope_prefix=self.oidc_scope_prefix))
-
-    def keks(self) -> Keks:
-        """The configured key-encryption keys; :class:`~topology.errors.KekMissing` when there
-        are none or they do not parse."""
-        from topology.errors import KekMissing
-        from topology.sealing import Keks
-
-        if self.encryption_kek is not None and self.encryption_kek.get_secret_value().strip():
-            try:
-                return Keks.parse(self.encryption_kek.get_secret_value(), "JEVMEM_ENCRYPTION_KEK")
-            except ValueError as exc:
-                raise KekMissing(str(exc)) from exc
-        raise KekMissing("JEVMEM_ENCRYPTION=true needs a key-encryption key: set JEVMEM_ENCRYPTION_KEK (base64 of "
-                         "32 random bytes; `jevmem encryption new-kek` makes one) or JEVMEM_ENCRYPTION_KEK_FILE")
-
-    def keyring(self) -> Keyring | None:
-        """The deployment's keyring (data keys in Elasticsearch, index ``<topic prefix>-datakeys``)
-        when encryption is on, else None. Raises :class:`~topology.errors.KekMissing` when the
-        key-encryption key is missing or malformed; :meth:`streams.keyring.Keyring.check` then
-        checks it against the stored keys."""
-        if not self.encryption:
-            return None
-        from storage.datakeys import ElasticDataKeys
-        from streams.keyring import Keyring
-
-        keks = self.keks()
-        store = ElasticDataKeys(self.elasticsearch(), f"{self.topic_prefix.lower()}-datakeys")
-        return Keyring(store, keks, ttl_s=self.encryption_key_cache_s)
-
-    def kafka(self) -> KafkaClient:
-        """How this process's Kafka clients connect (every client, from these settings)."""
-        def path(p: Path | None) -> str | None:
-            return str(p) if p is not None else None
-
-        return KafkaClient(self.kafka_bootstrap, self.kafka_security_protocol, self.kafka_sasl_mechanism,
-                           self.kafka_sasl_username, self.kafka_sasl_password, path(self.kafka_ssl_cafile),
-                           path(self.kafka_ssl_certfile), path(self.kafka_ssl_keyfile), self.kafka_ssl_key_password)
-
-    def elasticsearch(self) -> AsyncElasticsearch:
-        """A client of the configured Elasticsearch node(s), with their credentials and CA."""
-        from storage.elastic import es_client
-
-        key = self.elasticsearch_api_key.get_secret_value() if self.elasticsearch_api_key else None
-        auth = None
-        if self.elasticsearch_username:
-            password = self.elasticsearch_password.get_secret_value() if self.elasticsearch_password else ""
-            auth = (self.elasticsearch_username, password)
-        ca = str(self.elasticsearch_ca_file) if self.elasticsearch_ca_file else None
-        return es_client(self.elasticsearch_url, key, basic_auth=auth, ca_file=ca)
-
-    def qdrant(self, dim: int, collection: str) -> QdrantVectorIndex:
-        """The vector index ``collection`` on the configured Qdrant node(s) (``qdrant_url`` must be set)."""
-        from storage.qdrant import QdrantVectorIndex
-
-        if not self.qdrant_url:
-            raise ValueError("no Qdrant server configured (JEVMEM_QDRANT_URL)")
-        return QdrantVectorIndex.server(self.qdrant_url, dim, self.qdrant_key(), collection,
-                                        ca_file=str(self.qdrant_ca_file) if self.qdrant_ca_file else None,
-                                        shards=self.qdrant_shards, replication_factor=self.qdrant_replication_factor)
-
-    def qdrant_key(self) -> str | None:
-        return self.qdrant_api_key.get_secret_value() if self.qdrant_api_key else None
 
     def topic_layout(self) -> TopicLayout:
         return TopicLayout(self.partitions, self.kafka_replication_factor, self.kafka_min_insync_replicas,

@@ -1,4 +1,7 @@
-"""Builds the embedded product from :class:`Settings`: stores, System One, write and read paths."""
+"""The embedded deployment: its stores (SQLite in one directory), the product over them
+(:func:`build_embedded`; the write and read paths come from :mod:`jevmem.assembly`), and the
+service front ends call (:class:`EmbeddedService`, writing concurrent requests as one batch:
+:class:`GroupWrite`)."""
 
 from __future__ import annotations
 
@@ -9,16 +12,11 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from jevmem import assembly
 from jevmem.settings import Settings
 from query_api.controller import Retrieval, RetrievalController
 from query_api.items import ItemError
-from query_api.scoring import LocalScorer, Scorer
 from query_api.service import ForgetApplied
-from query_api.system_two import OpenAICompatibleSystemTwo
-from storage.keys import ElasticKeyStore, SqliteKeyStore
-from storage.ports import KeyStore
-from storage.scope_cache import ScopeCache
-from storage.speaker_facts import speaker_facts
 from storage.sqlite import (
     CACHE_MB,
     SqliteDeadLetters,
@@ -32,53 +30,10 @@ from storage.sqlite import (
 from storage.sqlite_base import DirLock, scrub
 from storage.vector_matrix import MAX_ROWS as VECTOR_ROWS
 from storage.vector_matrix import MatrixVectorIndex
-from streams.embedded import EmbeddedPipeline, IngestReport
+from streams.in_process import IngestReport, InProcessWriter
 from streams.write_path import Stores
-from topology.pipeline import WritePath
 from topology.ports import Embedder
 from topology.schemas import ConsolidationDecision, DeadLetter, EdgeEvent, MemoryNode, Observation, Realm, Scope
-from topology.systemone.local import LocalSystemOne
-from topology.systemone.port import CountingSystemOne, SystemOne
-from topology.systemone.relation_model import RelationModel
-
-
-def system_one(settings: Settings) -> SystemOne:
-    return system_one_and_scorer(settings)[0]
-
-
-def system_one_and_scorer(settings: Settings, embedder: str | None = None) -> tuple[SystemOne, Scorer | None]:
-    """The configured System One, and the in-process scorer that answers its candidate-scoring
-    questions without the request path when it is the ``local`` backend (None: ask it). The
-    local backend's weights are those trained with ``embedder`` (default: the configured one)."""
-    if settings.system_one == "local":
-        judge, name = settings.relation_judge, embedder or settings.embedder
-        if judge in ("learned", "rule"):
-            local = LocalSystemOne(embedder=name, learned_relations=judge == "learned")
-        else:
-            local = LocalSystemOne(embedder=name, relation_model=RelationModel.from_json(Path(judge).read_bytes()))
-        return local, LocalScorer(local)
-    from typesafe_sdk import AsyncTypeSafeClient
-
-    from topology.systemone.typesafe import TypeSafeSystemOne
-
-    key = settings.typesafe_api_key.get_secret_value() if settings.typesafe_api_key else None
-    client = AsyncTypeSafeClient(api_key=key, base_url=settings.typesafe_base_url, model=settings.typesafe_model)
-    return TypeSafeSystemOne(client, model=settings.typesafe_model), None
-
-
-def system_two(settings: Settings) -> OpenAICompatibleSystemTwo | None:
-    if not settings.system_two_url:
-        return None
-    key = settings.system_two_api_key.get_secret_value() if settings.system_two_api_key else None
-    return OpenAICompatibleSystemTwo(settings.system_two_url, settings.system_two_model, key)
-
-
-def key_store(settings: Settings) -> KeyStore:
-    """Where API keys live: ``keys.sqlite3`` in the data directory (embedded), or an
-    Elasticsearch index (distributed mode)."""
-    if settings.mode == "distributed":
-        return ElasticKeyStore(settings.elasticsearch(), settings.keys_index)
-    return SqliteKeyStore(Path(settings.data_dir) / "keys.sqlite3")
 
 
 def embedded_stores(data_dir: Path | str, dim: int, embedder: str | None = None, cache_mb: int = CACHE_MB,
@@ -118,7 +73,10 @@ def embedded_stores(data_dir: Path | str, dim: int, embedder: str | None = None,
 
 @dataclass
 class Embedded:
-    pipeline: EmbeddedPipeline
+    """The embedded product over one store: ``pipeline`` writes it (in this process),
+    ``controller`` answers queries from it; :meth:`close` closes the writer and the stores."""
+
+    pipeline: InProcessWriter
     controller: RetrievalController
     embedder: Embedder
     stores: Stores
@@ -128,25 +86,22 @@ class Embedded:
 
 
 def build_embedded(settings: Settings, embedder: Embedder | None = None, data_dir: Path | str | None = None) -> Embedded:
-    emb = embedder or settings.load_embedder()
+    """The embedded product over the store in ``data_dir`` (default: ``settings.data_dir``),
+    with ``embedder`` (default: the configured one): the stores sized by the cache budget
+    (``settings.memory``), and the write and read paths over them (:func:`jevmem.assembly.paths`)."""
+    emb = embedder or assembly.load_embedder(settings)
     budget = settings.memory(emb.dim)
     stores = embedded_stores(data_dir if data_dir is not None else settings.data_dir, emb.dim, emb.name,
                              budget.sqlite_cache_mb, budget.vector_rows)
-    inner, scorer = system_one_and_scorer(settings, emb.name)
-    so = CountingSystemOne(inner)
-    reader = ScopeCache(stores.nodes, budget.write_nodes, emb.dim)
-    stores.attach(reader)
-    write_path = WritePath(emb, so, reader, settings.params, summariser=system_two(settings),
-                           facts=speaker_facts(stores.vectors, stores.nodes))
-    controller = RetrievalController(emb, so.inner, stores.vectors, stores.lexical, stores.nodes, stores.edges,
-                                     settings.params, scorer=scorer)
-    return Embedded(EmbeddedPipeline(stores, write_path, so, settings.write_batch), controller, emb, stores)
+    built = assembly.paths(settings, stores, emb, embedded=True)
+    return Embedded(InProcessWriter(stores, built.writer(), built.system_one, settings.write_batch), built.controller,
+                    emb, stores)
 
 
 class GroupWrite:
     """Concurrent writes as one batch (a group commit): a write waits while the one before it is
     being written, and every write that arrived meanwhile is then written together, in arrival
-    order, by one ``write`` call (the pipeline's graph does not depend on batching, and a batch
+    order, by one ``write`` call (the written graph does not depend on batching, and a batch
     pays the model, the System One requests and the store transactions once). Each caller gets
     the group's report (its own items' failures are found in it by event), or the exception
     that failed the group. A caller that stops waiting does not withdraw its items."""
@@ -191,7 +146,7 @@ class GroupWrite:
 
 
 class EmbeddedService:
-    """:class:`query_api.service.MemoryService` over the embedded pipeline (one process owns the
+    """:class:`query_api.service.MemoryService` over the embedded deployment (one process owns the
     store). Its stores translate their own failures (a locked, closed, full or corrupt database
     is :class:`~topology.errors.StoreUnavailable`). Concurrent submits are written in groups
     (:class:`GroupWrite`), each observation stamped with the time its request was accepted."""
@@ -199,7 +154,7 @@ class EmbeddedService:
     def __init__(self, settings: Settings, embedder: Embedder | None = None, data_dir: Path | str | None = None) -> None:
         self.settings, self._embedder, self._data_dir = settings, embedder, data_dir
         self._mem: Embedded | None = None
-        self._s2 = system_two(settings)
+        self._s2 = assembly.system_two(settings)
         self._group = GroupWrite(lambda obs: self.mem.pipeline.ingest(obs, source="api"))
 
     @property
@@ -220,7 +175,7 @@ class EmbeddedService:
 
     async def submit(self, observations: Sequence[Observation]) -> list[ItemError]:
         """Write ``observations``; those that failed permanently (isolated and dead-lettered by the
-        pipeline, sourced ``api:<stage>``) are returned with their indexes (every copy of a
+        in-process writer, sourced ``api:<stage>``) are returned with their indexes (every copy of a
         duplicated event)."""
         now = datetime.now(UTC)
         report = await self._group.submit([o.stamped(now) for o in observations])
@@ -230,7 +185,7 @@ class EmbeddedService:
 
     async def load(self, payloads: Sequence[bytes | str], *, source: str, offset: int = 0) -> IngestReport:
         """Bulk-load raw records (JSON observations and forget records, as on the observations
-        topic, e.g. a file's lines): :meth:`streams.embedded.EmbeddedPipeline.ingest_raw` without
+        topic, e.g. a file's lines): :meth:`streams.in_process.InProcessWriter.ingest_raw` without
         per-node results (a load of any size holds none); an invalid record is a dead letter
         sourced ``"{source}#{offset + index}"``."""
         return await self.mem.pipeline.ingest_raw(payloads, source=source, keep_results=False, offset=offset)

@@ -23,7 +23,7 @@ from typing import Any
 
 import orjson
 
-from jevmem import locomo
+from jevmem import assembly, locomo
 from jevmem.bench.scale import questions
 from jevmem.settings import Settings
 from jevmem.wiring import build_embedded
@@ -83,7 +83,7 @@ async def main(argv: list[str]) -> None:
     ap.add_argument("--store", type=Path)
     args = ap.parse_args(argv)
     settings = Settings()
-    report: dict[str, Any] = {"embedder": settings.load_embedder().name, "dev": await dev(args.dev_dir, settings)}
+    report: dict[str, Any] = {"embedder": assembly.load_embedder(settings).name, "dev": await dev(args.dev_dir, settings)}
     if args.store is not None:
         report["scale_answers"] = await scale_answers(args.store, settings)
     print(json.dumps(report, indent=2))

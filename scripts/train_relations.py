@@ -20,6 +20,7 @@ from pathlib import Path
 
 import orjson
 
+from jevmem import assembly
 from jevmem.bench.train_relations import train
 from jevmem.settings import Settings
 from topology.systemone.relation_model import shipped_file
@@ -36,7 +37,7 @@ def main() -> None:
     files = sorted(args.directory.glob("*.json"))
     if not files:
         sys.exit(f"no *.json conversations in {args.directory}")
-    model, report = asyncio.run(train(files, settings, settings.load_embedder(), args.l2))
+    model, report = asyncio.run(train(files, settings, assembly.load_embedder(settings), args.l2))
     out_path = args.out or Path("topology/systemone") / shipped_file(settings.embedder)
     out_path.write_bytes(model.to_json() + b"\n")
     sys.stdout.write(orjson.dumps(report, option=orjson.OPT_INDENT_2).decode() + "\n")

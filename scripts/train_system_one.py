@@ -19,6 +19,7 @@ from pathlib import Path
 
 import orjson
 
+from jevmem import assembly
 from jevmem.bench.paired import dump_lines
 from jevmem.bench.train import train
 from jevmem.settings import Settings
@@ -42,7 +43,7 @@ def main() -> None:
     files = sorted(args.directory.glob("*.json"))
     if not files:
         sys.exit(f"no *.json conversations in {args.directory}")
-    out = asyncio.run(train(files, settings, settings.load_embedder(), args.cache,
+    out = asyncio.run(train(files, settings, assembly.load_embedder(settings), args.cache,
                             args.rounds, args.l2, args.seed))
     out_path = args.out or Path("topology/systemone") / shipped_file(settings.embedder)
     out["model"].meta["trained_with"] = settings.embedder

@@ -19,6 +19,7 @@ import itertools
 import tempfile
 from typing import Any
 
+from jevmem import assembly
 from jevmem.bench.users import TOP_K, _Run
 from jevmem.bench.users_data import generate
 from jevmem.settings import Settings
@@ -32,7 +33,7 @@ GRID = {"relevance_weight": (0.0, 0.5, 1.0), "question": (0.0, 0.5, 0.9), "tool"
 
 async def main(users: int, sessions: int, seed: int) -> None:
     settings = Settings()
-    embedder = settings.load_embedder()
+    embedder = assembly.load_embedder(settings)
     data = generate(users, sessions, 5, "train", seed)
     run = _Run(settings, embedder, data, None, "tune")
     rows: list[tuple[float, float, float, dict[str, Any]]] = []

@@ -18,7 +18,7 @@ Contracts (what makes a worker's death harmless, see docs/guarantees.md):
 * One consumed topic, no Faust Table. A conversation (the record key) lives on one partition, so
   it has one writer at a time: the partition's owner.
 * A batch's seqs come from the node store (``streams.write_path.number``), the same authority the
-  embedded driver uses. Nodes are materialised (acknowledged, read-your-writes) before the batch's
+  in-process writer uses. Nodes are materialised (acknowledged, read-your-writes) before the batch's
   offsets can be committed, so whoever owns the partition next reads the seqs the previous owner
   wrote; a crash mid-batch leaves holes that redelivery refills with the same seqs
   (``topology.pipeline.assign_seqs``). There is no cached counter to go stale or to lose.

@@ -1,7 +1,7 @@
 """One bad record costs one dead letter: a batch that fails permanently is split until the
 records that fail are isolated, and the rest is written, in order.
 
-:func:`isolate` is what both drivers wrap around a batch's write (the embedded pipeline and the
+:func:`isolate` is what both drivers wrap around a batch's write (the in-process writer and the
 Faust agent): the batch is attempted whole; when the attempt fails with a *permanent* error
 (``topology.errors.kind_of``: a refusal, validation, a record the stages cannot process), it is
 split in two halves, the first attempted (and split again if it fails) before the second, down to

@@ -37,7 +37,7 @@ from typing import Any, TypeVar, cast
 from pydantic import BaseModel
 
 from streams import forget as forgetting
-from streams.embedded import EmbeddedPipeline
+from streams.in_process import InProcessWriter
 from streams.write_path import Stores, number
 from topology.errors import InvalidEvent
 from topology.schemas import (
@@ -137,7 +137,7 @@ async def reserve(stores: Stores, item: Unreadable) -> None:
         await listener(item.scope)
 
 
-async def recompute(pipeline: EmbeddedPipeline, observations: Sequence[Record | Unreadable],
+async def recompute(writer: InProcessWriter, observations: Sequence[Record | Unreadable],
                     batch: int = 64) -> RebuildReport:
     """Run the write path again over logged observations, applying each forget at its place
     (invalid records were dead-lettered the first time and are skipped; an :class:`Unreadable`
@@ -152,23 +152,23 @@ async def recompute(pipeline: EmbeddedPipeline, observations: Sequence[Record | 
             valid.append(decode_input(raw))
         except InvalidEvent:
             report.skipped += 1
-    calls0 = pipeline.so.calls
+    calls0 = writer.so.calls
     parts = cast(list[list[Observation] | Forget | Unreadable], forgetting.split_at_forgets(valid))
     for part in parts:
         if isinstance(part, Unreadable):
-            await reserve(pipeline.stores, part)
+            await reserve(writer.stores, part)
             report.skipped += 1
             continue
         if isinstance(part, Forget):
-            await pipeline.forget(part.scope, part.event_id)
+            await writer.forget(part.scope, part.event_id)
             report.forgets += 1
             continue
         for i in range(0, len(part), batch):
-            rep = await pipeline.ingest(part[i: i + batch])
+            rep = await writer.ingest(part[i: i + batch])
             report.nodes += rep.new_nodes
             report.edges += rep.edges
     report.scopes.update(o.scope for o in valid)
-    report.controller_calls = pipeline.so.calls - calls0
+    report.controller_calls = writer.so.calls - calls0
     return report
 
 

@@ -1,7 +1,7 @@
 """The write path's driver, shared by both deployments: numbering, the stages, the stores.
 
 :func:`write_batch` runs the whole write path for one deduplicated batch of observations, as the
-embedded pipeline (:mod:`streams.embedded`) and the Faust agent (:mod:`streams.faust_app`) both do:
+in-process writer (:mod:`streams.in_process`) and the Faust agent (:mod:`streams.faust_app`) both do:
 seqs (:func:`number`) -> nodes (embedding, typing) -> materialise -> candidates -> relations ->
 edges -> consolidation, in pipelined chunks (:func:`write_chunk`), and returns what it wrote
 (:class:`Written`). :class:`Stores` are the stores it writes, with the in-memory views kept in step
@@ -157,7 +157,7 @@ def decode_batch(values: Sequence[tuple[R, str]], timestamps: Sequence[float] | 
                  origins: dict[EventKey, tuple[R, str]] | None = None,
                  ) -> tuple[list[Observation | Forget], list[DeadLetter]]:
     """The one decoder of raw observations-topic records (the Faust worker's batches, the
-    embedded pipeline's raw input): observations and forgets of a batch in order (between two
+    in-process writer's raw input): observations and forgets of a batch in order (between two
     forgets, the first copy of each event id is kept, see ``dedupe``; a copy after a forget is a
     new request) and a dead letter for every value that does not decode; ``values`` are (bytes, a
     text, or the JSON object they were opened to; the source a dead letter names, e.g.

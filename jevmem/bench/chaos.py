@@ -77,7 +77,7 @@ from typing import Any
 
 from confluent_kafka import Consumer, TopicPartition
 
-from jevmem import locomo
+from jevmem import assembly, locomo
 from jevmem.bench import poison as bench_poison
 from jevmem.bench.kafka import spawn_worker, stop_workers, worker_env
 from jevmem.bench.meter import server_dirs
@@ -321,7 +321,7 @@ def committed_offsets(settings: Settings) -> dict[str, dict[str, int]]:
     """The group's committed offset and the log end of every partition of the observations topic."""
     from topology.topics import topics
 
-    c = Consumer(settings.kafka().librdkafka(**{"group.id": settings.app_id}))
+    c = Consumer(assembly.kafka(settings).librdkafka(**{"group.id": settings.app_id}))
     try:
         name = topics(settings.topic_prefix)["observations"].name
         tps = [TopicPartition(name, p) for p in range(settings.partitions)]
@@ -408,14 +408,14 @@ async def run_round(obs: list[Observation], ref: Reference, settings: Settings, 
     rnd = Round(settings, fault, logdir)
     result = RoundResult(fault=fault)
     t0 = time.monotonic()
-    ensure_topics(rnd.settings.kafka(), rnd.settings.topic_prefix, rnd.settings.topic_layout())
+    ensure_topics(assembly.kafka(rnd.settings), rnd.settings.topic_prefix, rnd.settings.topic_layout())
     stores = distributed_stores(rnd.settings, rnd.settings.store_prefix or "", embedder.dim)
     scopes = list(ref.graphs)
     producer: asyncio.Task[None] | None = None
     stream, poison = bench_poison.poisoned(obs, rng) if fault == "poison" else (obs, [])
     try:
         await rnd.wait_ready([rnd.start_worker() for _ in range(3 if fault == "double_kill" else 2)])
-        producer = asyncio.create_task(produce(rnd.settings.kafka(), rnd.settings.topic_prefix, stream))
+        producer = asyncio.create_task(produce(assembly.kafka(rnd.settings), rnd.settings.topic_prefix, stream))
         result.fault_at_nodes = rng.randint(len(obs) // 8, len(obs) * 2 // 3) if not poison else 0
         deadline = t0 + timeout_s
         while (await _count(stores, scopes))[0] < result.fault_at_nodes:
@@ -470,7 +470,7 @@ def longest_gap_s(settings: Settings) -> float:
     (broker timestamps, seconds)."""
     from topology.topics import topics
 
-    stamps = sorted({r.timestamp_ms for r in read_topic(settings.kafka(), topics(settings.topic_prefix)["memories"].name)})
+    stamps = sorted({r.timestamp_ms for r in read_topic(assembly.kafka(settings), topics(settings.topic_prefix)["memories"].name)})
     return round(max((b - a for a, b in itertools.pairwise(stamps)), default=0) / 1000.0, 2)
 
 
@@ -516,7 +516,7 @@ async def run_chaos(directory: Path, settings: Settings, rounds: int = 10, turns
     summary and each round's result. Raises ValueError for Qdrant faults without Qdrant and
     :class:`SourceCheckoutNeeded` for faults whose scripts are missing, before any round starts."""
     if faults is None:
-        cluster = len(settings.kafka().check().brokers) >= 3
+        cluster = len(assembly.kafka(settings).check().brokers) >= 3
         faults = tuple(f for f in FAULTS if (settings.qdrant_url or f not in QDRANT_FAULTS)
                        and f not in (SINGLE_FAULTS if cluster else CLUSTER_FAULTS))
     if not settings.qdrant_url and set(faults) & set(QDRANT_FAULTS):
@@ -524,7 +524,7 @@ async def run_chaos(directory: Path, settings: Settings, rounds: int = 10, turns
     require_scripts(faults)
     seed = random.randrange(2**32) if seed is None else seed
     rng = random.Random(seed)
-    embedder = settings.load_embedder()
+    embedder = assembly.load_embedder(settings)
     obs = conversations(directory, "chaos", turns)
     chosen = faults[:rounds] if rounds < len(faults) else faults
     ref = await reference(obs, settings, embedder) if set(chosen) - {"poison"} else None
@@ -537,7 +537,7 @@ async def run_chaos(directory: Path, settings: Settings, rounds: int = 10, turns
         if "poison" in chosen:
             url = stack.enter_context(bench_poison.refusing_service(embedder))
             p_settings = bench_poison.settings_for(settings, url, embedder.dim)
-            p_embedder = p_settings.load_embedder()
+            p_embedder = assembly.load_embedder(p_settings)
             poisoned = (p_settings, await reference(obs, p_settings, p_embedder), p_embedder)
         for i in range(rounds):
             fault = faults[i % len(faults)]

@@ -32,7 +32,7 @@ import orjson
 from confluent_kafka import Consumer, TopicPartition
 from pydantic import SecretStr
 
-from jevmem import locomo
+from jevmem import assembly, locomo
 from jevmem.bench.locomo import percentile
 from jevmem.bench.meter import (
     Servers,
@@ -134,7 +134,7 @@ async def run_kafka(directory: Path, settings: Settings, workers: int = 2, rate:
                       for f in sorted(directory.glob("*.json"))])
     if not obs:
         raise FileNotFoundError(f"no conversation files (*.json) in {directory}")
-    embedder = settings.load_embedder()
+    embedder = assembly.load_embedder(settings)
 
     with tempfile.TemporaryDirectory() as tmp:
         mem = build_embedded(settings, embedder=embedder, data_dir=tmp)
@@ -205,13 +205,13 @@ async def _distributed(obs: list[Observation], settings: Settings, workers: int,
     holds afterwards (``disk_bytes``). Sealed when ``settings.encryption``."""
     tag = f"bench{uuid.uuid4().hex[:8]}"
     s = settings.model_copy(update={"topic_prefix": tag, "app_id": tag, "store_prefix": f"{tag}-"})
-    keyring = s.keyring()
+    keyring = assembly.keyring(s)
     spec = topics(tag)
-    kafka = s.kafka()
+    kafka = assembly.kafka(s)
     ensure_topics(kafka, tag, s.topic_layout())
     logdir = Path(tempfile.mkdtemp(prefix="jevmem-bench-"))
     env = worker_env(s)
-    es = s.elasticsearch()
+    es = assembly.elasticsearch(s)
     procs = [spawn_worker({**env, "JEVMEM_WORKER_DATADIR": str(logdir / f"w{i}")}, logdir / f"w{i}.log") for i in range(workers)]
     try:
         def ready() -> bool:
@@ -306,7 +306,7 @@ async def run_fanin(settings: Settings, workers: int = 2, conversations: int = 2
 
     obs = list(workload(conversations * turns, conversations, tenants))
     servers = Servers.find(pids)
-    embedder = settings.load_embedder()
+    embedder = assembly.load_embedder(settings)
     with tempfile.TemporaryDirectory(prefix="jevmem-fanin-") as tmp:
         mem = build_embedded(settings, embedder=embedder, data_dir=tmp)
         cpu0, t0 = time.process_time(), time.perf_counter()

@@ -28,6 +28,7 @@ import uvicorn
 from fastapi import FastAPI
 from fastapi.responses import JSONResponse
 
+from jevmem import assembly
 from jevmem.settings import Settings
 from streams.kafka_admin import read_topic
 from topology.ports import Embedder
@@ -133,7 +134,8 @@ def letter_problems(settings: Settings, poison: Sequence[Observation]) -> list[s
     """What is wrong with the round's dead letters: each poison record must be exactly one letter
     whose reason names the refusal and the stage, and no other record a letter (records are told
     apart by conversation and event: event ids repeat across conversations)."""
-    letters = [decode(DeadLetter, r.value) for r in read_topic(settings.kafka(), topics(settings.topic_prefix)["deadletters"].name)]
+    letters = [decode(DeadLetter, r.value)
+               for r in read_topic(assembly.kafka(settings), topics(settings.topic_prefix)["deadletters"].name)]
     per_event = Counter((d.conversation_id, d.event_id) for d in letters)
     problems = []
     for o in poison:

@@ -24,6 +24,7 @@ require_stack()
 from jevmem.bench.chaos import run_chaos  # noqa: E402
 from jevmem.settings import Settings  # noqa: E402
 
+
 def why(result: dict[str, object]) -> str:
     """A failed round's problems first (pytest shortens a long dict to its first keys)."""
     keys = ("stalled", "graph_mismatch", "poison_problems", "max_gap_s", "detail")

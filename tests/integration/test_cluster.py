@@ -41,7 +41,7 @@ QDRANT_ENV = os.environ.get("JEVMEM_TEST_QDRANT_CLUSTER_ENV")
 if not (KAFKA_ENV and QDRANT_ENV):
     pytest.skip("JEVMEM_TEST_KAFKA_CLUSTER_ENV / JEVMEM_TEST_QDRANT_CLUSTER_ENV not set", allow_module_level=True)
 
-from jevmem import locomo  # noqa: E402
+from jevmem import assembly, locomo  # noqa: E402
 from jevmem.bench.chaos import run_chaos  # noqa: E402
 from jevmem.bench.kafka import spawn_worker, stop_workers, worker_env  # noqa: E402
 from jevmem.distributed import distributed_stores  # noqa: E402
@@ -142,8 +142,8 @@ async def test_pipeline_end_to_end_on_the_secure_clusters(es_proxy: str, tmp_pat
     settings = cluster_settings(es_proxy, tag)
     obs = observations(16)
     scopes = sorted({o.scope for o in obs}, key=lambda s: s.key)
-    ensure_topics(settings.kafka(), tag, settings.topic_layout())
-    meta = settings.kafka().check()
+    ensure_topics(assembly.kafka(settings), tag, settings.topic_layout())
+    meta = assembly.kafka(settings).check()
     assert len(meta.brokers) == 3
     for name in (t for t in meta.topics if t.startswith(f"{tag}.")):
         assert {len(p.replicas) for p in meta.topics[name].partitions.values()} == {3}, name
@@ -154,7 +154,7 @@ async def test_pipeline_end_to_end_on_the_secure_clusters(es_proxy: str, tmp_pat
     stores = distributed_stores(settings, f"{tag}-", default_embedder().dim)
     try:
         await wait(lambda: "[^Worker]: Ready" in (tmp_path / "worker.log").read_text(errors="replace"), worker, tmp_path)
-        async with ObservationProducer(settings.kafka(), tag) as producer:
+        async with ObservationProducer(assembly.kafka(settings), tag) as producer:
             await producer.send(obs)
 
         async def count() -> int:
@@ -178,7 +178,7 @@ async def test_pipeline_end_to_end_on_the_secure_clusters(es_proxy: str, tmp_pat
         stop_workers([worker])
         await stores.close()
     # the collection the worker created is replicated on two of the three Qdrant nodes
-    index = settings.qdrant(1, f"{tag}_memories")
+    index = assembly.qdrant(settings, 1, f"{tag}_memories")
     info = await index._client.get_collection(index.collection)
     await index.close()
     assert (info.config.params.shard_number, info.config.params.replication_factor) == (3, 2)
@@ -309,20 +309,20 @@ def test_an_existing_topic_with_fewer_replicas_is_refused() -> None:
 
 async def test_elasticsearch_over_https_with_credentials(es_proxy: str) -> None:
     good = cluster_settings(es_proxy, "x")
-    es = good.elasticsearch()
+    es = assembly.elasticsearch(good)
     try:
         assert (await es.info())["version"]["number"]
     finally:
         await es.close()
     with_key = cluster_settings(es_proxy, "x", elasticsearch_username=None, elasticsearch_password=None,
                                 elasticsearch_api_key=SecretStr(ES_PROXY_API_KEY))
-    es = with_key.elasticsearch()
+    es = assembly.elasticsearch(with_key)
     try:
         assert (await es.info())["version"]["number"]
     finally:
         await es.close()
     bad = cluster_settings(es_proxy, "x", elasticsearch_password=SecretStr("not-the-password"))
-    es = bad.elasticsearch()
+    es = assembly.elasticsearch(bad)
     try:
         with pytest.raises(AuthenticationException) as err:
             await es.info()

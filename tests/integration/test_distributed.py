@@ -189,8 +189,8 @@ async def test_http_api_in_distributed_mode(elastic_stack: Stack) -> None:
     import httpx
     import orjson
 
+    from jevmem.assembly import key_store
     from jevmem.distributed import DistributedService
-    from jevmem.wiring import key_store
     from query_api.auth import Authenticator, mint
     from query_api.http import create_app
     from tests.conftest import chat_observations, free_port, serve_http

@@ -531,11 +531,11 @@ async def test_a_shared_memories_index_is_split_per_tenant(es: tuple[AsyncElasti
 async def test_retrieval_of_a_tenant_ignores_other_tenants_writes(es: tuple[AsyncElasticsearch, str]) -> None:
     """``RetrievalController.retrieve`` for tenant A over the Elasticsearch stores gives the same
     evidence (ids, scores, order) before and after tenant B ingests lots of overlapping text."""
-    from jevmem.distributed import write_path
+    from jevmem import assembly
     from jevmem.settings import Settings
     from query_api.controller import RetrievalController
     from storage.elastic_vectors import ElasticVectorIndex
-    from streams.embedded import EmbeddedPipeline
+    from streams.in_process import InProcessWriter
     from streams.write_path import Stores as AllStores
     from topology.embedding import default_embedder
     from topology.systemone.local import LocalSystemOne
@@ -555,9 +555,9 @@ async def test_retrieval_of_a_tenant_ignores_other_tenants_writes(es: tuple[Asyn
     stores = AllStores(nodes=ElasticNodeStore(client, prefix), edges=ElasticEdgeStore(client, prefix),
                        vectors=ElasticVectorIndex(client, prefix, emb.dim), lexical=ElasticLexicalIndex(client, prefix),
                        dead_letters=NoLetters())  # type: ignore[arg-type]
-    wp = write_path(settings, stores, emb)
+    wp = assembly.paths(settings, stores, emb, embedded=False).writer()
     assert isinstance(wp.so, CountingSystemOne)
-    pipeline = EmbeddedPipeline(stores, wp, wp.so)
+    pipeline = InProcessWriter(stores, wp, wp.so)
     controller = RetrievalController(emb, LocalSystemOne(), stores.vectors, stores.lexical, stores.nodes, stores.edges,
                                      settings.params)
 

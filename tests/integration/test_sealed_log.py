@@ -27,6 +27,7 @@ from tests.integration.servers import KAFKA, require_stack  # noqa: E402
 
 require_stack()
 
+from jevmem import assembly  # noqa: E402
 from jevmem.bench.kafka import worker_env  # noqa: E402
 from jevmem.distributed import DistributedService, checked_keyring, distributed_stores, replay  # noqa: E402
 from streams.kafka_admin import ensure_topics, read_topic  # noqa: E402
@@ -73,7 +74,7 @@ async def test_the_log_holds_no_personal_text_and_a_forget_shreds_it_everywhere(
     service = DistributedService(settings, embedder=default_embedder())
     await service.start()
     stores = distributed_stores(settings, settings.store_prefix or "", default_embedder().dim)
-    keyring = settings.keyring()
+    keyring = assembly.keyring(settings)
     assert keyring is not None
     spec = topics(settings.topic_prefix)
     try:
@@ -121,7 +122,7 @@ async def test_the_log_holds_no_personal_text_and_a_forget_shreds_it_everywhere(
         assert after.after == prev
         assert after.embedding == default_embedder().embed_after(
             [(context.before_text(before), context.embedding_text(after.speaker, after.content))])[0]
-        fresh = settings.keyring()  # a process that never saw the keys
+        fresh = assembly.keyring(settings)  # a process that never saw the keys
         assert fresh is not None
         try:
             def opened_as(role: str) -> list[tuple[dict[str, object], bool]]:

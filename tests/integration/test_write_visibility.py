@@ -17,7 +17,8 @@ ES_URL = os.environ.get("JEVMEM_TEST_ES_URL")
 if not ES_URL:
     pytest.skip("JEVMEM_TEST_ES_URL is not set", allow_module_level=True)
 
-from jevmem.distributed import distributed_stores, prepare_indices, write_path  # noqa: E402
+from jevmem import assembly  # noqa: E402
+from jevmem.distributed import distributed_stores, prepare_indices  # noqa: E402
 from jevmem.settings import Settings  # noqa: E402
 from storage.elastic import Visibility  # noqa: E402
 from streams.write_path import write_batch  # noqa: E402
@@ -32,9 +33,9 @@ async def test_the_write_path_refreshes_nothing_per_batch_and_readers_see_every_
     await prepare_indices(settings, prefix, embedder.dim)
     writer = distributed_stores(settings, prefix, embedder.dim, owner=True)
     reader = distributed_stores(settings, prefix, embedder.dim)
-    es = settings.elasticsearch()
+    es = assembly.elasticsearch(settings)
     try:
-        wp = write_path(settings, writer, embedder)
+        wp = assembly.paths(settings, writer, embedder, embedded=False).writer()
         seen = writer.nodes._visibility  # type: ignore[attr-defined]
         assert isinstance(seen, Visibility)
         obs = chat_observations("t-vis", "c1")

@@ -123,7 +123,7 @@ async def test_a_tiny_run_on_the_product(embedder: Embedder) -> None:
 
 
 def test_the_command_prints_json(embedder: Embedder, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr("jevmem.settings.Settings.load_embedder", lambda *_a, **_k: embedder)
+    monkeypatch.setattr("jevmem.assembly.load_embedder", lambda *_a, **_k: embedder)
     runner = CliRunner()
     res = runner.invoke(app, ["bench", "updates", "--conversations", "3", "--turns", "60", "--wordings", "heldout",
                               "--json"])

@@ -128,7 +128,7 @@ async def test_a_tiny_run_on_the_product(model_embedder: Embedder) -> None:
 
 
 def test_the_command_prints_json(embedder: Embedder, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr("jevmem.settings.Settings.load_embedder", lambda *_a, **_k: embedder)
+    monkeypatch.setattr("jevmem.assembly.load_embedder", lambda *_a, **_k: embedder)
     runner = CliRunner()
     res = runner.invoke(app, ["bench", "users", "--users", "1", "--sessions", "4", "--many-sessions", "5",
                               "--repeats", "2", "--wordings", "heldout", "--scale-sessions", "3", "--json"])

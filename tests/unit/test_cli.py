@@ -118,7 +118,7 @@ def test_bench_chaos_from_an_installed_package_says_what_it_needs(tmp_path: Path
 def data(tmp_path: Path, embedder: Embedder, monkeypatch: pytest.MonkeyPatch) -> Path:
     """A data directory with tenant acme's conversation c1 (12 turns) ingested through the CLI;
     the CLI's commands load the session's embedder instead of the model files again."""
-    monkeypatch.setattr("jevmem.settings.Settings.load_embedder", lambda *_a, **_k: embedder)
+    monkeypatch.setattr("jevmem.assembly.load_embedder", lambda *_a, **_k: embedder)
     lines = [o.model_dump_json(exclude={"tenant_id", "conversation_id"}) for o in chat_observations()]
     (tmp_path / "chat.jsonl").write_text("\n".join(lines) + "\n")
     out = tmp_path / "data"
@@ -161,7 +161,7 @@ def test_query_on_an_unknown_conversation_says_so(data: Path) -> None:
 
 def test_ingest_names_a_bad_line_by_its_index_in_the_file(tmp_path: Path, embedder: Embedder,
                                                           monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr("jevmem.settings.Settings.load_embedder", lambda *_a, **_k: embedder)
+    monkeypatch.setattr("jevmem.assembly.load_embedder", lambda *_a, **_k: embedder)
     turns = [o.model_copy(update={"event_id": f"r{r}-{o.event_id}"}) for r in range(4) for o in chat_observations()]
     good = [o.model_dump_json(exclude={"tenant_id", "conversation_id"}) for o in turns[:40]]
     lines = [*good[:35], "{not json", *good[35:]]

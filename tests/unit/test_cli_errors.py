@@ -48,7 +48,7 @@ def test_an_unexpected_error_is_one_line_and_the_traceback_needs_debug(
     def broken(_settings: object) -> object:
         raise RuntimeError("the key store fell over\non two lines")
 
-    monkeypatch.setattr("jevmem.wiring.key_store", broken)
+    monkeypatch.setattr("jevmem.assembly.key_store", broken)
     status, err = run(capsys, "keys", "list")
     assert status == 1
     assert err == ["jevmem: unexpected error RuntimeError: the key store fell over on two lines "
@@ -74,7 +74,7 @@ def test_elasticsearch_refusing_the_credentials_says_which_settings(
         async def close(self) -> None:
             return None
 
-    monkeypatch.setattr("jevmem.wiring.key_store", lambda _settings: Refusing())
+    monkeypatch.setattr("jevmem.assembly.key_store", lambda _settings: Refusing())
     status, err = run(capsys, "keys", "list")
     assert status == 2
     assert err == ["jevmem: Elasticsearch at https://es.example:9200 refused the credentials (HTTP 401): check "

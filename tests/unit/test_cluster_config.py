@@ -12,6 +12,7 @@ import pytest
 from confluent_kafka import KafkaError
 from pydantic import SecretStr
 
+from jevmem import assembly
 from jevmem.settings import Settings
 from streams.faust_app import credentials
 from streams.kafka_client import LIBRDKAFKA_LOG, KafkaClient
@@ -97,11 +98,11 @@ def test_secrets_come_from_files_and_never_show(tmp_path: Path, monkeypatch: pyt
     settings = Settings()
     assert settings.kafka_sasl_password is not None
     assert settings.kafka_sasl_password.get_secret_value() == "hunter2-from-file"  # trailing newline dropped
-    assert settings.qdrant_key() == "hunter2-from-file"
-    for text in (repr(settings), str(settings), repr(settings.kafka())):
+    assert assembly.qdrant_key(settings) == "hunter2-from-file"
+    for text in (repr(settings), str(settings), repr(assembly.kafka(settings))):
         assert "hunter2" not in text
     # a value given directly wins over the file
-    assert Settings(kafka_sasl_password=SecretStr("direct")).kafka().librdkafka()["sasl.password"] == "direct"
+    assert assembly.kafka(Settings(kafka_sasl_password=SecretStr("direct"))).librdkafka()["sasl.password"] == "direct"
     # the environment a benchmark hands its workers carries the secret itself, not the file name
     env = settings.env()
     assert env["JEVMEM_KAFKA_SASL_PASSWORD"] == "hunter2-from-file"

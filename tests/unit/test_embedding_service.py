@@ -14,6 +14,7 @@ import pytest
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse
 
+from jevmem import assembly
 from jevmem.settings import Settings
 from jevmem.wiring import build_embedded
 from tests.conftest import chat_observations, serve_http
@@ -116,21 +117,21 @@ async def test_the_embedded_pipeline_runs_on_the_service(service: Fake) -> None:
 
 
 def test_settings_select_the_service_by_name(service: Fake) -> None:
-    emb = Settings(embedder="openai:fake-embed:16", embedding_url=service.url, embedding_api_key="sk-x",
-                   embedding_query_prefix="query: ").load_embedder()
+    emb = assembly.load_embedder(Settings(embedder="openai:fake-embed:16", embedding_url=service.url,
+                                          embedding_api_key="sk-x", embedding_query_prefix="query: "))
     assert isinstance(emb, ServiceEmbedder) and (emb.name, emb.dim, emb.query_prefix) == ("openai:fake-embed:16", 16, "query: ")
     emb.embed_query(["dogs"])
     assert service.requests[-1]["input"] == ["query: dogs"] and service.headers[-1]["authorization"] == "Bearer sk-x"
     emb.close()
     with pytest.raises(ValueError, match="JEVMEM_EMBEDDING_URL"):
-        Settings(embedder="openai:m").load_embedder()
+        assembly.load_embedder(Settings(embedder="openai:m"))
 
 
 def test_a_service_embeds_a_turn_alone_or_joined_to_the_turn_before(service: Fake) -> None:
-    alone = Settings(embedder="openai:fake-embed", embedding_url=service.url, embedding_passage_prefix="passage: ",
-                     embedding_max_tokens=40).load_embedder()
-    joined = Settings(embedder="openai:fake-embed+joined", embedding_url=service.url,
-                      embedding_passage_prefix="passage: ", embedding_max_tokens=40).load_embedder()
+    alone = assembly.load_embedder(Settings(embedder="openai:fake-embed", embedding_url=service.url,
+                                            embedding_passage_prefix="passage: ", embedding_max_tokens=40))
+    joined = assembly.load_embedder(Settings(embedder="openai:fake-embed+joined", embedding_url=service.url,
+                                             embedding_passage_prefix="passage: ", embedding_max_tokens=40))
     assert isinstance(alone, ServiceEmbedder) and isinstance(joined, ServiceEmbedder)
     # the choice is in the name a store records, so a store never mixes the two
     assert (alone.name, joined.name) == ("openai:fake-embed", "openai:fake-embed+joined")

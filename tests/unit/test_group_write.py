@@ -8,7 +8,7 @@ import asyncio
 import pytest
 
 from jevmem.wiring import GroupWrite
-from streams.embedded import IngestReport
+from streams.in_process import IngestReport
 from tests.conftest import chat_observations
 from topology.errors import StoreUnavailable
 from topology.schemas import Observation

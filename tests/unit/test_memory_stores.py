@@ -8,7 +8,7 @@ import dataclasses
 from jevmem.wiring import embedded_stores
 from storage.memory import MemoryDeadLetters, MemoryEdgeStore, MemoryNodeStore
 from storage.scope_cache import ScopeCache
-from streams.embedded import EmbeddedPipeline
+from streams.in_process import InProcessWriter
 from streams.write_path import Stores
 from tests.conftest import chat_observations
 from topology.params import Params
@@ -21,11 +21,11 @@ from topology.systemone.port import CountingSystemOne
 SCOPE = Scope(tenant_id="t1", conversation_id="c1")
 
 
-def _pipeline(stores: Stores, embedder: Embedder) -> EmbeddedPipeline:
+def _pipeline(stores: Stores, embedder: Embedder) -> InProcessWriter:
     so = CountingSystemOne(LocalSystemOne())
     cache = ScopeCache(stores.nodes)
     stores.attach(cache)
-    return EmbeddedPipeline(stores, WritePath(embedder, so, cache, Params(consolidate_every=4)), so)
+    return InProcessWriter(stores, WritePath(embedder, so, cache, Params(consolidate_every=4)), so)
 
 
 async def _reads(stores: Stores) -> list[object]:

@@ -7,9 +7,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from jevmem.assembly import system_one_and_scorer
 from jevmem.bench.train_relations import Pairs, loco
 from jevmem.settings import Settings
-from jevmem.wiring import system_one_and_scorer
 from topology.errors import SystemOneError
 from topology.schemas import EdgeEvent, RelationJudgment
 from topology.stages.relations import NEAREST, consolidation_key, strongest

@@ -16,6 +16,7 @@ import orjson
 import pytest
 from pydantic import SecretStr
 
+from jevmem import assembly
 from jevmem.settings import Settings
 from storage.datakeys import SqliteDataKeys
 from storage.memory import MemoryDeadLetters
@@ -178,12 +179,12 @@ async def test_rotation_rewraps_every_key_and_a_wrong_kek_is_named_at_the_check(
 
 def test_key_encryption_keys_come_from_the_settings_or_stop_the_start_with_what_to_set(tmp_path: object) -> None:
     with pytest.raises(KekMissing, match="JEVMEM_ENCRYPTION_KEK"):
-        Settings(encryption=True, encryption_kek=None).keyring()
+        assembly.keyring(Settings(encryption=True, encryption_kek=None))
     with pytest.raises(KekMissing, match="not base64 of 32 bytes"):
-        Settings(encryption=True, encryption_kek=SecretStr("c2hvcnQ=")).keyring()
-    assert Settings(encryption=False).keyring() is None
+        assembly.keyring(Settings(encryption=True, encryption_kek=SecretStr("c2hvcnQ=")))
+    assert assembly.keyring(Settings(encryption=False)) is None
     a, b = (base64.b64encode(os.urandom(32)).decode() for _ in range(2))
-    keks = Settings(encryption=True, encryption_kek=SecretStr(f"{a},\n{b}")).keks()
+    keks = assembly.keks(Settings(encryption=True, encryption_kek=SecretStr(f"{a},\n{b}")))
     assert keks.current.secret == base64.b64decode(a) and [k.secret for k in keks.previous] == [base64.b64decode(b)]
     out = subprocess.run([sys.executable, "-c", "from jevmem.cli import main; main()", "encryption", "check"],
                          env={**os.environ, "JEVMEM_ENCRYPTION_KEK": ""}, capture_output=True, text=True, timeout=120)

@@ -1,6 +1,9 @@
-"""The embedded deployment's driver: the whole write path in one process, no servers.
+"""The in-process writer: the whole write path in one process, over any :class:`Stores`, with no
+broker and no workers. The embedded deployment writes its SQLite store with it
+(:func:`jevmem.wiring.build_embedded`), and distributed replay rebuilds a store generation with it
+from the observations topic (:func:`jevmem.distributed.replay`).
 
-``EmbeddedPipeline.ingest`` validates nothing (it takes models); ``ingest_raw`` decodes bytes,
+``InProcessWriter.ingest`` validates nothing (it takes models); ``ingest_raw`` decodes bytes,
 sends anything invalid to the dead-letter sink with its reason, and writes the rest. Each batch
 goes through :func:`streams.write_path.write_batch` (the write path both drivers run: seqs ->
 nodes -> materialise -> candidates -> relations -> edges -> consolidation, pipelined in chunks).
@@ -66,7 +69,10 @@ class IngestReport:
         self.failed += other.failed
 
 
-class EmbeddedPipeline:
+class InProcessWriter:
+    """Writes observations and applies forgets to ``stores`` through ``write_path`` (``so`` is its
+    counted System One), ``chunk`` events at a time, one write or forget at a time."""
+
     def __init__(self, stores: Stores, write_path: WritePath, so: CountingSystemOne, chunk: int = 64) -> None:
         self.stores, self.write_path, self.so, self.chunk = stores, write_path, so, max(1, chunk)
         stores.embedder = write_path.embedder  # a forget re-embeds the turn after the forgotten one
