@@ -19,10 +19,10 @@ from streams.kafka_client import KafkaClient
 if TYPE_CHECKING:
     from elasticsearch import AsyncElasticsearch
 
-    from query_api.controller import RetrievalController
     from query_api.oidc import OidcVerifier
-    from query_api.scoring import Scorer
-    from query_api.system_two import OpenAICompatibleSystemTwo
+    from query_api.retrieval.controller import RetrievalController
+    from query_api.retrieval.scoring import Scorer
+    from query_api.retrieval.system_two import OpenAICompatibleSystemTwo
     from storage.ports import KeyStore
     from storage.qdrant import QdrantVectorIndex
     from storage.scope_cache import ScopeCache
@@ -143,7 +143,7 @@ def system_one_and_scorer(settings: Settings, embedder: str | None = None) -> tu
     questions without the request path when it is the ``local`` backend (None: ask it). The
     local backend's weights are those trained with ``embedder`` (default: the configured one)."""
     if settings.system_one == "local":
-        from query_api.scoring import LocalScorer
+        from query_api.retrieval.scoring import LocalScorer
         from topology.systemone.local import LocalSystemOne
         from topology.systemone.relation_model import RelationModel
 
@@ -166,7 +166,7 @@ def system_two(settings: Settings) -> OpenAICompatibleSystemTwo | None:
     """The configured System Two (answers and consolidation summaries), or None (none configured)."""
     if not settings.system_two_url:
         return None
-    from query_api.system_two import OpenAICompatibleSystemTwo
+    from query_api.retrieval.system_two import OpenAICompatibleSystemTwo
 
     key = settings.system_two_api_key.get_secret_value() if settings.system_two_api_key else None
     return OpenAICompatibleSystemTwo(settings.system_two_url, settings.system_two_model, key)
@@ -226,7 +226,7 @@ def paths(settings: Settings, stores: Stores, embedder: Embedder, *, embedded: b
 
     ``writes=False`` (a process that only reads, the distributed service): no reader and no
     write path; ``stores`` are left as they are."""
-    from query_api.controller import RetrievalController
+    from query_api.retrieval.controller import RetrievalController
     from storage.scope_cache import ScopeCache
     from storage.speaker_facts import speaker_facts
     from topology.pipeline import WritePath

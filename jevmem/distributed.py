@@ -15,8 +15,8 @@ from elasticsearch import AsyncElasticsearch, ConflictError, NotFoundError
 
 from jevmem import assembly
 from jevmem.settings import Settings
-from query_api.controller import Retrieval, RetrievalController
 from query_api.items import ItemError
+from query_api.retrieval.controller import Retrieval, RetrievalController
 from query_api.service import ForgetAccepted
 from storage.elastic import (
     ElasticLexicalIndex,

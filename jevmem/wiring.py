@@ -14,8 +14,8 @@ from typing import Any
 
 from jevmem import assembly
 from jevmem.settings import Settings
-from query_api.controller import Retrieval, RetrievalController
 from query_api.items import ItemError
+from query_api.retrieval.controller import Retrieval, RetrievalController
 from query_api.service import ForgetApplied
 from storage.sqlite import (
     CACHE_MB,

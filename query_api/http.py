@@ -56,9 +56,9 @@ from starlette.types import Scope as AsgiScope
 from query_api import mcp_server
 from query_api import service as svc
 from query_api.auth import Authenticator, Principal, require
-from query_api.controller import Retrieval
 from query_api.items import ItemError, safe
 from query_api.recall import AS_OF_HELP, FORMAT_HELP, EvidenceFormat, PromptEvidence, Recall, RecallRequest
+from query_api.retrieval.controller import Retrieval
 from query_api.service import ForgetAccepted, ForgetApplied, ForgetResult, MemoryService
 from query_api.ui import mount_ui
 from topology import limits, observe

@@ -3,7 +3,7 @@
 An agent remembers a *user* across sessions: :func:`recall` answers a question from a realm (the
 tenant's conversations, only one user's when ``user_id`` is given, only some when
 ``conversation_ids`` is given) with *one* retrieval
-(:meth:`query_api.controller.RetrievalController.retrieve_realm`): anchors from one vector and one
+(:meth:`query_api.retrieval.controller.RetrievalController.retrieve_realm`): anchors from one vector and one
 lexical search over the whole realm, one ranker over one pool, expansion inside each
 candidate's conversation. Scores are therefore comparable across conversations, and no
 conversation is skipped however many the realm holds.
@@ -28,7 +28,7 @@ from typing import Literal, Protocol
 
 from pydantic import BaseModel, Field, field_validator
 
-from query_api.controller import Evidence, Retrieval
+from query_api.retrieval.controller import Evidence, Retrieval
 from topology import limits
 from topology.schemas import Ident, Realm
 

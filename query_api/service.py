@@ -20,9 +20,9 @@ from typing import Any, Generic, Literal, Protocol, TypeVar
 from pydantic import BaseModel, Field
 
 from query_api.auth import SCOPES, Principal, same_tenant, user_of, whole_tenant
-from query_api.controller import Evidence, Retrieval
 from query_api.items import ItemError, dump, safe, validate_items
 from query_api.recall import Recall, TooManyConversations, recall
+from query_api.retrieval.controller import Evidence, Retrieval
 from topology import limits, observe
 from topology.errors import (
     BrokerUnavailable,

@@ -27,7 +27,7 @@ from jevmem import assembly, locomo
 from jevmem.bench.scale import questions
 from jevmem.settings import Settings
 from jevmem.wiring import build_embedded
-from query_api.controller import Retrieval
+from query_api.retrieval.controller import Retrieval
 from topology.schemas import Scope
 
 

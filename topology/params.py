@@ -55,7 +55,7 @@ RECENCY_WEIGHT = 0.1
 #: the present: enough to put it below a replacement that scored a little lower.
 STALE_WEIGHT = 0.5
 #: A memory stating someone else's fact, for a question about people of the conversation
-#: (``query_api.subjects``), keeps 1 - OTHER_SUBJECT_PENALTY of its score.
+#: (``query_api.retrieval.subjects``), keeps 1 - OTHER_SUBJECT_PENALTY of its score.
 OTHER_SUBJECT_PENALTY = 0.5
 
 

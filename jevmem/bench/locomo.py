@@ -17,9 +17,9 @@ import orjson
 from jevmem import locomo, tokens
 from jevmem.settings import Settings
 from jevmem.wiring import build_embedded
-from query_api import baselines
-from query_api.controller import RetrievalController
 from query_api.recall import PromptEvidence
+from query_api.retrieval import baselines
+from query_api.retrieval.controller import RetrievalController
 from streams.write_path import chunk_size
 from topology import observe
 from topology.embedding import Embedder

@@ -27,8 +27,8 @@ from jevmem.bench.paired import QuestionRecall
 from jevmem.bench.train_relations import collect_pairs, fold_judges
 from jevmem.settings import Settings
 from jevmem.wiring import Embedded, build_embedded
-from query_api.controller import RetrievalController
-from query_api.scoring import LocalScorer
+from query_api.retrieval.controller import RetrievalController
+from query_api.retrieval.scoring import LocalScorer
 from topology.embedding import Embedder
 from topology.schemas import MemoryNode, Scope
 from topology.systemone.features import SCORE_FEATURES, ScoreState

@@ -533,7 +533,7 @@ async def test_retrieval_of_a_tenant_ignores_other_tenants_writes(es: tuple[Asyn
     evidence (ids, scores, order) before and after tenant B ingests lots of overlapping text."""
     from jevmem import assembly
     from jevmem.settings import Settings
-    from query_api.controller import RetrievalController
+    from query_api.retrieval.controller import RetrievalController
     from storage.elastic_vectors import ElasticVectorIndex
     from streams.in_process import InProcessWriter
     from streams.write_path import Stores as AllStores

@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from query_api import formulas
+from query_api.retrieval import formulas
 from topology.params import Params, ScoreWeights
 
 
@@ -83,7 +83,7 @@ def test_stop_rules() -> None:
 
 
 def test_a_score_row_has_the_scorers_features_in_order_and_rounds_once() -> None:
-    from query_api.features import EXACT, ScoreRow
+    from query_api.retrieval.features import EXACT, ScoreRow
     from topology.systemone.features import SCORE_FEATURES
 
     assert ScoreRow._fields == SCORE_FEATURES

@@ -12,8 +12,8 @@ from jevmem.settings import Settings
 from jevmem.wiring import EmbeddedService
 from query_api.auth import Authenticator, mint
 from query_api.http import LISTING, create_app, error_response
+from query_api.retrieval.system_two import OpenAICompatibleSystemTwo
 from query_api.service import TooManyItems, answer_for
-from query_api.system_two import OpenAICompatibleSystemTwo
 from storage.keys import SqliteKeyStore
 from tests.conftest import chat_observations, fake_llm, serve_http
 from topology.errors import (

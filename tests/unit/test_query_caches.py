@@ -17,9 +17,9 @@ import pytest
 
 from jevmem.settings import Settings
 from jevmem.wiring import Embedded, build_embedded
-from query_api.controller import RetrievalController
-from query_api.nodeinfo import NodeInfoCache
-from query_api.scoring import AskScorer, LocalScorer
+from query_api.retrieval.controller import RetrievalController
+from query_api.retrieval.nodeinfo import NodeInfoCache
+from query_api.retrieval.scoring import AskScorer, LocalScorer
 from storage.sqlite import ADJACENCY_AFTER, SqliteEdgeStore
 from tests.conftest import chat_observations
 from topology.params import Params

@@ -6,7 +6,7 @@ import pytest
 
 from jevmem.settings import Settings
 from jevmem.wiring import Embedded, build_embedded
-from query_api.baselines import StaticRetriever
+from query_api.retrieval.baselines import StaticRetriever
 from tests.conftest import chat_observations
 from topology.params import HardLimits, Params
 from topology.ports import Embedder

@@ -1,4 +1,4 @@
-"""What is still true on the read path (:mod:`query_api.currency`): a superseded memory ranks below
+"""What is still true on the read path (:mod:`query_api.retrieval.currency`): a superseded memory ranks below
 its replacement for a question about the present, is still found for one about the past, carries
 its validity in the evidence and the prompt line, ``as_of`` answers with what was true then, and a
 forgotten replacement makes the older memory current again; in one conversation and across a
@@ -9,8 +9,8 @@ from __future__ import annotations
 from datetime import UTC, datetime, timedelta
 
 from jevmem.wiring import Embedded
-from query_api import currency, subjects
-from query_api.controller import Evidence
+from query_api.retrieval import currency, subjects
+from query_api.retrieval.controller import Evidence
 from topology import ids
 from topology.schemas import EdgeEvent, MemoryNode, Observation, Realm, Scope
 

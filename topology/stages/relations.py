@@ -20,7 +20,7 @@ from topology.text import alias_plausibility, entity_id
 #: Alias questions are asked only for name pairs this plausible by a cheap string test.
 ALIAS_PREFILTER = 0.5
 #: The label of the edge from a newer memory to an earlier one it updates (the read path ranks the
-#: older one below it: ``query_api.currency``); consolidation writes the same edge (same id).
+#: older one below it: ``query_api.retrieval.currency``); consolidation writes the same edge (same id).
 SUPERSEDES = "supersedes"
 
 

@@ -91,7 +91,7 @@ class AssessState(_State):
 class ScoreFeatures(NamedTuple):
     """The numeric features of one retrieval candidate, declared once: their names, types and
     order (the order the learned scorer reads them). A row of them is this tuple (the read path's
-    :class:`query_api.features.ScoreRow` adds its rounding), :data:`SCORE_FEATURES` is its field
+    :class:`query_api.retrieval.features.ScoreRow` adds its rounding), :data:`SCORE_FEATURES` is its field
     names, and :class:`ScoreState` carries them by name. Graph features (``graph_*``,
     ``adjacent_anchor``, ``*_neighbours``, ``graph_degree``) are computed only from edges the
     controller examined in expansion rounds and are 0 without them; every feature is in [0, 1] or

@@ -229,7 +229,7 @@ def score_many(states: Sequence[Mapping[str, Any]], model: ScoreModel) -> list[A
 def score_nouls(relevance: float, edge_probability: float, expanded: float, max_evidence_cosine: float,
                 support: float) -> tuple[float, float, float, float]:
     """(relevance, relation_useful, new_information, supports) of one candidate: the one place
-    these formulas live (``query_api.scoring`` evaluates rows with it directly)."""
+    these formulas live (``query_api.retrieval.scoring`` evaluates rows with it directly)."""
     return (relevance, sigmoid(2.0 * (relevance - 0.5) + 1.0 * edge_probability * expanded),
             max(0.0, min(1.0, 1.0 - max_evidence_cosine)), max(0.0, min(1.0, support)))
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 
-from query_api import formulas
+from query_api.retrieval import formulas
 from storage.ports import LexicalIndex, NodeStore, VectorIndex
 from topology.params import Params
 from topology.ports import Embedder

@@ -1,7 +1,7 @@
 """Where one retrieval reads: one conversation (:class:`ConversationReach`) or a realm of many
 (:class:`RealmReach`: a tenant's conversations, one user's, or a list of them).
 
-The retrieval controller (:mod:`query_api.controller`) runs the same steps over either; a reach
+The retrieval controller (:mod:`query_api.retrieval.controller`) runs the same steps over either; a reach
 turns its reads (anchor searches, node fetches, edge reads) into store calls:
 
 * One conversation: every call is scoped by it, as the stores' ports are.

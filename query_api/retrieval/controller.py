@@ -1,7 +1,7 @@
 """The retrieval controller: route -> anchors -> (assess -> expand -> rescore)* -> top-K evidence.
 
 Decisions come from System One (route, assess, score); arithmetic lives in
-:mod:`query_api.formulas` and :mod:`query_api.features`. Each expansion round reads the edges of
+:mod:`query_api.retrieval.formulas` and :mod:`query_api.retrieval.features`. Each expansion round reads the edges of
 the frontier (the best unexpanded candidates), adds the neighbours with the highest
 p(edge) * score, records every examined edge, and rescores the whole pool in one request: the
 graph features (edges to strong pool members, the reply/next turn, propagated relevance) change
@@ -11,7 +11,7 @@ nodes, examined edges, controller calls, time) are enforced here whatever the co
 Gold answers and benchmark labels never enter any state sent to System One.
 
 The controller reads through small ports (vector and lexical search, node lookup, edge
-neighbours) and scores through a :class:`~query_api.scoring.Scorer` chosen where the deployment
+neighbours) and scores through a :class:`~query_api.retrieval.scoring.Scorer` chosen where the deployment
 is built (default: through ``ask``).
 """
 
@@ -27,11 +27,11 @@ from datetime import datetime
 import numpy as np
 from pydantic import BaseModel
 
-from query_api import currency, formulas, scoring, subjects
-from query_api import features as qf
-from query_api.features import DECIMALS, ScoreRow
-from query_api.nodeinfo import NodeInfo, NodeInfoCache, matrix
-from query_api.reach import ConversationReach, Reach, RealmReach
+from query_api.retrieval import currency, formulas, scoring, subjects
+from query_api.retrieval import features as qf
+from query_api.retrieval.features import DECIMALS, ScoreRow
+from query_api.retrieval.nodeinfo import NodeInfo, NodeInfoCache, matrix
+from query_api.retrieval.reach import ConversationReach, Reach, RealmReach
 from storage.ports import EdgeReader, Hit, LexicalIndex, NodeReader, NodeRows, VectorSearch
 from topology import text
 from topology.params import Params
@@ -142,7 +142,7 @@ class _Static:
 #: The features :attr:`_Static.head` holds, in order.
 STATIC_HEAD = ("cosine_in_pool", "lexical", "entity", "speaker_match", "anchor", "bm25", "vector_rank",
                "lexical_rank", "temporal_match", "date_match", "causal_match")
-#: Which of :data:`STATIC_HEAD` are passed on unrounded (:data:`query_api.features.EXACT`).
+#: Which of :data:`STATIC_HEAD` are passed on unrounded (:data:`query_api.retrieval.features.EXACT`).
 _HEAD_EXACT = np.asarray([name in qf.EXACT for name in STATIC_HEAD])
 #: How many other strong pool members ``max_evidence_cosine`` and ``support`` read.
 _OTHERS = 5
@@ -198,7 +198,7 @@ class _Run:
     realm: bool = False
     #: only memories observed by then count, and what superseded them later does not
     as_of: datetime | None = None
-    #: the pool's superseded memories, as of ``as_of`` (:mod:`query_api.currency`)
+    #: the pool's superseded memories, as of ``as_of`` (:mod:`query_api.retrieval.currency`)
     stale: dict[str, currency.Superseded] = field(default_factory=dict)
     #: the pool's memories that superseded another: when they became current
     current: dict[str, datetime] = field(default_factory=dict)
@@ -234,7 +234,7 @@ class RetrievalController:
         #: how candidates are scored (:class:`scoring.LocalScorer` for the in-process backend)
         self.scorer: scoring.Scorer = scorer or scoring.AskScorer()
         self.recorder: Recorder | None = None
-        #: query-independent facts about the nodes queries read (see :mod:`query_api.nodeinfo`)
+        #: query-independent facts about the nodes queries read (see :mod:`query_api.retrieval.nodeinfo`)
         self.info = NodeInfoCache(embedder.dim)
         #: whether the node store has matrix-row reads (nodes then come without embeddings)
         self.reads_rows = isinstance(nodes, NodeRows)
@@ -256,7 +256,7 @@ class RetrievalController:
                              as_of: datetime | None = None) -> Retrieval:
         """:meth:`retrieve` over a realm (a tenant's conversations, one user's, or a list of
         them): one pool, anchors from one vector and one lexical search over the whole realm,
-        expansion inside each candidate's conversation (:class:`~query_api.reach.RealmReach`).
+        expansion inside each candidate's conversation (:class:`~query_api.retrieval.reach.RealmReach`).
         Every evidence item names its conversation; the trace lists the conversations that
         contributed to the pool."""
         return await self.retrieve(realm, question, top_k, as_of)
@@ -503,7 +503,7 @@ class RetrievalController:
         question, and to the (up to 5) strongest other evidence nodes (``max_evidence_cosine``,
         ``support``). Per-candidate arithmetic is done on whole columns; the values are those of
         the per-candidate formulas (:meth:`ScoreRow.of`), bit for bit: the same products, sums
-        in the same order, and :func:`~query_api.features.round_exact` for ``round``."""
+        in the same order, and :func:`~query_api.retrieval.features.round_exact` for ``round``."""
         if not cands:
             return []
         ranked = sorted(st.pool.values(), key=lambda c: -c.score)[:6]
@@ -583,7 +583,7 @@ class RetrievalController:
 
     def _subjects(self, run: _Run, question: str) -> None:
         """A memory that states someone else's fact, when the question asks about people of the
-        pool (:mod:`query_api.subjects`), keeps ``1 - params.other_subject_penalty`` of its score."""
+        pool (:mod:`query_api.retrieval.subjects`), keeps ``1 - params.other_subject_penalty`` of its score."""
         cut = self.params.other_subject_penalty
         asked = subjects.asked_people(question, {c.node.speaker or "" for c in run.st.pool.values()}) if cut else None
         if not asked:
@@ -595,9 +595,9 @@ class RetrievalController:
     async def _currency(self, reach: Reach, run: _Run) -> None:
         """Step 4: read the pool's ``supersedes`` edges; a replacement missing from the pool joins
         it (scored in one request, when the controller budget allows); a superseded memory's
-        score falls by :func:`query_api.currency.stale_factor` (not for a question about the past),
+        score falls by :func:`query_api.retrieval.currency.stale_factor` (not for a question about the past),
         and for a question about the present it ranks below its replacement
-        (:func:`query_api.currency.current_first`)."""
+        (:func:`query_api.retrieval.currency.current_first`)."""
         st = run.st
         ids = list(st.pool)
         edges = await reach.labelled(ids, ["temporal"], 100 * len(ids) + 100, currency.SUPERSEDES)

@@ -1,6 +1,6 @@
 """System One's ``score`` judgments of a batch of retrieval candidates, from feature rows.
 
-The controller computes each candidate's numeric features as a :class:`~query_api.features.ScoreRow`.
+The controller computes each candidate's numeric features as a :class:`~query_api.retrieval.features.ScoreRow`.
 A :class:`Scorer` asks System One about the batch (one controller request) and returns, per
 candidate, the four Nouls the combined score reads. Two scorers give the same answers:
 
@@ -21,7 +21,7 @@ from typing import Protocol
 
 import numpy as np
 
-from query_api.features import ScoreRow
+from query_api.retrieval.features import ScoreRow
 from topology.systemone.catalog import SCORE
 from topology.systemone.features import ScoreState
 from topology.systemone.learned import ScoreModel
