@@ -24,7 +24,7 @@ if TYPE_CHECKING:
     from query_api.retrieval.scoring import Scorer
     from query_api.retrieval.system_two import OpenAICompatibleSystemTwo
     from storage.ports import KeyStore
-    from storage.qdrant import QdrantVectorIndex
+    from storage.qdrant.index import QdrantVectorIndex
     from storage.scope_cache import ScopeCache
     from streams.keyring import Keyring
     from streams.write_path import Stores
@@ -111,7 +111,7 @@ def kafka(settings: Settings) -> KafkaClient:
 
 def elasticsearch(settings: Settings) -> AsyncElasticsearch:
     """A client of the configured Elasticsearch node(s), with their credentials and CA."""
-    from storage.elastic import es_client
+    from storage.elastic.store import es_client
 
     key = settings.elasticsearch_api_key.get_secret_value() if settings.elasticsearch_api_key else None
     auth = None
@@ -124,7 +124,7 @@ def elasticsearch(settings: Settings) -> AsyncElasticsearch:
 
 def qdrant(settings: Settings, dim: int, collection: str) -> QdrantVectorIndex:
     """The vector index ``collection`` on the configured Qdrant node(s) (``qdrant_url`` must be set)."""
-    from storage.qdrant import QdrantVectorIndex
+    from storage.qdrant.index import QdrantVectorIndex
 
     if not settings.qdrant_url:
         raise ValueError("no Qdrant server configured (JEVMEM_QDRANT_URL)")

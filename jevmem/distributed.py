@@ -18,17 +18,17 @@ from jevmem.settings import Settings
 from query_api.items import ItemError
 from query_api.retrieval.controller import Retrieval, RetrievalController
 from query_api.service import ForgetAccepted
-from storage.elastic import (
+from storage.elastic.edges import ElasticEdgeStore
+from storage.elastic.store import (
     ElasticLexicalIndex,
     ElasticNodeStore,
     Visibility,
     es_errors,
 )
-from storage.elastic_edges import ElasticEdgeStore
-from storage.elastic_vectors import ElasticVectorIndex
+from storage.elastic.vectors import ElasticVectorIndex
 from storage.ports import VectorIndex
 from storage.purge import Expunger
-from storage.qdrant import QdrantVectorIndex, check_server
+from storage.qdrant.index import QdrantVectorIndex, check_server
 from streams.kafka_admin import ensure_topics, read_topic
 from streams.keyring import Keyring
 from streams.producer import ObservationProducer
@@ -92,7 +92,7 @@ async def check_model(settings: Settings, prefix: str, embedder: str) -> None:
 
 async def check_vectors(settings: Settings) -> None:
     """Fail fast at startup: the configured Qdrant server answers and its version is supported
-    (:func:`storage.qdrant.check_server`); nothing to check for the Elasticsearch fallback."""
+    (:func:`storage.qdrant.index.check_server`); nothing to check for the Elasticsearch fallback."""
     if settings.qdrant_url:
         await check_server(settings.qdrant_url, assembly.qdrant_key(settings),
                            str(settings.qdrant_ca_file) if settings.qdrant_ca_file else None)
@@ -130,7 +130,7 @@ def distributed_stores(settings: Settings, prefix: str, dim: int, owner: bool = 
     generation, ``<prefix>memories``) when ``qdrant_url`` is set, else in Elasticsearch's exact
     (flat) vector index. Dead letters live on their Kafka topic.
 
-    Every read sees every write acknowledged before it began (``storage.elastic.Visibility``);
+    Every read sees every write acknowledged before it began (``storage.elastic.store.Visibility``);
     ``owner`` (a worker, or the service): only after :meth:`Stores.fresh_reads`, which the
     owner calls when that matters (a partition assignment, a request), and always for what
     this process wrote itself. ``keyring``: dead letters are sealed (and read) with it. After

@@ -17,7 +17,8 @@ from jevmem.settings import Settings
 from query_api.items import ItemError
 from query_api.retrieval.controller import Retrieval, RetrievalController
 from query_api.service import ForgetApplied
-from storage.sqlite import (
+from storage.sqlite.base import DirLock, scrub
+from storage.sqlite.store import (
     CACHE_MB,
     SqliteDeadLetters,
     SqliteEdgeStore,
@@ -27,9 +28,8 @@ from storage.sqlite import (
     connect,
     lexical_table,
 )
-from storage.sqlite_base import DirLock, scrub
-from storage.vector_matrix import MAX_ROWS as VECTOR_ROWS
-from storage.vector_matrix import MatrixVectorIndex
+from storage.sqlite.vectors import MAX_ROWS as VECTOR_ROWS
+from storage.sqlite.vectors import MatrixVectorIndex
 from streams.in_process import IngestReport, InProcessWriter
 from streams.write_path import Stores
 from topology.ports import Embedder
@@ -42,8 +42,8 @@ def embedded_stores(data_dir: Path | str, dim: int, embedder: str | None = None,
     dead letters), with vector search over the nodes' own embeddings (at most ``vector_rows``
     held in memory); ``":memory:"`` keeps everything in RAM. After a forget, the forgotten
     tenants' FTS5 segments are merged and the write-ahead log is checkpointed and truncated
-    (``storage.sqlite_base.scrub``; the file is opened with ``secure_delete``). The process holds the directory's
-    lock until the stores close (:class:`~storage.sqlite_base.DirLock`).
+    (``storage.sqlite.base.scrub``; the file is opened with ``secure_delete``). The process holds the directory's
+    lock until the stores close (:class:`~storage.sqlite.base.DirLock`).
 
     ``embedder`` is recorded with a new store; opening a store built with another model raises
     :class:`~topology.errors.ModelMismatch` (its vectors would not be comparable)."""

@@ -16,10 +16,10 @@ from typing import Any, ClassVar
 
 from elasticsearch import ApiError, AsyncElasticsearch
 
-from storage.elastic import es_errors, failed_items
+from storage.elastic.store import es_errors, failed_items
 from storage.ports import WrappedKey
-from storage.sqlite import open_file, sqlite_errors, translated
-from storage.sqlite_base import scrub
+from storage.sqlite.base import scrub
+from storage.sqlite.store import open_file, sqlite_errors, translated
 from topology.errors import StoreUnavailable
 from topology.schemas import Scope
 

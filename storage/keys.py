@@ -14,9 +14,9 @@ from typing import Any, ClassVar
 
 from elasticsearch import ApiError, AsyncElasticsearch, NotFoundError
 
-from storage.elastic import es_errors
+from storage.elastic.store import es_errors
 from storage.ports import ApiKeyRecord
-from storage.sqlite import open_file, sqlite_errors, translated
+from storage.sqlite.store import open_file, sqlite_errors, translated
 
 
 class SqliteKeyStore:

@@ -5,9 +5,9 @@ A delete in either store leaves the deleted bytes in its files for a while:
 
 * **SQLite** keeps the old versions of changed pages in the write-ahead log until a checkpoint,
   the deleted cells' bytes in their pages (and freed pages) unless ``secure_delete`` is on (it is,
-  for every file this package opens: ``storage.sqlite_base.open_file``), and FTS5 keeps a deleted
+  for every file this package opens: ``storage.sqlite.base.open_file``), and FTS5 keeps a deleted
   document's terms in its index segments until they are merged (FTS5's own ``secure-delete``
-  needs SQLite 3.44). :func:`storage.sqlite_base.scrub` merges the forgotten tenants' FTS5 segments
+  needs SQLite 3.44). :func:`storage.sqlite.base.scrub` merges the forgotten tenants' FTS5 segments
   (``optimize``) and checkpoints the log into the database, truncating it (``TRUNCATE``).
 * **Elasticsearch** (Lucene) marks a deleted document deleted (a soft delete) and drops it when
   its segment is merged, which happens only for a segment with more than
@@ -33,7 +33,7 @@ from typing import Any
 
 from elasticsearch import AsyncElasticsearch
 
-from storage.elastic import es_errors
+from storage.elastic.store import es_errors
 from topology.errors import StoreUnavailable
 
 log = logging.getLogger("jevmem.storage")

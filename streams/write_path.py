@@ -62,12 +62,12 @@ class Stores:
     #: the write path's memory of recent links (:class:`storage.scope_cache.ScopeCache`): told
     #: every chunk's nodes and edges, asked for a consolidation window's incoming semantic edges
     links: LinkMemory | None = None
-    #: sends every buffered write (``storage.elastic.Visibility.flush``: durable; searchable by
+    #: sends every buffered write (``storage.elastic.store.Visibility.flush``: durable; searchable by
     #: the reads that refresh for it); None: writes are sent when acknowledged (SQLite, a refresh
     #: per Elasticsearch bulk)
     visibility: Callable[[], Awaitable[None]] | None = None
     #: makes the next read of each store see every write any process acknowledged before the call
-    #: (``storage.elastic.Visibility.invalidate``); None: every read already does (SQLite)
+    #: (``storage.elastic.store.Visibility.invalidate``); None: every read already does (SQLite)
     invalidate: Callable[[], None] | None = None
     #: where the write path reads seqs (:func:`number`): the write path's in-memory
     #: conversations once attached, else the node store

@@ -22,8 +22,8 @@ from fastapi import FastAPI, Request
 
 from jevmem.settings import Settings
 from jevmem.wiring import Embedded, build_embedded
-from storage.sqlite import SqliteNodeStore, connect
-from storage.vector_matrix import MatrixVectorIndex
+from storage.sqlite.store import SqliteNodeStore, connect
+from storage.sqlite.vectors import MatrixVectorIndex
 from topology.embedding import default_embedder
 from topology.fakes import HashingEmbedder
 from topology.params import Params

@@ -42,7 +42,7 @@ Every error this product raises on purpose is a :class:`JevMemError`::
   worker reports itself unhealthy until an operator fixes it.
 
 Adapters translate their backend's own exceptions into this tree in one place each
-(``storage.sqlite.sqlite_errors``, ``storage.elastic.es_errors``, ``storage.qdrant``'s guard,
+(``storage.sqlite.store.sqlite_errors``, ``storage.elastic.store.es_errors``, ``storage.qdrant.index``'s guard,
 ``topology.embedding_service``, the System One and Two clients with :func:`status_kind`), so no
 vendor exception crosses a port. The HTTP API and the MCP server answer each of these errors from
 one table (``query_api.service.answer_for``).

@@ -84,7 +84,7 @@ from jevmem.bench.meter import server_dirs
 from jevmem.distributed import distributed_stores
 from jevmem.settings import Settings
 from jevmem.wiring import build_embedded
-from storage.qdrant import QdrantVectorIndex
+from storage.qdrant.index import QdrantVectorIndex
 from streams.kafka_admin import ensure_topics, read_topic, watermarks
 from streams.kafka_client import KafkaClient
 from streams.producer import ObservationProducer

@@ -47,7 +47,7 @@ from jevmem.bench.kafka import spawn_worker, stop_workers, worker_env  # noqa: E
 from jevmem.distributed import distributed_stores  # noqa: E402
 from jevmem.settings import Settings  # noqa: E402
 from jevmem.wiring import build_embedded  # noqa: E402
-from storage.qdrant import QdrantVectorIndex, check_server  # noqa: E402
+from storage.qdrant.index import QdrantVectorIndex, check_server  # noqa: E402
 from streams.kafka_admin import TopicLayoutError, ensure_topics  # noqa: E402
 from streams.kafka_client import KafkaClient  # noqa: E402
 from streams.producer import ObservationProducer  # noqa: E402

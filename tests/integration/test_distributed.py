@@ -34,8 +34,8 @@ from jevmem.bench.kafka import spawn_worker, stop_workers, worker_env  # noqa: E
 from jevmem.distributed import distributed_stores, replay  # noqa: E402
 from jevmem.settings import Settings  # noqa: E402
 from jevmem.wiring import build_embedded  # noqa: E402
-from storage.elastic_vectors import ElasticVectorIndex  # noqa: E402
-from storage.qdrant import QdrantVectorIndex  # noqa: E402
+from storage.elastic.vectors import ElasticVectorIndex  # noqa: E402
+from storage.qdrant.index import QdrantVectorIndex  # noqa: E402
 from streams.kafka_admin import ensure_topics, read_topic  # noqa: E402
 from streams.producer import ObservationProducer  # noqa: E402
 from streams.replay import graph_of  # noqa: E402

@@ -26,11 +26,11 @@ if not ES_URL:
 import orjson  # noqa: E402
 from elasticsearch import AsyncElasticsearch  # noqa: E402
 
-from storage import elastic  # noqa: E402
-from storage.elastic import ElasticLexicalIndex, ElasticNodeStore  # noqa: E402
-from storage.elastic_edges import ElasticEdgeStore  # noqa: E402
+from storage.elastic import store as elastic  # noqa: E402
+from storage.elastic.edges import ElasticEdgeStore  # noqa: E402
+from storage.elastic.store import ElasticLexicalIndex, ElasticNodeStore  # noqa: E402
 from storage.ports import Hit  # noqa: E402
-from storage.sqlite import SqliteEdgeStore, SqliteLexicalIndex, SqliteNodeStore, connect  # noqa: E402
+from storage.sqlite.store import SqliteEdgeStore, SqliteLexicalIndex, SqliteNodeStore, connect  # noqa: E402
 from topology import ids  # noqa: E402
 from topology.errors import StoreUnavailable  # noqa: E402
 from topology.schemas import VIEWS, ConsolidationDecision, EdgeEvent, MemoryNode, Observation, Realm, Scope  # noqa: E402
@@ -347,7 +347,7 @@ async def test_errors_become_store_unavailable(es: tuple[AsyncElasticsearch, str
 async def test_vector_index_is_exact_and_matches_the_embedded_engine(es: tuple[AsyncElasticsearch, str]) -> None:
     """The flat dense_vector index returns exactly the embedded store's (exact) ranking, seq
     filter included."""
-    from storage.elastic_vectors import ElasticVectorIndex
+    from storage.elastic.vectors import ElasticVectorIndex
     from tests.conftest import reference_vectors
 
     client, prefix = es
@@ -405,8 +405,8 @@ async def test_bm25_statistics_are_per_tenant(stores: Stores) -> None:
 async def test_deletes_remove_exactly_the_scope_records(es: tuple[AsyncElasticsearch, str]) -> None:
     """Node, edge, decision, vector and forgotten-record deletes (no _delete_by_query here: scoped
     searches + bulk deletes), equal to the SQLite adapters' answers afterwards."""
-    from storage.elastic_vectors import ElasticVectorIndex
-    from storage.sqlite import SqliteEdgeStore
+    from storage.elastic.vectors import ElasticVectorIndex
+    from storage.sqlite.store import SqliteEdgeStore
 
     client, prefix = es
     s = Stores(ElasticLexicalIndex(client, prefix), ElasticNodeStore(client, prefix), ElasticEdgeStore(client, prefix))
@@ -454,7 +454,7 @@ async def test_edges_are_one_document_per_conversation_per_write_and_the_last_wr
     """Edge groups answer as one document per edge would (the SQLite store here): a write is one
     document per conversation, an edge written again takes its latest version, and a delete
     counts each edge once however many groups held it."""
-    from storage.elastic_edges import GROUPS
+    from storage.elastic.edges import GROUPS
 
     client, prefix = es
     groups = ElasticEdgeStore(client, prefix)
@@ -534,7 +534,7 @@ async def test_retrieval_of_a_tenant_ignores_other_tenants_writes(es: tuple[Asyn
     from jevmem import assembly
     from jevmem.settings import Settings
     from query_api.retrieval.controller import RetrievalController
-    from storage.elastic_vectors import ElasticVectorIndex
+    from storage.elastic.vectors import ElasticVectorIndex
     from streams.in_process import InProcessWriter
     from streams.write_path import Stores as AllStores
     from topology.embedding import default_embedder
@@ -677,7 +677,7 @@ async def test_vector_realm_search_is_exact_over_the_realm(es: tuple[AsyncElasti
     buffered writes are sent and refreshed by the realm search."""
     import numpy as np
 
-    from storage.elastic_vectors import ElasticVectorIndex
+    from storage.elastic.vectors import ElasticVectorIndex
 
     client, prefix = es
     ev = ElasticVectorIndex(client, prefix, dim=8, visibility=elastic.Visibility(client) if deferred else None)
@@ -709,7 +709,7 @@ async def test_indexes_of_an_older_release_take_the_user_field(es: tuple[AsyncEl
     """A memories index and a vectors index made without ``user_id`` get the field on this
     release's first write, even after a read of them by the same adapter; a user's realm then
     finds the nodes written with it."""
-    from storage.elastic_vectors import ElasticVectorIndex
+    from storage.elastic.vectors import ElasticVectorIndex
 
     client, prefix = es
     old_memories = {**elastic._MEMORIES, "properties": {k: v for k, v in elastic._MEMORIES["properties"].items()

@@ -26,7 +26,7 @@ QDRANT_URL = os.environ.get("JEVMEM_TEST_QDRANT_URL")
 if not QDRANT_URL:
     pytest.skip("JEVMEM_TEST_QDRANT_URL is not set", allow_module_level=True)
 
-from storage.qdrant import QdrantVectorIndex, check_server  # noqa: E402
+from storage.qdrant.index import QdrantVectorIndex, check_server  # noqa: E402
 from tests.conftest import free_port, reference_vectors  # noqa: E402
 from tests.integration.servers import missing_data  # noqa: E402
 from topology import ids  # noqa: E402

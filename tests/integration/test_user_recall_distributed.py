@@ -32,8 +32,8 @@ from jevmem.distributed import DistributedService  # noqa: E402
 from jevmem.settings import Settings  # noqa: E402
 from query_api.recall import recall  # noqa: E402
 from query_api.service import ForgetAccepted  # noqa: E402
-from storage.elastic_vectors import ElasticVectorIndex  # noqa: E402
-from storage.qdrant import QdrantVectorIndex  # noqa: E402
+from storage.elastic.vectors import ElasticVectorIndex  # noqa: E402
+from storage.qdrant.index import QdrantVectorIndex  # noqa: E402
 from streams.kafka_admin import ensure_topics  # noqa: E402
 from topology.embedding import default_embedder  # noqa: E402
 from topology.schemas import Observation, Realm, Scope  # noqa: E402

@@ -1,5 +1,5 @@
 """The distributed write path on a real Elasticsearch node: a micro-batch is durable when written,
-and is not refreshed by its writer; readers refresh what they read (``storage.elastic.Visibility``).
+and is not refreshed by its writer; readers refresh what they read (``storage.elastic.store.Visibility``).
 
 Needs ``JEVMEM_TEST_ES_URL``.
 """
@@ -20,7 +20,7 @@ if not ES_URL:
 from jevmem import assembly  # noqa: E402
 from jevmem.distributed import distributed_stores, prepare_indices  # noqa: E402
 from jevmem.settings import Settings  # noqa: E402
-from storage.elastic import Visibility  # noqa: E402
+from storage.elastic.store import Visibility  # noqa: E402
 from streams.write_path import write_batch  # noqa: E402
 from tests.conftest import chat_observations  # noqa: E402
 from topology.embedding import default_embedder  # noqa: E402

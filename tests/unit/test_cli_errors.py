@@ -175,7 +175,7 @@ def test_without_maven_the_fetch_says_what_to_install(tmp_path: Path, monkeypatc
 def test_a_serve_that_cannot_start_says_why_in_one_line(tmp_path: Path) -> None:
     """The store is held by another process: uvicorn's start-up traceback stays out of the
     terminal (text log), the last line says what to do, the status is not 0."""
-    from storage.sqlite_base import DirLock
+    from storage.sqlite.base import DirLock
 
     lock = DirLock(tmp_path / "data")
     try:

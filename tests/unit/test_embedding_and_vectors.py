@@ -11,8 +11,8 @@ import numpy as np
 import pytest
 
 from jevmem.wiring import embedded_stores
-from storage.sqlite import SqliteNodeStore, connect
-from storage.vector_matrix import MatrixVectorIndex
+from storage.sqlite.store import SqliteNodeStore, connect
+from storage.sqlite.vectors import MatrixVectorIndex
 from tests.conftest import CHAT
 from topology import ids
 from topology.embedding import DEFAULT_MODEL, MODELS, ModelMissing, OnnxEmbedder, load_embedder
@@ -212,7 +212,7 @@ async def test_vectors_read_back_from_the_store_are_the_ones_written(embedder: E
 
 
 def test_qdrant_server_versions_outside_the_supported_range_are_refused() -> None:
-    from storage.qdrant import SUPPORTED_SERVERS, parse_version, require_supported
+    from storage.qdrant.index import SUPPORTED_SERVERS, parse_version, require_supported
     from topology.errors import IncompatibleStore
 
     assert parse_version("1.18.1") == (1, 18, 1) and parse_version("v1.20-dev") == (1, 20, 0)

@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 from jevmem.cli import partition_key
 from jevmem.settings import Settings
 from jevmem.wiring import Embedded, EmbeddedService, build_embedded
-from storage.sqlite import SqliteLexicalIndex, connect, lexical_table, scope_token
+from storage.sqlite.store import SqliteLexicalIndex, connect, lexical_table, scope_token
 from streams.forget import derived_closure, split_at_forgets
 from streams.replay import graph_of
 from streams.write_path import decode_batch

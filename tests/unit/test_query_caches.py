@@ -20,7 +20,7 @@ from jevmem.wiring import Embedded, build_embedded
 from query_api.retrieval.controller import RetrievalController
 from query_api.retrieval.nodeinfo import NodeInfoCache
 from query_api.retrieval.scoring import AskScorer, LocalScorer
-from storage.sqlite import ADJACENCY_AFTER, SqliteEdgeStore
+from storage.sqlite.store import ADJACENCY_AFTER, SqliteEdgeStore
 from tests.conftest import chat_observations
 from topology.params import Params
 from topology.ports import Embedder

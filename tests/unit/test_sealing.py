@@ -20,7 +20,7 @@ from jevmem import assembly
 from jevmem.settings import Settings
 from storage.datakeys import SqliteDataKeys
 from storage.memory import MemoryDeadLetters
-from storage.sqlite import SqliteDeadLetters, connect
+from storage.sqlite.store import SqliteDeadLetters, connect
 from streams.keyring import Keyring, letter_owner, sealed
 from tests.conftest import chat_observations
 from topology import ids, sealing

@@ -12,8 +12,8 @@ import orjson
 import pytest
 
 from storage.scope_cache import ScopeCache
-from storage.sqlite import SqliteEdgeStore, SqliteNodeStore, connect
-from storage.sqlite_edges import key, unkey
+from storage.sqlite.edges import key, unkey
+from storage.sqlite.store import SqliteEdgeStore, SqliteNodeStore, connect
 from tests.conftest import chat_observations
 from topology.fakes import HashingEmbedder
 from topology.ids import stable_uuid

@@ -17,7 +17,7 @@ Layout, for an index prefix ``p`` (default ``jevmem-``):
   the same) and ``context_f16`` (the context vector, base64 of its float16 values; written, or
   cleared, with every embedding). Both write the scope fields, ``node_id``, ``seq`` and, when the
   node has one, ``user_id`` (keyword; added to the indexes of older releases, see ``_add_fields``).
-* ``p edges-grouped`` and ``p decisions``: the edge store (:mod:`storage.elastic_edges`: edges in
+* ``p edges-grouped`` and ``p decisions``: the edge store (:mod:`storage.elastic.edges`: edges in
   one document per conversation per write; a decision per document).
 * ``p forgotten``: forgotten-event records ``(scope, event_id, seq)`` (see ``streams.forget``).
 * An older generation's shared ``p memories`` index (BM25 over all tenants) is split into the
@@ -25,7 +25,7 @@ Layout, for an index prefix ``p`` (default ``jevmem-``):
   runs it when a worker, the service or a replay opens a generation).
 
 * ``p vectors``: ``_id`` = node id; a ``dense_vector`` with a *flat* (exact, brute-force) index:
-  :class:`storage.elastic_vectors.ElasticVectorIndex`, the vector index of the distributed stack
+  :class:`storage.elastic.vectors.ElasticVectorIndex`, the vector index of the distributed stack
   when no Qdrant server is configured; exact search ranks as the embedded store does.
 
 Deletes (forgetting): this Elasticsearch build has no ``_delete_by_query`` (no reindex module), so

@@ -19,8 +19,8 @@ Contracts:
   conversation. A point written without ``user_id`` answers tenant-wide realms only.
 * Searches are exact (``SearchParams(exact=True)``, no HNSW): the result is the brute-force
   dot-product ranking of the scope's (or realm's) points, as the embedded store
-  (:mod:`storage.vector_matrix`) and the Elasticsearch fallback
-  (:class:`storage.elastic_vectors.ElasticVectorIndex`) compute it, so a distributed query starts
+  (:mod:`storage.sqlite.vectors`) and the Elasticsearch fallback
+  (:class:`storage.elastic.vectors.ElasticVectorIndex`) compute it, so a distributed query starts
   from the same candidates as the embedded one.
 * Writes and deletes use ``wait=True``: a call returns once the server applied the operation (it
   is in the server's write-ahead log, which survives a SIGKILL), so a caller may commit its input

@@ -34,7 +34,7 @@ from typing import Any
 import orjson
 from elasticsearch import NotFoundError
 
-from storage.elastic import _FILTER_KW, _KW, _OPAQUE, _PAGE, _Elastic, _scoped, es_errors
+from storage.elastic.store import _FILTER_KW, _KW, _OPAQUE, _PAGE, _Elastic, _scoped, es_errors
 from topology.schemas import ConsolidationDecision, EdgeEvent, Scope, View
 
 #: The index of edge groups (see the module).

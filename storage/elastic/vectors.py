@@ -8,7 +8,7 @@ Searches are filtered by tenant AND conversation (:meth:`ElasticVectorIndex.sear
 AND, when the :class:`~topology.schemas.Realm` names them, user AND conversation list
 (:meth:`ElasticVectorIndex.search_realm`: one ranking over the realm, ties by earlier seq then id,
 each hit naming its conversation). Every search refreshes the index first when it needs it
-(:class:`storage.elastic.Visibility`)."""
+(:class:`storage.elastic.store.Visibility`)."""
 
 from __future__ import annotations
 
@@ -17,7 +17,7 @@ from typing import Any
 
 from elasticsearch import AsyncElasticsearch
 
-from storage.elastic import _KW, Visibility, _Elastic, _in_realm, _scoped, _user, es_errors
+from storage.elastic.store import _KW, Visibility, _Elastic, _in_realm, _scoped, _user, es_errors
 from storage.ports import Hit
 from storage.realm import Point, rank_with_ties
 from topology.schemas import MemoryNode, Realm, Scope

@@ -24,7 +24,7 @@ from typing import Any
 
 import orjson
 
-from storage.sqlite_base import Base, transaction, translated
+from storage.sqlite.base import Base, transaction, translated
 from topology.schemas import ConsolidationDecision, EdgeEvent, Scope, View
 
 log = logging.getLogger("jevmem.sqlite")

@@ -1,7 +1,7 @@
 """Embedded vector search: exact ranking over the node store's own vectors, a conversation at a time.
 
 The embedded store keeps each node's embedding once, as float32 bytes in its node table
-(:class:`storage.sqlite.SqliteNodeStore`). Every search is scoped to one conversation, so this
+(:class:`storage.sqlite.store.SqliteNodeStore`). Every search is scoped to one conversation, so this
 index reads that conversation's retrieval rows (:mod:`topology.vectors`) into one float32 matrix
 and answers with a matrix product: no second copy of the vectors on disk, and the cost of a
 search follows the size of its conversation, never the size of the store.
@@ -23,7 +23,7 @@ Contracts:
   float64. A realm limited to a list of conversations ranks their held rows together.
 * Memory is bounded: at most ``max_rows`` rows over all held conversations and realms; the least
   recently searched are dropped first (the one being searched is always kept).
-* The store has one writing process (:class:`storage.sqlite_base.DirLock`), so no write bypasses
+* The store has one writing process (:class:`storage.sqlite.base.DirLock`), so no write bypasses
   :meth:`upsert`.
 """
 
@@ -36,8 +36,8 @@ from collections.abc import Sequence
 import numpy as np
 
 from storage.ports import Hit
-from storage.sqlite import retrieval_matrix
-from storage.sqlite_base import translated
+from storage.sqlite.base import translated
+from storage.sqlite.store import retrieval_matrix
 from topology.schemas import MemoryNode, Realm, Scope
 
 #: Rows held by default (about 1.5 KB each at 384 dimensions).

@@ -1,5 +1,5 @@
 """Embedded stores on SQLite (WAL): nodes, a BM25 lexical index on FTS5, dead letters, and the
-edge store (:mod:`storage.sqlite_edges`) over the same database.
+edge store (:mod:`storage.sqlite.edges`) over the same database.
 
 Why SQLite: it is in the standard library, crash-safe, transactional (an upsert batch is one
 commit, acknowledged when ``commit`` returns), and FTS5 ships a real BM25 ranker with incremental
@@ -7,7 +7,7 @@ updates, which in-memory BM25 libraries (rank-bm25, bm25s) lack. Calls are synch
 ``async def``: each is a sub-millisecond local transaction.
 
 Errors: every store call, read or write, raises :class:`StoreUnavailable` for any ``sqlite3.Error``
-(a locked, closed, full or corrupt database), translated by :func:`storage.sqlite_base.sqlite_errors`
+(a locked, closed, full or corrupt database), translated by :func:`storage.sqlite.base.sqlite_errors`
 (the public methods carry ``translated``); no ``sqlite3`` exception leaves these stores.
 """
 
@@ -25,8 +25,8 @@ import numpy as np
 import orjson
 
 from storage.ports import Hit
-from storage.sqlite_base import Base, DirLock, open_file, rollback, sqlite_errors, transaction, translated
-from storage.sqlite_edges import ADJACENCY_AFTER, EDGE_CACHE, SqliteEdgeStore, migrate_edges
+from storage.sqlite.base import Base, DirLock, open_file, rollback, sqlite_errors, transaction, translated
+from storage.sqlite.edges import ADJACENCY_AFTER, EDGE_CACHE, SqliteEdgeStore, migrate_edges
 from topology import text as textmod
 from topology.errors import ModelMismatch
 from topology.schemas import DeadLetter, MemoryNode, Realm, Scope
