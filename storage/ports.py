@@ -54,6 +54,20 @@ def searches_realm(store: object) -> TypeGuard[RealmSearch]:
     return callable(getattr(store, "search_realm", None))
 
 
+class RealmSearches(Protocol):
+    """Many vector realm searches in one request (a vector server, where each request costs a round
+    trip): :meth:`RealmSearch.search_realm` for each query, the same hits in the same order."""
+
+    async def search_realms(self, queries: Sequence[tuple[Realm, Sequence[float]]], limit: int) -> list[list[Hit]]:
+        """For each ``(realm, vector)`` of ``queries``, in order: the realm's best ``limit`` hits."""
+        ...
+
+
+def searches_realms(store: object) -> TypeGuard[RealmSearches]:
+    """Whether ``store`` implements :class:`RealmSearches` (has a callable ``search_realms``)."""
+    return callable(getattr(store, "search_realms", None))
+
+
 class VectorSearch(Protocol):
     async def search(self, scope: Scope, vector: Sequence[float], limit: int, before_seq: int | None = None) -> list[Hit]:
         """Nodes by the dot product of ``vector`` with their retrieval vectors

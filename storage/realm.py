@@ -26,6 +26,19 @@ class Point:
     conversation_id: str
 
 
+def complete(points: list[Point], asked: int, limit: int, most: int) -> bool:
+    """Whether a server's best ``asked`` points (``points``, best first) hold the ranking's first
+    ``limit``: fewer came than were asked, the server's cap ``most`` was asked, or the last point
+    does not tie with the ``limit``-th (so nothing left out scores as high as it)."""
+    return len(points) < asked or asked >= most or points[-1].score != points[min(limit, len(points)) - 1].score
+
+
+def first(points: list[Point], limit: int) -> list[Hit]:
+    """The best ``limit`` of ``points`` (a :func:`complete` answer), ties by earlier seq, then id."""
+    best = sorted(points, key=lambda p: (-p.score, p.seq, p.id))[:limit]
+    return [Hit(p.id, p.score, p.conversation_id) for p in best]
+
+
 async def rank_with_ties(fetch: Callable[[int], Awaitable[list[Point]]], limit: int, most: int) -> list[Hit]:
     """The best ``limit`` points, ties by earlier seq, then id, as hits naming their conversation.
 
@@ -38,8 +51,6 @@ async def rank_with_ties(fetch: Callable[[int], Awaitable[list[Point]]], limit: 
     n = min(limit + 1, most)
     while True:
         points = await fetch(n)
-        if len(points) < n or n >= most or points[-1].score != points[min(limit, len(points)) - 1].score:
-            break
+        if complete(points, n, limit, most):
+            return first(points, limit)
         n = min(2 * n, most)
-    best = sorted(points, key=lambda p: (-p.score, p.seq, p.id))[:limit]
-    return [Hit(p.id, p.score, p.conversation_id) for p in best]

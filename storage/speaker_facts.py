@@ -1,6 +1,7 @@
 """Earlier memories of a speaker across a user's conversations, for the write path's update
 question (:class:`topology.stages.updates.SpeakerFacts`), over any vector index that searches a
-realm and any node store: one realm search per node (concurrently), one node read per
+realm and any node store: the batch's realm searches in one request where the index takes many
+(:class:`~storage.ports.RealmSearches`), else one per node (concurrently), and one node read per
 conversation the hits name."""
 
 from __future__ import annotations
@@ -8,7 +9,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Sequence
 
-from storage.ports import NodeReader, RealmSearch, searches_realm
+from storage.ports import NodeReader, RealmSearch, searches_realm, searches_realms
 from topology.schemas import MemoryNode, Realm, Scope
 from topology.stages.updates import earlier
 
@@ -64,7 +65,10 @@ class RealmSpeakerFacts:
     async def _search(self, nodes: Sequence[MemoryNode], k: int) -> list[tuple[list[tuple[MemoryNode, float]], bool]]:
         """Per node: (its speaker's earlier memories among its realm's best ``k`` hits;
         whether the search returned all ``k``, i.e. the realm may hold more)."""
-        searches = await asyncio.gather(*(self.vectors.search_realm(realm_of(n), n.embedding or [], k) for n in nodes))
+        if searches_realms(self.vectors):  # one request for the batch
+            searches = await self.vectors.search_realms([(realm_of(n), n.embedding or []) for n in nodes], k)
+        else:
+            searches = await asyncio.gather(*(self.vectors.search_realm(realm_of(n), n.embedding or [], k) for n in nodes))
         wanted: dict[Scope, set[str]] = {}
         for n, hits in zip(nodes, searches, strict=True):
             for h in hits:

@@ -62,7 +62,7 @@ from qdrant_client import AsyncQdrantClient, models
 from qdrant_client.http.exceptions import ApiException, UnexpectedResponse
 
 from storage.ports import Hit
-from storage.realm import Point, rank_with_ties
+from storage.realm import Point, complete, first, rank_with_ties
 from topology.errors import IncompatibleStore, StoreUnavailable
 from topology.schemas import MemoryNode, Realm, Scope
 
@@ -324,10 +324,27 @@ class QdrantVectorIndex:
             res = await self._call(lambda: self._client.query_points(
                 self._collection, query=vector, query_filter=where, limit=n, search_params=models.SearchParams(exact=True),
                 with_payload=["seq", "conversation_id"], with_vectors=False), "realm search")
-            return [Point(str(p.id), float(p.score), int((p.payload or {})["seq"]), str((p.payload or {})["conversation_id"]))
-                    for p in res.points]
+            return _points(res.points)
 
         return await rank_with_ties(fetch, limit, REALM_MOST)
+
+    async def search_realms(self, queries: Sequence[tuple[Realm, Sequence[float]]], limit: int) -> list[list[Hit]]:
+        """:meth:`search_realm` for each ``(realm, vector)``, in order, with the same hits: one batch
+        request (a query whose answer cuts a tie at the ``limit``-th hit is asked again alone)."""
+        out: list[list[Hit]] = [[] for _ in queries]
+        asked = [(i, realm, list(vector)) for i, (realm, vector) in enumerate(queries) if realm.conversation_ids != ()]
+        if limit <= 0 or not asked:
+            return out
+        n = min(limit + 1, REALM_MOST)
+        requests = [models.QueryRequest(query=vector, filter=self._realm_filter(realm), limit=n,
+                                        params=models.SearchParams(exact=True), with_payload=["seq", "conversation_id"],
+                                        with_vector=False) for _, realm, vector in asked]
+        res = await self._call(lambda: self._client.query_batch_points(self._collection, requests=requests), "realm search")
+        for (i, realm, vector), answer in zip(asked, res, strict=True):
+            points = _points(answer.points)
+            whole = complete(points, n, limit, REALM_MOST)
+            out[i] = first(points, limit) if whole else await self.search_realm(realm, vector, limit)
+        return out
 
     async def ids(self, scope: Scope) -> set[str]:
         """Every point id of the scope (for checks and tests; pages through the whole scope)."""
@@ -356,3 +373,9 @@ class QdrantVectorIndex:
     async def close(self) -> None:
         for client in self._clients:
             await client.close()
+
+
+def _points(scored: Sequence[models.ScoredPoint]) -> list[Point]:
+    """A realm search's answer (payload ``seq`` and ``conversation_id``) as :class:`Point` s."""
+    return [Point(str(p.id), float(p.score), int((p.payload or {})["seq"]), str((p.payload or {})["conversation_id"]))
+            for p in scored]

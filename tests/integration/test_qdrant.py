@@ -214,6 +214,14 @@ async def test_a_realm_search_is_one_exact_ranking_over_the_realms_conversations
                 assert [h.id for h in got] == [n.id for n in want], (realm, limit)
                 assert all(h.conversation_id == by_id[h.id].conversation_id for h in got)
                 assert all(abs(h.score - float(np.dot(by_id[h.id].embedding or [], probe))) < 1e-5 for h in got)
+    # many searches in one request answer as each alone does, ties included
+    queries = [(realm, probe) for realm in [*realms, Realm(tenant_id="t1", conversation_ids=())]
+               for probe in [vecs[-1], vecs[17 * 4 + 2], vecs[0]]]
+    for limit in (1, 3, 200):
+        alone = [await index.search_realm(realm, probe, limit) for realm, probe in queries]
+        assert await index.search_realms(queries, limit) == alone
+        assert any(alone) and alone[-1] == []
+    assert await index.search_realms([], 3) == []
     # the best node of any conversation comes first: c17 is u2's, and the probe is its node's vector
     best = await index.search_realm(Realm(tenant_id="t1"), vecs[17 * 4 + 2], 5)
     assert (best[0].id, best[0].conversation_id) == (t1[17 * 4 + 2].id, "c17")

@@ -60,3 +60,25 @@ async def test_a_realm_with_fewer_of_the_speakers_memories_is_searched_once() ->
     got = (await RealmSpeakerFacts(realm, realm).earlier_by_speaker([asking], 4))[0]
     assert [n.id for n, _ in got] == ["n0"]
     assert realm.searched == [4 * HITS_PER_LIMIT]
+
+
+class Realms1(Realm1):
+    """:class:`Realm1` that also answers many realm searches in one request."""
+
+    def __init__(self, nodes: Sequence[MemoryNode]) -> None:
+        super().__init__(nodes)
+        self.batches: list[int] = []
+
+    async def search_realms(self, queries: Sequence[tuple[Realm, Sequence[float]]], limit: int) -> list[list[Hit]]:
+        self.batches.append(len(queries))
+        return [await self.search_realm(realm, vector, limit) for realm, vector in queries]
+
+
+async def test_an_index_that_takes_many_searches_gets_the_batch_in_one_request() -> None:
+    asking = [_node(100 + i, "Ana", 0.0) for i in range(3)]
+    nodes = [*(_node(s, "Ana", 0.1 + s / 1000) for s in range(10)), *asking]
+    one, many = Realm1(nodes), Realms1(nodes)
+    want = await RealmSpeakerFacts(one, one).earlier_by_speaker(asking, 2)
+    got = await RealmSpeakerFacts(many, many).earlier_by_speaker(asking, 2)
+    assert [[n.id for n, _ in row] for row in got] == [[n.id for n, _ in row] for row in want] == [["n9", "n8"]] * 3
+    assert many.batches == [3]
