@@ -156,6 +156,11 @@ class MemoryEdgeStore:
     async def delete_scope(self, scope: Scope) -> int:
         return len(self._edges.pop(scope, {}))
 
+    async def conversations_touching(self, tenant_id: str, node_ids: Sequence[str]) -> list[str]:
+        ids = set(node_ids)
+        return sorted({scope.conversation_id for scope, held in self._edges.items() if scope.tenant_id == tenant_id
+                       and any(e.source in ids or e.target in ids for e in held.values())})
+
     async def delete_decisions(self, scope: Scope, node_ids: Sequence[str]) -> int:
         gone, held = set(node_ids), self._decisions.get(scope, {})
         doomed = [k for k, d in held.items() if {d.left, d.right, d.derived_node_id} & gone]

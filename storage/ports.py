@@ -250,6 +250,12 @@ class EdgeStore(EdgeReader, Protocol):
         """Remove every edge of ``scope``; returns the count."""
         ...
 
+    async def conversations_touching(self, tenant_id: str, node_ids: Sequence[str]) -> list[str]:
+        """The tenant's conversations holding an edge that touches any of ``node_ids`` (either
+        end), sorted: where a forget must look besides the nodes' own conversation (an update edge
+        is kept with the newer turn's conversation, which may be another of the user's)."""
+        ...
+
     async def delete_decisions(self, scope: Scope, node_ids: Sequence[str]) -> int:
         """Remove the scope's consolidation decisions whose ``left``, ``right`` or
         ``derived_node_id`` is one of ``node_ids``; returns the count."""

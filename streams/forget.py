@@ -141,7 +141,8 @@ async def plan(stores: ForgetTargets, forget: Forget) -> Forgotten:
 async def apply(stores: ForgetTargets, marker: Forgotten, parts: Collection[Part] = ALL_PARTS,
                 embedder: Embedder | None = None) -> ForgetReport:
     """Delete what ``marker`` describes from the stores named by ``parts`` ("nodes": the
-    forgotten-event record, vectors, lexical entries and nodes; "edges"; "decisions"), then tell
+    forgotten-event record, vectors, lexical entries and nodes; "edges": the scope's, and for an
+    event, every edge of the tenant's other conversations that touches its nodes; "decisions"), then tell
     ``stores.on_forget`` (in-memory views drop the conversation). With ``embedder`` (and "nodes"),
     the next observation after a forgotten one is re-embedded and rewritten first (see the
     module). Idempotent."""
@@ -151,6 +152,11 @@ async def apply(stores: ForgetTargets, marker: Forgotten, parts: Collection[Part
         await stores.nodes.record_forgotten(scope, marker.event_id, marker.seq)
     if "edges" in parts:
         rep.edges = await (stores.edges.delete_scope(scope) if whole else stores.edges.delete(scope, marker.node_ids))
+        if not whole:  # an update edge to a forgotten memory is kept with the newer turn's conversation
+            for other in await stores.edges.conversations_touching(scope.tenant_id, marker.node_ids):
+                if other != scope.conversation_id:
+                    rep.edges += await stores.edges.delete(Scope(tenant_id=scope.tenant_id, conversation_id=other),
+                                                           marker.node_ids)
     if "decisions" in parts:
         rep.decisions = await (stores.edges.delete_scope_decisions(scope) if whole
                                else stores.edges.delete_decisions(scope, marker.node_ids))

@@ -206,6 +206,18 @@ class ElasticEdgeStore(_Elastic):
         await self._rewrite(ops)
         return len(removed)
 
+    async def conversations_touching(self, tenant_id: str, node_ids: Sequence[str]) -> list[str]:
+        """The tenant's conversations with a group holding one of ``node_ids``, sorted."""
+        index = await self._existing(GROUPS)
+        if index is None or not node_ids:
+            return []
+        query = {"bool": {"filter": [{"term": {"tenant_id": tenant_id}}, {"terms": {"nodes": sorted(set(node_ids))}}]}}
+        try:
+            hits = await self._hits(index, query, _ORDER, ["conversation_id"])
+        except NotFoundError:
+            return []
+        return sorted({str(h["_source"]["conversation_id"]) for h in hits})
+
     async def delete_scope(self, scope: Scope) -> int:
         """Every edge of the scope; returns how many distinct edges went."""
         hits = await self._groups(scope, None)

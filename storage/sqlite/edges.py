@@ -339,6 +339,16 @@ class SqliteEdgeStore(Base):
                               (scope.tenant_id, scope.conversation_id, *keys, *keys))])
 
     @translated
+    async def conversations_touching(self, tenant_id: str, node_ids: Sequence[str]) -> list[str]:
+        if not node_ids:
+            return []
+        keys = [key(i) for i in node_ids]
+        n = ",".join("?" * len(keys))
+        rows = self._conn.execute(f"SELECT DISTINCT conv FROM edges WHERE tenant=? AND (source IN ({n}) OR target IN ({n})) "
+                                  "ORDER BY conv", (tenant_id, *keys, *keys)).fetchall()
+        return [str(r[0]) for r in rows]
+
+    @translated
     async def delete_scope(self, scope: Scope) -> int:
         self._cache.clear()
         self._adjacency.pop(scope, None)

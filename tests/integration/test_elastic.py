@@ -475,6 +475,11 @@ async def test_edges_are_one_document_per_conversation_per_write_and_the_last_wr
     assert await groups.scan(A) == await sq.scan(A) and await groups.scan(B) == await sq.scan(B)
     assert {e.id: e.probability for e in await groups.scan(A)}[again[0].id] == again[0].probability
     doomed = [again[0].source]
+    both = [ids[0], b[0].id, "nowhere"]
+    for tenant, probe in ((A.tenant_id, both), (A.tenant_id, doomed), (A.tenant_id, []), ("other", both)):
+        assert await groups.conversations_touching(tenant, probe) == await sq.conversations_touching(tenant, probe)
+    assert await groups.conversations_touching(A.tenant_id, both) == [A.conversation_id]  # B is another tenant
+    assert await groups.conversations_touching(B.tenant_id, [ids[0]]) == []
     assert await groups.delete(A, doomed) == await sq.delete(A, doomed) > 0
     assert await groups.scan(A) == await sq.scan(A)
     assert await groups.delete_scope(A) == await sq.delete_scope(A) > 0

@@ -43,6 +43,7 @@ async def _reads(stores: Stores) -> list[object]:
         [x.model_dump() for x in await e.scan(SCOPE)], [x.model_dump() for x in await e.decisions(SCOPE)],
         [[x.id for x in await e.neighbours(SCOPE, ids[:k], views, lim)]
          for k in (1, 3, 12) for views in (["semantic"], ["temporal", "entity", "causal"]) for lim in (2, 50)],
+        [await e.conversations_touching(t, ids[:k]) for t in ("t1", "t2") for k in (0, 1, 12)],
     ]
 
 

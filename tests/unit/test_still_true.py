@@ -182,6 +182,23 @@ async def test_an_update_in_a_later_session_is_caught_when_written(memory: Embed
     assert "s1-31" not in again and again["s0-0"][1].superseded_by == []
 
 
+async def test_forgetting_the_replaced_memory_removes_the_edge_kept_in_the_later_session(memory: Embedded) -> None:
+    """The update edge lives with the newer turn's conversation; forgetting the older memory (in
+    its own conversation) deletes it there too, leaving no edge to a forgotten node."""
+    await memory.pipeline.ingest([_said("s0", 0, "I live in Porto, near the old bridge."),
+                                  _said("s0", 1, "The weather was lovely on the beach today.", "Ben")])
+    await memory.pipeline.ingest([_said("s1", 30, "Dinner was pasta with too much garlic."),
+                                  _said("s1", 31, "I moved to Lisbon last month, I live there now.")])
+    later, old = Scope(tenant_id="t1", conversation_id="s1"), ids.node_id("t1", "s0", "s0-0")
+    assert old in {e.target for e in await memory.stores.edges.scan(later)}
+    assert await memory.stores.edges.conversations_touching("t1", [old]) == ["s0", "s1"]
+    await memory.pipeline.forget(Scope(tenant_id="t1", conversation_id="s0"), "s0-0")
+    assert old not in {e.target for e in await memory.stores.edges.scan(later)} | {
+        e.source for e in await memory.stores.edges.scan(later)}
+    assert await memory.stores.edges.conversations_touching("t1", [old]) == []
+    assert any(e.label == "next" for e in await memory.stores.edges.scan(later))  # the rest of s1 stays
+
+
 async def test_a_new_statement_supersedes_at_most_one_memory_and_only_a_persons(memory: Embedded) -> None:
     """One supersedes edge per new turn (its most probable update); questions and an assistant's
     turns ask no update question."""
