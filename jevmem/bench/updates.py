@@ -30,7 +30,6 @@ Figures (fractions in [0, 1]; each over the questions of its kind):
 
 from __future__ import annotations
 
-import tempfile
 import time
 from collections import defaultdict
 from collections.abc import Callable, Sequence
@@ -122,21 +121,16 @@ class _Run(SyntheticRun):
         """Ingest, read the edges, ask every question: the figures (module docstring)."""
         hits: dict[str, list[bool]] = defaultdict(list)
         latencies: list[float] = []
-        with tempfile.TemporaryDirectory(prefix="jevmem-updates-") as tmp:
-            service = EmbeddedService(self.settings, embedder=self.embedder, data_dir=tmp)
-            await service.start()
-            try:
-                ingest_s = await self.ingest(service)
-                edges = await self.supersedes(service)
-                flagged = {older for _, older in edges}
-                for j, q in enumerate(self.data.questions):
-                    ranked, marked, ms = await self.ask(service, q)
-                    latencies.append(ms)
-                    self.score(q, ranked, marked | flagged, hits)
-                    if self.progress:
-                        self.progress("questions", j + 1, len(self.data.questions))
-            finally:
-                await service.stop()
+        async with self.fresh_service("jevmem-updates-") as service:
+            ingest_s = await self.ingest(service)
+            edges = await self.supersedes(service)
+            flagged = {older for _, older in edges}
+            for j, q in enumerate(self.data.questions):
+                ranked, marked, ms = await self.ask(service, q)
+                latencies.append(ms)
+                self.score(q, ranked, marked | flagged, hits)
+                if self.progress:
+                    self.progress("questions", j + 1, len(self.data.questions))
         right = statement_pairs(self.data)
         n = len(self.turns)
         out: dict[str, Any] = {

@@ -31,12 +31,13 @@ Scenarios (each in its own fresh store):
 
 from __future__ import annotations
 
+import contextlib
 import inspect
 import resource
 import sys
 import tempfile
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
 from datetime import datetime
 from typing import Any, Protocol
 
@@ -142,6 +143,18 @@ class SyntheticRun:
     def tenant(self, user_id: str) -> str:
         return self.shared_tenant if self.scoped else f"bench-{user_id}"
 
+    @contextlib.asynccontextmanager
+    async def fresh_service(self, prefix: str) -> AsyncIterator[EmbeddedService]:
+        """A started embedded service over a new temporary directory (named ``prefix``...),
+        stopped and removed on exit."""
+        with tempfile.TemporaryDirectory(prefix=prefix) as tmp:
+            service = EmbeddedService(self.settings, embedder=self.embedder, data_dir=tmp)
+            await service.start()
+            try:
+                yield service
+            finally:
+                await service.stop()
+
     def observation(self, t: SyntheticTurn) -> Observation:
         fields: dict[str, Any] = {"tenant_id": self.tenant(t.user_id), "conversation_id": t.conversation_id,
                                   "event_id": t.event_id, "content": t.content, "speaker": t.speaker, "role": t.role,
@@ -192,28 +205,23 @@ class _Run(SyntheticRun):
         latencies: list[float] = []
         skipped: list[int] = []
         searched: list[int] = []
-        with tempfile.TemporaryDirectory(prefix="jevmem-users-") as tmp:
-            service = EmbeddedService(self.settings, embedder=self.embedder, data_dir=tmp)
-            await service.start()
-            try:
-                ingest_s = await self.ingest(service)
-                rss_after_ingest = peak_rss_mb()
-                for j, q in enumerate(self.data.questions):
-                    ranked, ms, skip, seen = await self.ask(service, q)
-                    latencies.append(ms)
-                    skipped.append(skip)
-                    searched.append(seen)
-                    for k in found:
-                        found[k] += q.gold in ranked[:k]
-                    for cls in above(ranked, q, self.turns):
-                        hits[cls] += 1
-                    for cls in above(ranked, q, self.turns, missing_counts=False):
-                        seen_above[cls] += 1
-                    foreign += any(eid in self.turns and self.turns[eid].user_id != q.user_id for eid in ranked)
-                    if self.progress:
-                        self.progress(f"{self.label}: recall", j + 1, len(self.data.questions))
-            finally:
-                await service.stop()
+        async with self.fresh_service("jevmem-users-") as service:
+            ingest_s = await self.ingest(service)
+            rss_after_ingest = peak_rss_mb()
+            for j, q in enumerate(self.data.questions):
+                ranked, ms, skip, seen = await self.ask(service, q)
+                latencies.append(ms)
+                skipped.append(skip)
+                searched.append(seen)
+                for k in found:
+                    found[k] += q.gold in ranked[:k]
+                for cls in above(ranked, q, self.turns):
+                    hits[cls] += 1
+                for cls in above(ranked, q, self.turns, missing_counts=False):
+                    seen_above[cls] += 1
+                foreign += any(eid in self.turns and self.turns[eid].user_id != q.user_id for eid in ranked)
+                if self.progress:
+                    self.progress(f"{self.label}: recall", j + 1, len(self.data.questions))
         nq = len(self.data.questions)
         return {
             "users": len(self.data.users()), "sessions": len(self.data.sessions), "observations": n, "questions": nq,
