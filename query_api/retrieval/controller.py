@@ -22,7 +22,7 @@ import re
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import UTC, datetime
 
 import numpy as np
 from pydantic import BaseModel
@@ -202,6 +202,8 @@ class _Run:
     stale: dict[str, currency.Superseded] = field(default_factory=dict)
     #: the pool's memories that superseded another: when they became current
     current: dict[str, datetime] = field(default_factory=dict)
+    #: the people of the pool the question names (lowercased speakers)
+    asked: frozenset[str] = frozenset()
 
 
 #: Called with the states of the final scoring of a query's pool (for training and inspection).
@@ -290,6 +292,7 @@ class RetrievalController:
                 break
         self._subjects(run, question)
         await self._currency(reach, run)
+        self._latest(run)
         run.timings["total"] = _ms(run.t0)
         return await self._evidence(reach, run, top_k or self.params.top_k)
 
@@ -585,12 +588,26 @@ class RetrievalController:
         """A memory that states someone else's fact, when the question asks about people of the
         pool (:mod:`query_api.retrieval.subjects`), keeps ``1 - params.other_subject_penalty`` of its score."""
         cut = self.params.other_subject_penalty
-        asked = subjects.asked_people(question, {c.node.speaker or "" for c in run.st.pool.values()}) if cut else None
-        if not asked:
+        run.asked = asked = subjects.asked_people(question, {c.node.speaker or "" for c in run.st.pool.values()})
+        if not asked or not cut:
             return
         for c in run.st.pool.values():
             if subjects.about_someone_else(c.node, asked, question):
                 c.score *= 1.0 - cut
+
+    def _latest(self, run: _Run) -> None:
+        """For a question about the present naming people of the pool: the latest of a named
+        person's own statements that answer it about as well as the best one ranks first
+        (:func:`query_api.retrieval.currency.latest_first`, ``params.latest_band``); a memory
+        already superseded by an edge takes no part."""
+        st = run.st
+        if not run.asked or self.params.latest_band > 1.0 or not currency.about_the_present(st.route, st.question):
+            return
+        pool = {i: currency.Statement(c.score, i not in run.stale and subjects.own_statement(c.node, run.asked),
+                                      (c.node.observed_at or datetime.min.replace(tzinfo=UTC), c.node.seq))
+                for i, c in st.pool.items()}
+        for i, s in currency.latest_first(pool, self.params.latest_band).items():
+            st.pool[i].score = s
 
     async def _currency(self, reach: Reach, run: _Run) -> None:
         """Step 4: read the pool's ``supersedes`` edges; a replacement missing from the pool joins

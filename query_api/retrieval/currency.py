@@ -124,3 +124,34 @@ def stale_factor(probability: float, past: float, weight: float) -> float:
     """The score multiplier of a superseded memory: ``1 - weight * probability * (1 - past)``
     (``past``: the route's probability that the question asks what was true before)."""
     return 1.0 - max(0.0, min(1.0, weight * probability * (1.0 - past)))
+
+
+@dataclass(frozen=True)
+class Statement:
+    """A pool member as :func:`latest_first` reads it: its score, whether it is a statement of
+    the asked person's own fact (said by them, about them), and when it was said (observation
+    time, then its seq in its conversation)."""
+
+    score: float
+    own: bool
+    said: tuple[datetime, int]
+
+
+def latest_first(pool: Mapping[str, Statement], band: float) -> dict[str, float]:
+    """For a question about the present naming a person: among that person's own statements
+    (``own``), those scoring at least ``band`` times the best of them answer it about as well,
+    and the latest of them says what is true now (a fact stated again, changed or not, is
+    current as last said). Returns the scores of ``pool`` with that latest statement lifted
+    to the best one's score and the best one put :data:`BELOW_MARGIN` below it; unchanged when
+    the best is already the latest, when no statement is own, or when ``band`` is above 1."""
+    out = {i: s.score for i, s in pool.items()}
+    own = [i for i, s in pool.items() if s.own and s.score > 0.0]
+    if not own or band > 1.0:
+        return out
+    best = max(own, key=lambda i: (pool[i].score, i))
+    top = pool[best].score
+    latest = max((i for i in own if pool[i].score >= band * top), key=lambda i: (pool[i].said, i))
+    if latest != best:
+        out[latest] = top
+        out[best] = top * (1.0 - BELOW_MARGIN)
+    return out

@@ -245,3 +245,30 @@ def test_only_a_persons_own_update_reorders_the_pool() -> None:
              "d": currency.Superseded(by=("b",), since=T0, probability=0.9, by_ids=("b",))}
     own = currency.own_updates(stale, nodes)
     assert set(own) == {"a"} and own["a"].by_ids == ("b",)  # Ben's word and an unnamed speaker's memory: no
+
+
+def test_the_latest_of_a_persons_statements_that_answer_about_as_well_ranks_first() -> None:
+    def st(score: float, day: int, own: bool = True) -> currency.Statement:
+        return currency.Statement(score, own, (T0 + timedelta(days=day), 0))
+
+    pool = {"old": st(0.5, 1), "new": st(0.35, 9), "weak": st(0.2, 12), "other": st(0.6, 20, own=False)}
+    placed = currency.latest_first(pool, 0.6)
+    # "new" answers about as well (0.35 >= 0.6 * 0.5) and was said later: it takes the best one's place
+    assert placed["new"] == 0.5 and 0.35 < placed["old"] < 0.5
+    assert placed["weak"] == 0.2 and placed["other"] == 0.6  # below the band; not the person's own fact
+    assert currency.latest_first(pool, 0.8) == {i: s.score for i, s in pool.items()}  # 0.35 < 0.8 * 0.5
+    assert currency.latest_first(pool, 1.5) == {i: s.score for i, s in pool.items()}  # off
+    # a tie in time is broken by the seq in the conversation
+    same_day = {"a": currency.Statement(0.5, True, (T0, 3)), "b": currency.Statement(0.4, True, (T0, 7))}
+    assert currency.latest_first(same_day, 0.6)["b"] == 0.5
+
+
+def test_an_own_statement_is_said_by_the_asked_person_about_them() -> None:
+    def node(speaker: str, text: str) -> MemoryNode:
+        return MemoryNode.model_validate({"id": "n", "tenant_id": "t1", "conversation_id": "c1", "seq": 0,
+                                          "event_id": "e", "content": text, "speaker": speaker})
+
+    asked = frozenset({"priya"})
+    assert subjects.own_statement(node("Priya", "I answer to Marisol, who heads our team."), asked)
+    assert not subjects.own_statement(node("Priya", "My mum works at Norcastle Bank."), asked)
+    assert not subjects.own_statement(node("Olu", "I answer to Agnieszka, who heads our team."), asked)
