@@ -69,13 +69,12 @@ class RealmSpeakerFacts:
             searches = await self.vectors.search_realms([(realm_of(n), n.embedding or []) for n in nodes], k)
         else:
             searches = await asyncio.gather(*(self.vectors.search_realm(realm_of(n), n.embedding or [], k) for n in nodes))
-        wanted: dict[Scope, set[str]] = {}
+        wanted: dict[tuple[str, str], set[str]] = {}
         for n, hits in zip(nodes, searches, strict=True):
             for h in hits:
-                wanted.setdefault(Scope(tenant_id=n.tenant_id, conversation_id=h.conversation_id or n.conversation_id),
-                                  set()).add(h.id)
-        scopes = list(wanted)
-        read = await asyncio.gather(*(self.nodes.get(s, sorted(wanted[s])) for s in scopes))
+                wanted.setdefault((n.tenant_id, h.conversation_id or n.conversation_id), set()).add(h.id)
+        read = await asyncio.gather(*(self.nodes.get(Scope(tenant_id=t, conversation_id=c), sorted(got))
+                                      for (t, c), got in wanted.items()))
         known = {m.id: m for got in read for m in got}
         return [([(known[h.id], h.score) for h in hits
                   if h.id in known and known[h.id].kind == "observation" and known[h.id].speaker == n.speaker

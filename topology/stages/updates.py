@@ -48,7 +48,7 @@ def asks(node: MemoryNode) -> bool:
 def earlier(older: MemoryNode, node: MemoryNode) -> bool:
     """``older`` was said before ``node``: a lower seq in the same conversation, else an earlier
     observation time (unknown times: never)."""
-    if older.scope == node.scope:
+    if older.conversation_id == node.conversation_id and older.tenant_id == node.tenant_id:
         return older.seq < node.seq
     return older.observed_at is not None and node.observed_at is not None and older.observed_at < node.observed_at
 
