@@ -253,9 +253,7 @@ class MemoryNode(_Event):
 
     @property
     def scope(self) -> Scope:
-        """Its conversation, built without validating the ids again (a node is made from a validated
-        observation, or read back from what this product wrote)."""
-        return Scope.model_construct(tenant_id=self.tenant_id, conversation_id=self.conversation_id)
+        return Scope(tenant_id=self.tenant_id, conversation_id=self.conversation_id)
 
     def without_embedding(self) -> MemoryNode:
         """The node without its vectors (``embedding`` and ``context``): what stores keep as its body."""
