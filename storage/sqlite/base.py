@@ -66,16 +66,19 @@ def transaction(conn: sqlite3.Connection) -> Iterator[None]:
         raise
 
 
-def open_file(path: str | Path) -> sqlite3.Connection:
+def open_file(path: str | Path, page_size: int | None = None) -> sqlite3.Connection:
     """A SQLite connection to ``path``, created with its folder: WAL, autocommit, a 10 s busy
     timeout, ``secure_delete`` (deleted content and freed pages are overwritten with zeros, so a
     forgotten text or a destroyed key is not left in the file: ``storage.purge``); ``:memory:``
     for tests. The memory store (:func:`connect`) and the side files (API keys, data keys) all
-    open this way."""
+    open this way. ``page_size`` (bytes, a power of two from 512 to 65536) applies to a file
+    created by this call; a file that exists keeps the page size it was made with."""
     if str(path) != ":memory:":
         Path(path).parent.mkdir(parents=True, exist_ok=True)
     with sqlite_errors(str(path)):
         conn = sqlite3.connect(str(path), check_same_thread=False, isolation_level=None)
+        if page_size is not None:  # before the first write (WAL mode fixes it from then on)
+            conn.execute(f"PRAGMA page_size={int(page_size)}")
         conn.execute("PRAGMA journal_mode=WAL")
         conn.execute("PRAGMA busy_timeout=10000")
         conn.execute("PRAGMA secure_delete=ON")

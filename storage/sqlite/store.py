@@ -171,15 +171,18 @@ def migrate_lexical(conn: sqlite3.Connection) -> int:
 #: 2 MiB). A batch that mixes many conversations touches pages all over the B-trees, so a page
 #: cache much smaller than the hot part of the file makes writes re-read pages from the OS.
 CACHE_KIB = 64 * 1024
+#: Page size of a new memory store, in bytes. A node row (its body and its 384 float32s, about
+#: 2.1 KB) does not fit twice in SQLite's default 4 KiB page, so each took a page of its own.
+PAGE_SIZE = 16384
 #: Page cache of an embedded store opened without a memory plan, in MiB, shared by its node, edge
 #: and lexical connections (a plan's ``sqlite_cache_mb``: ``storage.budget``).
 CACHE_MB = 256
 
 
 def connect(path: str | Path, cache_kib: int = CACHE_KIB) -> sqlite3.Connection:
-    """Open (and create) the database as :func:`open_file` does, with a page cache of
-    ``cache_kib``, and the schema."""
-    conn = open_file(path)
+    """Open (and create, with pages of :data:`PAGE_SIZE`) the database as :func:`open_file`
+    does, with a page cache of ``cache_kib``, and the schema."""
+    conn = open_file(path, PAGE_SIZE)
     with sqlite_errors(str(path)):
         conn.execute("PRAGMA synchronous=NORMAL")
         conn.execute(f"PRAGMA cache_size=-{max(64, cache_kib)}")

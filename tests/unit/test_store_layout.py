@@ -13,7 +13,7 @@ import pytest
 
 from storage.scope_cache import ScopeCache
 from storage.sqlite.edges import key, unkey
-from storage.sqlite.store import SqliteEdgeStore, SqliteNodeStore, connect
+from storage.sqlite.store import PAGE_SIZE, SqliteEdgeStore, SqliteNodeStore, connect
 from tests.conftest import chat_observations
 from topology.fakes import HashingEmbedder
 from topology.ids import stable_uuid
@@ -235,3 +235,19 @@ async def test_a_store_made_before_nodes_carried_their_user_gains_the_column(tmp
     assert conn.execute("SELECT COUNT(*) FROM sqlite_master WHERE name='nodes_user'").fetchone()[0] == 1
     conn.close()
     connect(db).close()  # opening it again changes nothing
+
+
+async def test_a_new_store_holds_several_turns_with_their_embeddings_a_page_and_an_older_one_keeps_its_pages(
+        tmp_path: Path) -> None:
+    conn = connect(tmp_path / "memory.sqlite3")
+    assert conn.execute("PRAGMA page_size").fetchone()[0] == PAGE_SIZE
+    store = SqliteNodeStore(conn)
+    vec = [0.05] * 384  # a 384-wide float32 embedding (1,536 bytes) and a turn's body: over 2 KB a row
+    await store.upsert([MemoryNode(id=f"n{i}", tenant_id="t1", conversation_id="c1", event_id=f"e{i}", seq=i,
+                                   content=f"turn {i}: " + "a sentence of a chat turn with some words " * 8,
+                                   tokens=["sentence", "chat", "turn"], embedding=vec) for i in range(200)])
+    leaf_pages = conn.execute("SELECT count(*) FROM dbstat WHERE name='nodes' AND pagetype='leaf'").fetchone()[0]
+    assert 200 / leaf_pages >= 5  # 4 KiB pages held one such row each
+    old = tmp_path / "old.sqlite3"
+    sqlite3.connect(old).execute("CREATE TABLE t (x)").connection.commit()  # made with SQLite's default pages
+    assert connect(old).execute("PRAGMA page_size").fetchone()[0] == 4096
