@@ -13,11 +13,8 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 from topology.schemas import MemoryNode
-from topology.systemone.turn_kinds import turn_kind
+from topology.stages.updates import statement
 from topology.systemone.update_model import KIN_WORDS, analyse, names, subjects
-
-#: A typed memory is a statement when its turn kind's p(statement) is at least this.
-MIN_STATEMENT = 0.5
 
 
 def asked_people(question: str, speakers: Iterable[str]) -> frozenset[str]:
@@ -43,10 +40,10 @@ def about_someone_else(node: MemoryNode, asked: frozenset[str], question: str) -
 
 def own_statement(node: MemoryNode, asked: frozenset[str]) -> bool:
     """Whether ``node`` states a fact of its own speaker, one of the ``asked`` people: said by
-    them, about them (:func:`~topology.systemone.update_model.subjects`), and typed a statement
-    (an untyped memory counts)."""
+    them, about them (:func:`~topology.systemone.update_model.subjects`), and a statement
+    (:func:`topology.stages.updates.statement`)."""
     speaker = (node.speaker or "").lower()
     found = subjects(analyse(node.content), node.speaker or "")
     if speaker not in asked or (found and f"person:{speaker}" not in found):
         return False
-    return not node.types.kind or turn_kind(node.types)["statement"] >= MIN_STATEMENT
+    return statement(node)

@@ -37,12 +37,18 @@ class SpeakerFacts(Protocol):
         ...
 
 
+def statement(node: MemoryNode) -> bool:
+    """Whether ``node`` is typed a statement (p(statement) of its turn kind at least
+    :data:`MIN_STATEMENT`), or untyped."""
+    return not node.types.kind or turn_kind(node.types)["statement"] >= MIN_STATEMENT
+
+
 def asks(node: MemoryNode) -> bool:
     """Whether ``node`` asks the update question: an observation by a named person in a user
-    role, with an embedding, typed a statement (or untyped)."""
+    role, with an embedding, a :func:`statement`."""
     if node.kind != "observation" or not node.speaker or node.role.lower() not in PERSON_ROLES or not node.embedding:
         return False
-    return not node.types.kind or turn_kind(node.types)["statement"] >= MIN_STATEMENT
+    return statement(node)
 
 
 def earlier(older: MemoryNode, node: MemoryNode) -> bool:
