@@ -42,7 +42,8 @@ class RealmSpeakerFacts:
     def __init__(self, vectors: RealmSearch, nodes: NodeReader) -> None:
         self.vectors, self.nodes = vectors, nodes
 
-    async def earlier_by_speaker(self, nodes: Sequence[MemoryNode], limit: int) -> list[list[tuple[MemoryNode, float]]]:
+    async def earlier_by_speaker(self, nodes: Sequence[MemoryNode], limit: int,
+                                 queries: Sequence[Sequence[float]] | None = None) -> list[list[tuple[MemoryNode, float]]]:
         """As the protocol says, and independent of what else the stores hold: a node whose hits
         leave fewer than ``limit`` of its speaker's earlier memories while the realm may hold more
         (later turns of the same batch, another speaker's turns) is searched again with
@@ -51,9 +52,10 @@ class RealmSpeakerFacts:
         out: list[list[tuple[MemoryNode, float]]] = [[] for _ in nodes]
         if limit <= 0 or not nodes:
             return out
+        vectors = [n.embedding or [] for n in nodes] if queries is None else list(queries)
         todo, k = list(range(len(nodes))), limit * HITS_PER_LIMIT
         while todo:
-            found = await self._search([nodes[i] for i in todo], k)
+            found = await self._search([nodes[i] for i in todo], [vectors[i] for i in todo], k)
             again = []
             for i, (mine, full) in zip(todo, found, strict=True):
                 out[i] = sorted(mine, key=lambda ms: (-ms[1], ms[0].id))[:limit]
@@ -62,13 +64,15 @@ class RealmSpeakerFacts:
             todo, k = again, min(k * WIDEN, MAX_HITS)
         return out
 
-    async def _search(self, nodes: Sequence[MemoryNode], k: int) -> list[tuple[list[tuple[MemoryNode, float]], bool]]:
-        """Per node: (its speaker's earlier memories among its realm's best ``k`` hits;
-        whether the search returned all ``k``, i.e. the realm may hold more)."""
+    async def _search(self, nodes: Sequence[MemoryNode], vectors: Sequence[Sequence[float]],
+                      k: int) -> list[tuple[list[tuple[MemoryNode, float]], bool]]:
+        """Per node: (its speaker's earlier memories among its realm's best ``k`` hits by its
+        query vector; whether the search returned all ``k``, i.e. the realm may hold more)."""
         if searches_realms(self.vectors):  # one request for the batch
-            searches = await self.vectors.search_realms([(realm_of(n), n.embedding or []) for n in nodes], k)
+            searches = await self.vectors.search_realms([(realm_of(n), v) for n, v in zip(nodes, vectors, strict=True)], k)
         else:
-            searches = await asyncio.gather(*(self.vectors.search_realm(realm_of(n), n.embedding or [], k) for n in nodes))
+            searches = await asyncio.gather(*(self.vectors.search_realm(realm_of(n), v, k)
+                                              for n, v in zip(nodes, vectors, strict=True)))
         wanted: dict[tuple[str, str], set[str]] = {}
         for n, hits in zip(nodes, searches, strict=True):
             for h in hits:

@@ -31,6 +31,10 @@ THETA_UPDATE = 0.8
 #: The update question's own candidates per new statement (:mod:`topology.stages.updates`): the
 #: speaker's most similar earlier memories across the user's conversations, beyond the candidates.
 K_UPDATE = 4
+#: The update question's own candidates are searched by the new statement's vector moved towards
+#: the attributes it is about (:meth:`topology.systemone.attributes.AttributeSpace.steer`) by this
+#: much: the same person's statement of the same attribute, not their small talk (0: unmoved).
+UPDATE_STEER = 1.0
 #: A relation view takes part in a query when its route probability reaches this.
 THETA_ACT = 0.10
 #: Total graph-expansion budget per query, shared among active views.
@@ -138,6 +142,8 @@ class Params(BaseModel):
     theta_update: float = THETA_UPDATE
     k_update: int = Field(default=K_UPDATE, ge=0, description="earlier memories of the same speaker (across the "
                           "user's conversations) asked the update question per new statement; 0: candidates only")
+    update_steer: float = Field(default=UPDATE_STEER, ge=0.0, description="how far the search for those earlier "
+                                "memories moves towards the statement's attribute; 0: by its vector alone")
     admission_enabled: bool = False
     theta_act: float = THETA_ACT
     budget_total: int = BUDGET_TOTAL

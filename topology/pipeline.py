@@ -18,6 +18,8 @@ import asyncio
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
+import numpy as np
+
 from topology.params import Params
 from topology.ports import Embedder, MemoryReader
 from topology.schemas import (
@@ -31,7 +33,9 @@ from topology.schemas import (
     Scope,
 )
 from topology.stages import candidates, consolidation, context, memory_nodes, relations, updates
+from topology.systemone.attributes import AttributeSpace
 from topology.systemone.port import CountingSystemOne
+from topology.systemone.update_model import attributes_embedder
 
 
 def dedupe(observations: Sequence[Observation]) -> list[Observation]:
@@ -137,6 +141,18 @@ class WritePath:
         #: earlier memories of a speaker across the user's conversations (the update question's
         #: bounded candidates, :mod:`topology.stages.updates`); None: the candidates alone
         self.facts = facts
+        self._space: tuple[AttributeSpace | None] | None = None
+
+    async def attribute_space(self) -> AttributeSpace | None:
+        """The embedder's :class:`~topology.systemone.attributes.AttributeSpace` (embedded on
+        first use, off the event loop), or None for an embedder other than the one the shipped
+        update judge read attributes with (:func:`~topology.systemone.update_model.attributes_embedder`):
+        under another model the similarities mean something else, so the update question's
+        states say "unknown" and its candidates are searched by the statements' own vectors."""
+        if self._space is None:
+            self._space = ((await asyncio.to_thread(AttributeSpace.of, self.embedder)
+                            if self.embedder.name == attributes_embedder() else None),)
+        return self._space[0]
 
     async def build_nodes(self, numbered: Sequence[tuple[Observation, int]]) -> list[MemoryNode]:
         """Describe, embed (:meth:`embed`) and type (one embedding call, one typing request)."""
@@ -186,9 +202,29 @@ class WritePath:
         earlier: dict[str, MemoryNode] = {}
         for got in await asyncio.gather(*(self.reader.get_nodes(scope, sorted(ids)) for scope, ids in wanted.items())):
             earlier.update({n.id: n for n in got})
-        judgments, so_edges = await relations.judge(csets, earlier, self.so, self.params, await self._update_pairs(csets))
+        update_pairs = await self._update_pairs(csets)
+        attributes = relations.Attributes(await self.attribute_space(), await self._vectors(csets, wanted, update_pairs))
+        judgments, so_edges = await relations.judge(csets, earlier, self.so, self.params, update_pairs, attributes)
         edges = [e for cs in csets for e in relations.rule_edges(cs, earlier, self.params.theta_rel)] + so_edges
         return judgments, edges
+
+    async def _vectors(self, csets: Sequence[CandidateSet], wanted: Mapping[Scope, set[str]],
+                       update_pairs: Mapping[str, Sequence[tuple[MemoryNode, CandidateFeatures]]]
+                       ) -> dict[str, Sequence[float]]:
+        """The vectors of the batch's nodes, their candidates and their update candidates (by node
+        id; the stores' reads return nodes without them)."""
+        vectors: dict[str, Sequence[float]] = {cs.node.id: cs.node.embedding for cs in csets if cs.node.embedding}
+        need = {scope: set(ids) for scope, ids in wanted.items()}
+        for got in update_pairs.values():
+            for n, _ in got:
+                if n.embedding:
+                    vectors[n.id] = n.embedding
+                else:
+                    need.setdefault(n.scope, set()).add(n.id)
+        for scope, ids in need.items():
+            order = sorted(ids)
+            vectors.update(zip(order, await self.reader.embeddings(scope, order, self.embedder.dim), strict=True))
+        return vectors
 
     async def _update_pairs(self, csets: Sequence[CandidateSet]
                             ) -> dict[str, list[tuple[MemoryNode, CandidateFeatures]]]:
@@ -196,7 +232,11 @@ class WritePath:
         asking = [cs.node for cs in csets if updates.asks(cs.node)]
         if self.facts is None or not asking or self.params.k_update <= 0:
             return {}
-        found = await self.facts.earlier_by_speaker(asking, self.params.k_update + self.params.k_write)
+        queries = None
+        if self.params.update_steer > 0 and (space := await self.attribute_space()) is not None:
+            queries = space.steer(np.asarray([n.embedding for n in asking], dtype=np.float32), self.params.update_steer)
+        found = await self.facts.earlier_by_speaker(asking, self.params.k_update + self.params.k_write,
+                                                    None if queries is None else queries.tolist())
         return updates.pairs(csets, {n.id: f for n, f in zip(asking, found, strict=True)}, self.params.k_update)
 
     async def consolidate(self, scope: Scope, run: int, last_seq: int,

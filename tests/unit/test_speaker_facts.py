@@ -82,3 +82,26 @@ async def test_an_index_that_takes_many_searches_gets_the_batch_in_one_request()
     got = await RealmSpeakerFacts(many, many).earlier_by_speaker(asking, 2)
     assert [[n.id for n, _ in row] for row in got] == [[n.id for n, _ in row] for row in want] == [["n9", "n8"]] * 3
     assert many.batches == [3]
+
+
+class ByVector(Realm1):
+    """A realm search that ranks by the dot product with the query vector."""
+
+    async def search_realm(self, realm: Realm, query: Sequence[float] | str, limit: int) -> list[Hit]:
+        assert not isinstance(query, str)
+        scored = sorted(((sum(a * b for a, b in zip(n.embedding or [], query, strict=True)), n) for n in self.by_id.values()),
+                        key=lambda sn: (-sn[0], sn[1].seq))
+        return [Hit(n.id, s, n.conversation_id) for s, n in scored[:limit]]
+
+
+async def test_the_search_goes_by_the_query_vectors_when_given() -> None:
+    def node(seq: int, vector: list[float]) -> MemoryNode:
+        return MemoryNode(id=f"n{seq}", tenant_id="t1", conversation_id="c1", event_id=f"e{seq}", seq=seq,
+                          content=f"turn {seq}", speaker="Ana", embedding=vector)
+
+    asking = node(9, [1.0, 0.0])
+    realm = ByVector([node(0, [1.0, 0.0]), node(1, [0.0, 1.0]), asking])
+    by_own = (await RealmSpeakerFacts(realm, realm).earlier_by_speaker([asking], 1))[0]
+    by_query = (await RealmSpeakerFacts(realm, realm).earlier_by_speaker([asking], 1, [[0.0, 1.0]]))[0]
+    assert [(n.id, s) for n, s in by_own] == [("n0", 1.0)]
+    assert [(n.id, s) for n, s in by_query] == [("n1", 1.0)]

@@ -16,13 +16,14 @@ import pytest
 
 from jevmem.bench.updates_data import ROUNDS, SEED, judge_pairs
 from topology.errors import SystemOneError
+from topology.ports import Embedder
 from topology.schemas import CandidateFeatures, MemoryNode
 from topology.stages.relations import relation_state
 from topology.systemone.catalog import RELATION
 from topology.systemone.features import RelationState
 from topology.systemone.local import LocalSystemOne, relation, relation_many
 from topology.systemone.port import Item
-from topology.systemone.update_model import SHIPPED, UPDATE_FEATURES, UpdateModel, analyse, subjects
+from topology.systemone.update_model import SHIPPED, UPDATE_FEATURES, UpdateModel, analyse, attributes_embedder, subjects
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -41,13 +42,13 @@ def _state(older: str, newer: str, older_speaker: str = "Ana", newer_speaker: st
 
 
 @pytest.fixture(scope="module")
-def trained() -> tuple[UpdateModel, dict[str, Any]]:
-    """The training script's model and report (its ``train``, run in-process: about a second)."""
+def trained(model_embedder: Embedder) -> tuple[UpdateModel, dict[str, Any]]:
+    """The training script's model and report (its ``train``, run in-process: about 20 s)."""
     spec = importlib.util.spec_from_file_location("train_update_judge", ROOT / "scripts" / "train_update_judge.py")
     assert spec is not None and spec.loader is not None
     script = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(script)
-    return cast(tuple[UpdateModel, dict[str, Any]], script.train())
+    return cast(tuple[UpdateModel, dict[str, Any]], script.train(embedder=model_embedder))
 
 
 def test_the_shipped_weights_are_what_the_training_reproduces(trained: tuple[UpdateModel, dict[str, Any]]) -> None:
@@ -56,10 +57,12 @@ def test_the_shipped_weights_are_what_the_training_reproduces(trained: tuple[Upd
     assert shipped.features == model.features == UPDATE_FEATURES
     assert shipped.meta["script"] == "scripts/train_update_judge.py"
     assert (shipped.meta["seed"], shipped.meta["rounds"]) == (SEED, ROUNDS)
+    assert shipped.meta["embedder"] == model.meta["embedder"] == attributes_embedder()
+    # the attribute feature comes from the model, whose last float digits may differ between CPUs
     for name in ("mean", "scale", "coef"):
-        assert np.allclose(getattr(shipped, name), getattr(model, name), atol=1e-6), name
-    assert shipped.intercept == pytest.approx(model.intercept, abs=1e-6)
-    assert shipped.meta["heldout"]["accuracy"] == pytest.approx(report["heldout"]["accuracy"])
+        assert np.allclose(getattr(shipped, name), getattr(model, name), atol=1e-4), name
+    assert shipped.intercept == pytest.approx(model.intercept, abs=1e-4)
+    assert shipped.meta["heldout"]["accuracy"] == pytest.approx(report["heldout"]["accuracy"], abs=1e-3)
 
 
 def test_held_out_wordings_are_judged_well(trained: tuple[UpdateModel, dict[str, Any]]) -> None:
@@ -98,6 +101,14 @@ async def test_clear_cases(older: str, newer: str, speakers: tuple[str, str], up
     role = "assistant" if speakers[1] == "assistant" else "user"
     [answer] = await LocalSystemOne().ask([Item(RELATION, _state(older, newer, *speakers, newer_role=role))])
     assert (answer.p("updates") >= 0.5) == update, answer.p("updates")
+
+
+def test_an_update_needs_the_same_attribute() -> None:
+    """The same pair (another attribute, a change cue) is judged more likely an update the more
+    the two are about one attribute; unknown lies in between."""
+    pair = _state("I answer to Marisol, who heads our team.", "I'm based in Bologna at the moment, it suits me.")
+    p = [relation({**pair, "attribute": a}).p("updates") for a in (0.0, None, 0.9)]
+    assert p[0] < p[1] < p[2]
 
 
 def test_the_subject_is_the_speaker_a_relative_or_a_name() -> None:
@@ -152,7 +163,10 @@ def test_the_write_path_state_carries_speakers_roles_and_hours() -> None:
     assert relation(state).p("updates") > 0.5
     unknown = RelationState.model_validate(relation_state(node(3, "ok", None, "assistant", None),
                                                           node(1, "hi", "Ana", "user", t0), f))
-    assert unknown.hours is None and unknown.newer_speaker == "" and not unknown.same_speaker
+    assert unknown.hours is None and unknown.newer_speaker == "" and not unknown.same_speaker and unknown.attribute is None
+    known = relation_state(node(9, "I moved to Lisbon.", "Ana", "user", t0),
+                           node(2, "I live in Porto.", "Ana", "user", t0), f, 0.61)
+    assert RelationState.model_validate(known).attribute == 0.61
 
 
 def test_the_training_script_runs_and_writes_loadable_weights(tmp_path: Path) -> None:

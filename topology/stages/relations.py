@@ -10,9 +10,12 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
+import numpy as np
+
 from topology import ids
 from topology.params import Params
 from topology.schemas import CandidateFeatures, CandidateSet, EdgeEvent, MemoryNode, RelationJudgment
+from topology.systemone.attributes import AttributeSpace
 from topology.systemone.catalog import ALIAS, RELATION
 from topology.systemone.port import Item, SystemOne
 from topology.text import alias_plausibility, entity_id
@@ -102,17 +105,40 @@ def _alias_pairs(node: MemoryNode, other: MemoryNode) -> list[tuple[str, str]]:
     return pairs
 
 
-def relation_state(node: MemoryNode, other: MemoryNode, f: CandidateFeatures) -> dict[str, object]:
+def relation_state(node: MemoryNode, other: MemoryNode, f: CandidateFeatures,
+                   attribute: float | None = None) -> dict[str, object]:
     """The relation question's state for the pair (``other`` older, ``node`` newer): the pair's
-    features, and for the ``updates`` question each side's speaker and role and the hours from
-    the older observation to the newer (None when either time is unknown)."""
+    features, and for the ``updates`` question each side's speaker and role, the hours from
+    the older observation to the newer (None when either time is unknown) and ``attribute``, how
+    far both are about one attribute of a person (:class:`Attributes`; None: unknown)."""
     hours = (None if node.observed_at is None or other.observed_at is None
              else round((node.observed_at - other.observed_at).total_seconds() / 3600.0, 4))
     return {"newer": node.content, "older": other.content, "cosine": f.cosine, "lexical": f.lexical,
             "entity": f.entity, "gap": node.seq - other.seq,
             "same_speaker": bool(node.speaker) and node.speaker == other.speaker,
             "older_speaker": other.speaker or "", "newer_speaker": node.speaker or "",
-            "older_role": other.role, "newer_role": node.role, "hours": hours}
+            "older_role": other.role, "newer_role": node.role, "hours": hours,
+            "attribute": attribute}
+
+
+class Attributes:
+    """Attribute similarities of pairs of nodes: each node's distribution over an
+    :class:`AttributeSpace`'s prototypes, from its vector (``vectors``: node id -> embedding),
+    all computed in one product. Empty: every similarity is None (unknown)."""
+
+    def __init__(self, space: AttributeSpace | None = None, vectors: Mapping[str, Sequence[float]] | None = None) -> None:
+        wanted = {i: v for i, v in (vectors or {}).items() if len(v) and np.any(np.asarray(v))} if space else {}
+        self._row = {i: k for k, i in enumerate(wanted)}
+        self._profiles = (space.profiles(np.asarray(list(wanted.values()), dtype=np.float32))
+                          if space is not None and wanted else np.zeros((0, 0), dtype=np.float32))
+
+    def similarity(self, a: str, b: str) -> float | None:
+        """How far nodes ``a`` and ``b`` (ids) are about the same attribute (0 to 1, rounded to 4
+        places), or None when either has no vector here."""
+        ra, rb = self._row.get(a), self._row.get(b)
+        if ra is None or rb is None:
+            return None
+        return round(float(self._profiles[ra] @ self._profiles[rb]), 4)
 
 
 def strongest(judgments: Sequence[RelationJudgment], k: int, floor: float) -> set[tuple[str, str]]:
@@ -162,7 +188,7 @@ def closest_incoming(edges: Sequence[EdgeEvent]) -> dict[str, EdgeEvent]:
 
 async def judge(csets: Sequence[CandidateSet], earlier: dict[str, MemoryNode], so: SystemOne,
                 params: Params, updates_only: Mapping[str, Sequence[tuple[MemoryNode, CandidateFeatures]]] | None = None,
-                ) -> tuple[list[RelationJudgment], list[EdgeEvent]]:
+                attributes: Attributes | None = None) -> tuple[list[RelationJudgment], list[EdgeEvent]]:
     """One System One request for all pairs of the batch; returns judgments and System One edges.
 
     Each new turn gets a semantic edge to its ``params.semantic_per_turn`` most probably related
@@ -176,8 +202,10 @@ async def judge(csets: Sequence[CandidateSet], earlier: dict[str, MemoryNode], s
     ``params.theta_update``, among its candidates and its ``updates_only`` pairs (node id -> the
     update candidates of :mod:`topology.stages.updates`, which may be in other conversations of
     the same user: the edge is kept with the newer turn's conversation; of those pairs only the
-    ``updates`` answer is read, and no judgment is returned)."""
+    ``updates`` answer is read, and no judgment is returned). Every pair's state carries its
+    attribute similarity from ``attributes`` (None when it has no vectors for the pair)."""
     theta_rel = params.theta_rel
+    attributes = attributes or Attributes()
     items: list[Item] = []
     keys: list[tuple[str, CandidateSet, MemoryNode, tuple[str, str] | None]] = []
     for cset in csets:
@@ -187,14 +215,14 @@ async def judge(csets: Sequence[CandidateSet], earlier: dict[str, MemoryNode], s
             other = earlier.get(cand.node_id)
             if other is None:
                 continue
-            items.append(Item(RELATION, relation_state(node, other, cand.features)))
+            items.append(Item(RELATION, relation_state(node, other, cand.features, attributes.similarity(other.id, node.id))))
             keys.append(("relation", cset, other, None))
             other_names = {e.id: e.name for e in other.entities}
             for a_id, b_id in _alias_pairs(node, other):
                 items.append(Item(ALIAS, {"a": names[a_id], "b": other_names[b_id]}))
                 keys.append(("alias", cset, other, (a_id, b_id)))
         for older, features in (updates_only or {}).get(node.id, ()):
-            items.append(Item(RELATION, relation_state(node, older, features)))
+            items.append(Item(RELATION, relation_state(node, older, features, attributes.similarity(older.id, node.id))))
             keys.append(("update", cset, older, None))
     if not items:
         return [], []

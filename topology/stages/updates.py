@@ -6,7 +6,9 @@ user, where nothing links the two but who said them and what they are about. So 
 also asks, for each new statement (:func:`asks`), about a bounded set chosen for the update
 question alone: at most ``Params.k_update`` earlier memories **of the same speaker** in the
 node's realm (its user's conversations when the observation named a user, else its own
-conversation), the most similar first (:class:`SpeakerFacts`). Those pairs join the relation
+conversation), the most similar first (:class:`SpeakerFacts`) to the statement's vector moved
+towards the attributes it is about (``Params.update_steer``,
+:meth:`topology.systemone.attributes.AttributeSpace.steer`). Those pairs join the relation
 request that already judges the node's candidates, and only its ``updates`` answer is read from
 them (:func:`topology.stages.relations.judge`).
 """
@@ -29,11 +31,13 @@ PERSON_ROLES = frozenset({"user", "human", "customer"})
 class SpeakerFacts(Protocol):
     """Earlier memories of the same speaker, across the conversations of the node's user."""
 
-    async def earlier_by_speaker(self, nodes: Sequence[MemoryNode], limit: int) -> list[list[tuple[MemoryNode, float]]]:
+    async def earlier_by_speaker(self, nodes: Sequence[MemoryNode], limit: int,
+                                 queries: Sequence[Sequence[float]] | None = None) -> list[list[tuple[MemoryNode, float]]]:
         """For each of ``nodes`` (same order): at most ``limit`` observation nodes of its realm
         (tenant and ``user_id`` when it has one, else its own conversation) said by its speaker
         before it (an earlier observation time, or a lower seq in its conversation), with their
-        similarity to it (dot product of vectors), most similar first; ties by node id."""
+        similarity to its query (dot product with ``queries[i]``, default its own vector), most
+        similar first; ties by node id."""
         ...
 
 

@@ -29,8 +29,10 @@ class TypingState(_State):
 class RelationState(_State):
     """An (older -> newer) pair: cosine, lexical (Dice), entity (Jaccard), turn gap, and whether
     one speaker said both (False when unknown). For the ``updates`` question: each side's
-    speaker and role ("" when unknown) and ``hours`` from the older to the newer observation
-    (None when a time is unknown)."""
+    speaker and role ("" when unknown), ``hours`` from the older to the newer observation
+    (None when a time is unknown) and ``attribute``, how far the two are about the same attribute
+    of a person (:meth:`topology.systemone.attributes.AttributeSpace.similarity`, 0 to 1; None
+    when unknown)."""
 
     newer: str
     older: str
@@ -44,6 +46,7 @@ class RelationState(_State):
     older_role: str = ""
     newer_role: str = ""
     hours: float | None = None
+    attribute: float | None = None
 
 
 class AliasState(_State):

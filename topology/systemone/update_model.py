@@ -16,12 +16,15 @@ another attribute, nor someone else's turn). The answer is a logistic regression
   lost one), their capitalised names;
 - *how*: change cues ("moved", "now", "no longer", ...), negation on one side only, questions;
 - *when*: the turn gap and the hours between them;
+- *which attribute*, from the embedder: how far the two are about the same attribute of a person
+  (the state's ``attribute``, :mod:`topology.systemone.attributes`), or that this is unknown;
 - products of the subject match, the slot match and the value change, so a linear model can
   ask for all three at once.
 
 Hand-written cue lists are features only: the decision is the fitted weights. The weights are a
 JSON document (:data:`SHIPPED`) written by ``scripts/train_update_judge.py`` from the training
-wordings of :mod:`jevmem.bench.updates_data` and validated there on held-out wordings. The fit weighs
+wordings of :mod:`jevmem.bench.updates_data` and validated there on held-out wordings; the
+attribute feature is fitted under one embedder (:func:`attributes_embedder`). The fit weighs
 the two classes equally, so 0.5 means the features are as likely for an update as for another
 pair of the same families.
 """
@@ -88,6 +91,8 @@ GATED_FEATURES: tuple[str, ...] = (
     "link_change",
     "log_gap",
     "log_hours",
+    "attribute",
+    "attribute_unknown",
 )
 #: The pair features, in model order.
 UPDATE_FEATURES: tuple[str, ...] = WHO_FEATURES + tuple(f"gated_{f}" if f != "gate" else f for f in GATED_FEATURES)
@@ -361,6 +366,7 @@ def update_features(st: RelationState) -> list[float]:
     link = bool(old.slots & new.slots or old.shapes & new.shapes or shared or old.caps & new.caps)
     change = bool((gained and lost) or (new.caps - old.caps) or new.cue)
     hours = 0.0 if st.hours is None else min(MAX_LOG_HOURS, math.log1p(max(0.0, st.hours)))
+    attribute = st.attribute or 0.0
     what = [
         1.0,
         float(old.fact),
@@ -388,6 +394,8 @@ def update_features(st: RelationState) -> list[float]:
         float(link and change),
         min(MAX_LOG_GAP, math.log1p(max(0, st.gap))),
         hours,
+        attribute,
+        float(st.attribute is None),
     ]
     return who + [gate * v for v in what]
 
@@ -411,6 +419,12 @@ class UpdateModel(LogisticModel):
     def shipped(cls) -> UpdateModel:
         """The weights shipped in the package (read once per process)."""
         return _shipped()
+
+
+def attributes_embedder() -> str:
+    """The embedder whose attribute similarities the shipped weights were fitted on (its
+    ``name``; "" when they read none)."""
+    return str(_shipped().meta.get("embedder", ""))
 
 
 @functools.cache

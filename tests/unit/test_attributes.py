@@ -1,0 +1,109 @@
+"""Which attribute of a person a memory is about (:mod:`topology.systemone.attributes`): two
+statements of one attribute overlap, two of different attributes hardly do; steering moves a
+search towards the statement's attribute; the write path sends the feature only under the
+embedder the update judge was fitted with, and says "unknown" where it has no vector."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from datetime import UTC, datetime, timedelta
+from typing import Any, cast
+
+import numpy as np
+
+from jevmem.wiring import Embedded
+from topology import ids
+from topology.params import Params
+from topology.pipeline import WritePath
+from topology.ports import Embedder
+from topology.schemas import Observation, Scope
+from topology.stages.relations import Attributes
+from topology.systemone.attributes import PROTOTYPES, AttributeSpace
+from topology.systemone.update_model import attributes_embedder
+
+T0 = datetime(2024, 5, 1, tzinfo=UTC)
+
+
+def _vectors(embedder: Embedder, *texts: str) -> np.ndarray:
+    return np.asarray(embedder.embed(list(texts)), dtype=np.float32)
+
+
+def test_one_attribute_overlaps_and_two_hardly_do(model_embedder: Embedder) -> None:
+    space = AttributeSpace.of(model_embedder)
+    porto, lisbon, galaxy, iphone = _vectors(model_embedder, "I live in Porto, near the river.",
+                                             "I moved to Lisbon last month.", "I've had a Galaxy S23 for a couple of years.",
+                                             "I switched to an iPhone 15 last week.")
+    profiles = space.profiles(np.stack([porto, lisbon, galaxy]))
+    assert profiles.shape == (3, len(PROTOTYPES)) and np.allclose(profiles.sum(axis=1), 1.0)
+    home, phone = space.similarity(porto, lisbon), space.similarity(galaxy, iphone)
+    assert min(home, phone) > 0.3
+    assert max(space.similarity(lisbon, galaxy), space.similarity(porto, iphone)) < min(home, phone) / 5
+
+
+def test_steering_moves_a_statement_towards_its_attribute(model_embedder: Embedder) -> None:
+    space = AttributeSpace.of(model_embedder)
+    new, same, chat = _vectors(model_embedder, "I'm based in Bologna at the moment, it suits me.",
+                               "I live in Porto, in a small flat near the river.", "The weather suits me at the moment.")
+    steered = space.steer(new[None, :], 1.0)[0]
+    assert abs(float(np.linalg.norm(steered)) - 1.0) < 1e-5
+    assert float(steered @ same) - float(steered @ chat) > float(new @ same) - float(new @ chat)
+    assert np.allclose(space.steer(new[None, :], 0.0)[0], new, atol=1e-6)
+
+
+class _Counting:
+    """An embedder that counts its question calls (vectors from the hashing embedder)."""
+
+    def __init__(self, inner: Embedder) -> None:
+        self.inner, self.name, self.dim, self.calls = inner, inner.name, inner.dim, 0
+
+    def embed(self, texts: Sequence[str]) -> list[list[float]]:
+        return self.inner.embed(texts)
+
+    def embed_query(self, texts: Sequence[str]) -> list[list[float]]:
+        self.calls += 1
+        return self.inner.embed_query(texts)
+
+    def embed_after(self, pairs: Sequence[tuple[str | None, str]]) -> list[list[float]]:
+        return self.inner.embed_after(pairs)
+
+
+def test_the_prototypes_are_embedded_once_per_embedder(embedder: Embedder) -> None:
+    counting = _Counting(embedder)
+    assert AttributeSpace.of(counting) is AttributeSpace.of(counting)
+    assert counting.calls == 1
+
+
+def test_a_node_without_a_vector_has_an_unknown_attribute(embedder: Embedder) -> None:
+    space = AttributeSpace.of(embedder)
+    v = embedder.embed(["I live in Porto."])[0]
+    got = Attributes(space, {"a": v, "b": v, "zero": [0.0] * len(v), "empty": []})
+    assert got.similarity("a", "b") is not None and got.similarity("a", "b") > 0.0
+    assert got.similarity("a", "zero") is None and got.similarity("a", "empty") is None and got.similarity("a", "x") is None
+    assert Attributes().similarity("a", "b") is None
+
+
+async def test_only_the_judges_own_embedder_gets_a_space(embedder: Embedder, model_embedder: Embedder) -> None:
+    none = cast(Any, None)
+    assert model_embedder.name == attributes_embedder()
+    assert await WritePath(model_embedder, none, none, Params()).attribute_space() is not None
+    assert await WritePath(embedder, none, none, Params()).attribute_space() is None
+
+
+async def test_a_statement_of_another_attribute_does_not_supersede(model_memory: Embedded) -> None:
+    """With the real model, a new statement of another attribute by the same person (with a
+    change cue: "at the moment") is no update, and a statement of the same attribute is."""
+    turns = [("Ana", "I answer to Marisol, who heads our team."), ("Ben", "Sounds like a good boss."),
+             ("Ana", "I live in Porto, in a small flat near the river."), ("Ben", "Porto is lovely in spring."),
+             ("Ana", "I'm based in Bologna at the moment, it suits me.")]
+    await model_memory.pipeline.ingest([Observation(tenant_id="t1", conversation_id="c1", event_id=f"u{i}", content=t,
+                                                    speaker=s, observed_at=T0 + timedelta(days=i))
+                                        for i, (s, t) in enumerate(turns)])
+    node = {i: ids.node_id("t1", "c1", f"u{i}") for i in range(len(turns))}
+    edges = [(e.source, e.target) for e in await model_memory.stores.edges.scan(Scope(tenant_id="t1", conversation_id="c1"))
+             if e.label == "supersedes"]
+    assert edges == [(node[4], node[2])]
+
+
+def test_without_a_space_every_attribute_is_unknown(embedder: Embedder) -> None:
+    v = embedder.embed(["I live in Porto."])[0]
+    assert Attributes(None, {"a": v, "b": v}).similarity("a", "b") is None

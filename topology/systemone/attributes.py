@@ -1,0 +1,109 @@
+"""Which attribute of a person a memory is about, read from its embedding.
+
+A fact that changes ("I'm based in Madrid" after "I live in Porto") and a fact about another
+attribute of the same person ("I answer to Tariq") are about equally similar under a sentence
+embedder: the same speaker, the same register. What tells them apart is *what* they are about.
+:class:`AttributeSpace` projects a memory's vector onto a fixed list of generic questions about a
+person (:data:`PROTOTYPES`: where they live, who they work for, what they drive, ...), embedded
+once as questions, and turns the similarities into a distribution over them (a softmax of the
+similarities standardised per memory, so the scale of an embedder's cosines does not matter).
+Two memories are about the same attribute to the degree their distributions overlap
+(:meth:`AttributeSpace.similarity`, 0 to 1).
+
+The questions are about people in general, not about any benchmark's attributes; a memory about
+none of them spreads its distribution and overlaps little with anything.
+"""
+
+from __future__ import annotations
+
+import weakref
+from collections.abc import Sequence
+
+import numpy as np
+
+from topology.ports import Embedder
+
+#: Generic questions about a person, one per attribute a person states and later changes.
+PROTOTYPES: tuple[str, ...] = (
+    "Where does the person live?",
+    "Which company does the person work for?",
+    "What is the person's job?",
+    "Who is the person's manager or boss?",
+    "What car does the person drive?",
+    "What is the person's favourite food?",
+    "Who is the person dating or married to?",
+    "What phone does the person use?",
+    "Which gym does the person go to?",
+    "What is the person's hobby?",
+    "What pet does the person have?",
+    "What school or university does the person attend?",
+    "What language is the person learning?",
+    "What sport does the person play?",
+    "What music does the person like?",
+    "What diet does the person follow?",
+    "What book is the person reading?",
+    "Where does the person go on holiday?",
+    "What health problem does the person have?",
+    "Who is the person's best friend?",
+    "What instrument does the person play?",
+    "Which team does the person support?",
+    "How does the person get to work?",
+    "How old is the person?",
+    "What does the person like to drink?",
+    "What show is the person watching?",
+    "What is the person's name?",
+    "Where is the person from?",
+    "What does the person do at the weekend?",
+    "What is the person's favourite game?",
+)
+#: Softmax temperature in standard deviations of a memory's similarities to the prototypes.
+TEMPERATURE = 0.5
+
+
+class AttributeSpace:
+    """The prototypes' question vectors under one embedder, and what they make of memories."""
+
+    def __init__(self, prototypes: np.ndarray, temperature: float = TEMPERATURE) -> None:
+        if prototypes.ndim != 2 or prototypes.shape[0] < 2:
+            raise ValueError("an attribute space needs at least two prototype vectors")
+        self.prototypes = np.asarray(prototypes, dtype=np.float32)
+        self.temperature = temperature
+
+    @classmethod
+    def of(cls, embedder: Embedder) -> AttributeSpace:
+        """The space of :data:`PROTOTYPES` embedded as questions by ``embedder`` (one call, once
+        per embedder object)."""
+        try:
+            return _SPACES[embedder]
+        except KeyError:
+            pass
+        except TypeError:  # an embedder that cannot be weakly referenced is embedded each time
+            return cls(np.asarray(embedder.embed_query(list(PROTOTYPES)), dtype=np.float32))
+        space = _SPACES[embedder] = cls(np.asarray(embedder.embed_query(list(PROTOTYPES)), dtype=np.float32))
+        return space
+
+    def profiles(self, vectors: np.ndarray) -> np.ndarray:
+        """One distribution over the prototypes per row of ``vectors`` (rows sum to 1)."""
+        s = np.asarray(vectors, dtype=np.float32) @ self.prototypes.T
+        z = (s - s.mean(axis=1, keepdims=True)) / np.maximum(s.std(axis=1, keepdims=True), 1e-6)
+        e = np.exp((z - z.max(axis=1, keepdims=True)) / self.temperature)
+        return e / e.sum(axis=1, keepdims=True)  # type: ignore[no-any-return]
+
+    def steer(self, vectors: np.ndarray, weight: float) -> np.ndarray:
+        """``vectors`` (unit rows) moved towards what each is about: plus ``weight`` times the
+        unit mean of the prototypes under its distribution, normalised again. A search by the
+        result prefers memories about the same attribute over ones merely worded alike."""
+        v = np.asarray(vectors, dtype=np.float32)
+        toward = self.profiles(v) @ self.prototypes
+        toward /= np.maximum(np.linalg.norm(toward, axis=1, keepdims=True), 1e-12)
+        out = v + weight * toward
+        return out / np.maximum(np.linalg.norm(out, axis=1, keepdims=True), 1e-12)  # type: ignore[no-any-return]
+
+    def similarity(self, a: Sequence[float], b: Sequence[float]) -> float:
+        """How much two memories' distributions overlap (their dot product, 0 to 1), rounded to
+        4 places so that a state read back from JSON gives the same features."""
+        p = self.profiles(np.asarray([a, b], dtype=np.float32))
+        return round(float(p[0] @ p[1]), 4)
+
+
+_SPACES: weakref.WeakKeyDictionary[Embedder, AttributeSpace] = weakref.WeakKeyDictionary()
