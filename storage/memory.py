@@ -156,6 +156,13 @@ class MemoryEdgeStore:
     async def delete_scope(self, scope: Scope) -> int:
         return len(self._edges.pop(scope, {}))
 
+    async def delete_edges(self, scope: Scope, node_id: str, edge_ids: Sequence[str]) -> int:
+        ids, held = set(edge_ids), self._edges.get(scope, {})
+        doomed = [k for k, e in held.items() if e.id in ids and node_id in (e.source, e.target)]
+        for k in doomed:
+            del held[k]
+        return len(doomed)
+
     async def conversations_touching(self, tenant_id: str, node_ids: Sequence[str]) -> list[str]:
         ids = set(node_ids)
         return sorted({scope.conversation_id for scope, held in self._edges.items() if scope.tenant_id == tenant_id

@@ -250,6 +250,11 @@ class EdgeStore(EdgeReader, Protocol):
         """Remove every edge of ``scope``; returns the count."""
         ...
 
+    async def delete_edges(self, scope: Scope, node_id: str, edge_ids: Sequence[str]) -> int:
+        """Remove the edges of ``scope`` with one of ``edge_ids`` that touch ``node_id`` (either
+        end); returns the count."""
+        ...
+
     async def conversations_touching(self, tenant_id: str, node_ids: Sequence[str]) -> list[str]:
         """The tenant's conversations holding an edge that touches any of ``node_ids`` (either
         end), sorted: where a forget must look besides the nodes' own conversation (an update edge

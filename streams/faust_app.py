@@ -65,7 +65,16 @@ from streams.isolation import Failed, isolate
 from streams.kafka_client import KafkaClient
 from streams.keyring import Keyring, letter_owner, sealed
 from streams.stalls import Partition, Stalls
-from streams.write_path import EventKey, Stores, Written, decode_batch, discard, stored_events, write_batch
+from streams.write_path import (
+    EventKey,
+    Stores,
+    Written,
+    decode_batch,
+    discard,
+    relinker,
+    stored_events,
+    write_batch,
+)
 from topology import observe, sealing
 from topology.errors import kind_of
 from topology.pipeline import WritePath
@@ -226,6 +235,7 @@ def create_app(config: AppConfig, services: Services) -> faust.App:
     memories, candidates, judgments, edges, consolidation, deadletters = (spec[r].name for r in outputs)
     wp, stores, publish, keyring = services.write_path, services.stores, services.publish, services.keyring
     stores.embedder = wp.embedder  # a forget (or an undone record) re-embeds the turn after the forgotten one
+    stores.relink = relinker(stores, wp)  # and links it again
     stalls = services.stalls
 
     async def process(values: Sequence[tuple[bytes, str]], trace_ids: Sequence[str],
@@ -304,11 +314,15 @@ def create_app(config: AppConfig, services: Services) -> faust.App:
         marker = await forgetting.plan(stores, request)
         key, value = marker.scope.key, encode(marker)
         await publish([(memories, [(key, value)]), (edges, [(key, value)]), (consolidation, [(key, value)])])
-        report = await forgetting.apply(stores, marker, embedder=stores.embedder)
-        if report.rewritten:  # the next turn, re-embedded after its new turn before: logged after the marker
+        report = await forgetting.apply(stores, marker, embedder=stores.embedder, relink=stores.relink)
+        if report.rewritten:  # the next turn, re-embedded after its new turn before and linked again: logged after the marker
             own = await keyring.of_nodes(marker.scope, [n.id for n in report.rewritten]) if keyring is not None else {}
             keys = await keyring.node_keys(report.rewritten, own) if keyring is not None else {}
-            await publish([(memories, [(n.scope.key, sealed(n, keys.get(n.id))) for n in report.rewritten])])
+            written = {n.id for n in report.rewritten}
+            await publish([(memories, [(n.scope.key, sealed(n, keys.get(n.id))) for n in report.rewritten]),
+                           (edges, [(_key(e.tenant_id, e.conversation_id),
+                                     sealed(e, own.get(sealing.edge_owner(e.source, e.target, written))))
+                                    for e in report.relinked])])
         destroyed = None
         if keyring is not None:  # after the stores are clean: from now on the log's copies are unreadable
             destroyed = await keyring.destroy(marker.scope, None if marker.event_id is None else marker.node_ids,

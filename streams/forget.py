@@ -53,7 +53,7 @@ from storage.ports import (
 )
 from topology import ids
 from topology.ports import Embedder
-from topology.schemas import Forget, Forgotten, MemoryNode, Observation, Scope
+from topology.schemas import EdgeEvent, Forget, Forgotten, MemoryNode, Observation, Scope, View
 from topology.stages import context
 
 
@@ -85,6 +85,14 @@ class ForgetTargets(Protocol):
 
 T = TypeVar("T")
 
+#: The write path's linking of nodes already stored (candidates, the relation request, rule
+#: edges), returning their edges: how a forget links the next observation again.
+Relink = Callable[[Sequence[MemoryNode]], Awaitable[list[EdgeEvent]]]
+#: Every relation view.
+VIEWS: tuple[View, ...] = ("semantic", "temporal", "causal", "entity")
+#: At most this many edges of the next observation are read when planning a forget.
+RELINK_EDGES = 10_000
+
 Part = Literal["nodes", "edges", "decisions"]
 ALL_PARTS: tuple[Part, ...] = ("nodes", "edges", "decisions")
 
@@ -99,6 +107,8 @@ class ForgetReport:
     seq: int | None = None
     #: the next observation, re-embedded after its new turn before (see the module)
     rewritten: list[MemoryNode] = field(default_factory=list)
+    #: the edges it was given again (see :func:`apply`)
+    relinked: list[EdgeEvent] = field(default_factory=list)
 
     def as_dict(self) -> dict[str, Any]:
         """``status`` is "deleted" when anything was removed, else "not_found"."""
@@ -133,25 +143,50 @@ async def plan(stores: ForgetTargets, forget: Forget) -> Forgotten:
     root = ids.node_id(forget.tenant_id, forget.conversation_id, forget.event_id)
     nodes = await stores.nodes.scan(scope)
     seq = next((n.seq for n in nodes if n.id == root), None)
+    gone = await stores.nodes.forgotten(scope)
     if seq is None:
-        seq = (await stores.nodes.forgotten(scope)).get(forget.event_id)
-    return Forgotten(**base, seq=seq, node_ids=derived_closure(root, nodes))
+        seq = gone.get(forget.event_id)
+    closure = derived_closure(root, nodes)
+    nxt = None if seq is None else next_observation(nodes, seq, set(gone.values()))
+    replaced: list[str] = []
+    if nxt is not None:
+        later = {n.id for n in nodes if n.seq > nxt.seq} | set(closure)
+        touching = await stores.edges.neighbours(scope, [nxt.id], VIEWS, RELINK_EDGES)
+        replaced = sorted({e.id for e in touching
+                           if (e.target if e.source == nxt.id else e.source) not in later})
+    return Forgotten(**base, seq=seq, node_ids=closure, relinked=nxt.id if nxt else None, replaced_edges=replaced)
+
+
+def next_observation(nodes: Sequence[MemoryNode], seq: int, gone: Collection[int]) -> MemoryNode | None:
+    """The observation of ``nodes`` right after ``seq`` (seqs in ``gone``, forgotten, skipped),
+    or None when the next seq holds none. Pure."""
+    at = {n.seq: n for n in nodes if n.kind == "observation"}
+    nxt = seq + 1
+    while nxt not in at:
+        if nxt not in gone:
+            return None
+        nxt += 1
+    return at[nxt]
 
 
 async def apply(stores: ForgetTargets, marker: Forgotten, parts: Collection[Part] = ALL_PARTS,
-                embedder: Embedder | None = None) -> ForgetReport:
+                embedder: Embedder | None = None, relink: Relink | None = None) -> ForgetReport:
     """Delete what ``marker`` describes from the stores named by ``parts`` ("nodes": the
     forgotten-event record, vectors, lexical entries and nodes; "edges": the scope's, and for an
-    event, every edge of the tenant's other conversations that touches its nodes; "decisions"), then tell
-    ``stores.on_forget`` (in-memory views drop the conversation). With ``embedder`` (and "nodes"),
-    the next observation after a forgotten one is re-embedded and rewritten first (see the
-    module). Idempotent."""
+    event, every edge of the tenant's other conversations that touches its nodes, and the edges
+    the next observation was given when written; "decisions"), then tell ``stores.on_forget``
+    (in-memory views drop the conversation). With ``embedder`` (and "nodes"), the next observation
+    after a forgotten one is re-embedded and rewritten first (see the module); with ``relink`` as
+    well (and "edges"), it is then linked again, as the write path links a new turn, and its new
+    edges written (``relinked`` in the report). Idempotent."""
     scope, rep = marker.scope, ForgetReport(seq=marker.seq)
     whole = marker.event_id is None
     if "nodes" in parts and not whole and marker.seq is not None and marker.event_id is not None:
         await stores.nodes.record_forgotten(scope, marker.event_id, marker.seq)
     if "edges" in parts:
         rep.edges = await (stores.edges.delete_scope(scope) if whole else stores.edges.delete(scope, marker.node_ids))
+        if marker.relinked is not None:
+            rep.edges += await stores.edges.delete_edges(scope, marker.relinked, marker.replaced_edges)
         if not whole:  # an update edge to a forgotten memory is kept with the newer turn's conversation
             for other in await stores.edges.conversations_touching(scope.tenant_id, marker.node_ids):
                 if other != scope.conversation_id:
@@ -174,6 +209,9 @@ async def apply(stores: ForgetTargets, marker: Forgotten, parts: Collection[Part
             rep.nodes = await stores.nodes.delete(scope, marker.node_ids)
     for listener in stores.on_forget:
         await listener(scope)
+    if relink is not None and rep.rewritten and "edges" in parts:
+        rep.relinked = await relink(rep.rewritten)
+        await stores.edges.upsert(rep.relinked)
     return rep
 
 

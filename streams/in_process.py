@@ -28,7 +28,7 @@ from datetime import UTC, datetime
 from streams import forget as forgetting
 from streams.forget import ForgetReport
 from streams.isolation import Failed, isolate
-from streams.write_path import Stores, Written, decode_batch, discard, since, stored_events, write_batch
+from streams.write_path import Stores, Written, decode_batch, discard, relinker, since, stored_events, write_batch
 from topology import observe
 from topology.pipeline import WritePath, dedupe
 from topology.schemas import DeadLetter, EdgeEvent, Forget, Observation, Scope, WriteResult
@@ -76,6 +76,7 @@ class InProcessWriter:
     def __init__(self, stores: Stores, write_path: WritePath, so: CountingSystemOne, chunk: int = 64) -> None:
         self.stores, self.write_path, self.so, self.chunk = stores, write_path, so, max(1, chunk)
         stores.embedder = write_path.embedder  # a forget re-embeds the turn after the forgotten one
+        stores.relink = relinker(stores, write_path)  # and links it again
         self._lock = asyncio.Lock()
 
     async def ingest_raw(self, payloads: Sequence[bytes | str], source: str = "ingest",

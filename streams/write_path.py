@@ -83,6 +83,9 @@ class Stores:
     #: ``streams.forget.reembed_next``), set by the driver that writes these stores; None: a
     #: forget does not re-embed (a rebuild from the derived log, which logged the rewritten node)
     embedder: Embedder | None = None
+    #: how a forget links the re-embedded observation again (:func:`relinker`), set with
+    #: ``embedder``; None: it keeps the edges it has, less those to the forgotten turn
+    relink: forgetting.Relink | None = None
 
     def attach(self, cache: ScopeCache) -> None:
         """Keep the write path's in-memory conversations (``cache``) in step with these stores:
@@ -128,7 +131,8 @@ class Stores:
         vectors and lexical entries (see :mod:`streams.forget` for the order and the seq rule)."""
         request = Forget(tenant_id=scope.tenant_id, conversation_id=scope.conversation_id, event_id=event_id,
                          requested_at=requested_at or datetime.now(UTC))
-        return await forgetting.apply(self, await forgetting.plan(self, request), embedder=self.embedder)
+        return await forgetting.apply(self, await forgetting.plan(self, request), embedder=self.embedder,
+                                      relink=self.relink)
 
     async def purged(self, scopes: Sequence[Scope]) -> None:
         """Call :attr:`purge` for forgets of ``scopes`` (none: nothing to do)."""
@@ -193,6 +197,21 @@ async def stored_events(stores: Stores, obs: Sequence[Observation]) -> set[Event
         by_scope.setdefault(o.scope, []).append(o.event_id)
     found = await asyncio.gather(*(source.seqs(scope, ids) for scope, ids in by_scope.items()))
     return {(s.tenant_id, s.conversation_id, e) for s, seqs in zip(by_scope, found, strict=True) for e in seqs}
+
+
+def relinker(stores: Stores, wp: WritePath) -> forgetting.Relink:
+    """Link stored nodes again as :func:`write_chunk` links new ones (candidates, one relation
+    request, rule edges; no consolidation), remembered by the in-memory views; returns the edges
+    (the caller writes them)."""
+
+    async def relink(nodes: Sequence[MemoryNode]) -> list[EdgeEvent]:
+        csets = await wp.discover(nodes)
+        _, edges = await wp.judge(csets)
+        if stores.links is not None:
+            await stores.links.remember_links(list(nodes), edges)
+        return edges
+
+    return relink
 
 
 async def discard(stores: Stores, obs: Observation, before: set[EventKey]) -> bool:

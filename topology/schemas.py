@@ -164,7 +164,11 @@ class Forgotten(_Event):
     of each topic. ``event_id`` None means the whole conversation (``node_ids`` is then empty and
     everything of the scope goes, forgotten-event records included); otherwise ``node_ids`` holds
     the observation's node and every derived node built (transitively) from it, and ``seq`` the
-    forgotten event's seq (None when the event was never stored: nothing is recorded then)."""
+    forgotten event's seq (None when the event was never stored: nothing is recorded then).
+    ``relinked``: the next observation after the forgotten one (read after it, so linked again
+    once it is gone), and ``replaced_edges``: the ids of the edges it was given when written (to
+    earlier memories), which go with the forgotten nodes' edges; the edges it is given again follow
+    the marker on the edges topic."""
 
     op: Literal["forgotten"] = "forgotten"
     tenant_id: str
@@ -172,6 +176,8 @@ class Forgotten(_Event):
     event_id: str | None = None
     seq: int | None = Field(default=None, ge=0)
     node_ids: list[str] = Field(default_factory=list)
+    relinked: str | None = None
+    replaced_edges: list[str] = Field(default_factory=list)
     requested_at: datetime
 
     @property

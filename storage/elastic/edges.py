@@ -206,6 +206,29 @@ class ElasticEdgeStore(_Elastic):
         await self._rewrite(ops)
         return len(removed)
 
+    async def delete_edges(self, scope: Scope, node_id: str, edge_ids: Sequence[str]) -> int:
+        """The edges ``edge_ids`` of the scope touching ``node_id``, from every group holding one;
+        returns how many distinct edges went."""
+        doomed = set(edge_ids)
+        if not doomed:
+            return 0
+        removed: set[str] = set()
+        ops: list[dict[str, Any]] = []
+        for h in await self._groups(scope, [node_id]):
+            edges: list[_Edge] = orjson.loads(h["_source"]["body"])
+            gone = {e["id"] for e in edges if e["id"] in doomed and node_id in (e["source"], e["target"])}
+            if not gone:
+                continue
+            removed |= gone
+            keep = [e for e in edges if e["id"] not in gone]
+            if not keep:
+                ops.append({"delete": {"_id": h["_id"]}})
+            else:
+                ops += [{"index": {"_id": h["_id"]}},
+                        _group_doc(scope.tenant_id, scope.conversation_id, h["_source"]["gid"], h["_source"]["written"], keep)]
+        await self._rewrite(ops)
+        return len(removed)
+
     async def conversations_touching(self, tenant_id: str, node_ids: Sequence[str]) -> list[str]:
         """The tenant's conversations with a group holding one of ``node_ids``, sorted."""
         index = await self._existing(GROUPS)

@@ -339,6 +339,19 @@ class SqliteEdgeStore(Base):
                               (scope.tenant_id, scope.conversation_id, *keys, *keys))])
 
     @translated
+    async def delete_edges(self, scope: Scope, node_id: str, edge_ids: Sequence[str]) -> int:
+        if not edge_ids:
+            return 0
+        self._cache.clear()
+        self._adjacency.pop(scope, None)
+        keys = [key(i) for i in edge_ids]
+        n = ",".join("?" * len(keys))
+        args = (scope.tenant_id, scope.conversation_id, key(node_id), *keys)
+        counts = [self._delete([(f"DELETE FROM edges WHERE tenant=? AND conv=? AND {end}=? AND id IN ({n})", args)])
+                  for end in ("source", "target")]
+        return sum(counts)
+
+    @translated
     async def conversations_touching(self, tenant_id: str, node_ids: Sequence[str]) -> list[str]:
         if not node_ids:
             return []

@@ -21,7 +21,7 @@ from streams.replay import rebuild_from_log, recompute
 from topology import ids
 from topology.fakes import HashingEmbedder
 from topology.ports import Embedder
-from topology.schemas import Forget, MemoryNode, Observation, Scope, encode
+from topology.schemas import EdgeEvent, Forget, MemoryNode, Observation, Scope, encode
 from topology.stages import context
 
 A = Scope(tenant_id="t1", conversation_id="c1")
@@ -168,6 +168,61 @@ async def test_rebuilds_after_a_forget_give_the_same_vectors(mem: Embedded) -> N
         await recompute(from_observations.pipeline, [o.model_dump_json().encode() for o in turns()] +
                         [forget.model_dump_json().encode()])
         assert {k: (n.embedding, n.after, n.seq) for k, n in (await nodes(from_observations)).items()} == live
+    finally:
+        await from_log.close()
+        await from_observations.close()
+
+
+def _graph(edges: list[EdgeEvent]) -> list[tuple[str, str, str, str, float, str]]:
+    return sorted((e.view, e.label, e.source, e.target, e.probability, e.created_by) for e in edges)
+
+
+async def _answers(mem: Embedded, question: str) -> list[tuple[str, float]]:
+    return [(e.event_id, e.score) for e in (await mem.controller.retrieve(A, question, 10)).evidence]
+
+
+async def test_forgetting_a_turn_links_the_next_again_as_if_never_written(mem: Embedded) -> None:
+    """After forgetting turn n of (n-1, n, n+1), turn n+1 has the edges, and queries the ranks
+    and scores, of writing n-1 and n, forgetting n, then writing n+1 (the same seq gap)."""
+    await mem.pipeline.ingest(turns(0, 1, 2))
+    written = [e for e in await mem.stores.edges.scan(A) if nid(2) in (e.source, e.target)]
+    rep = await mem.pipeline.forget(A, "e1")
+    assert rep.relinked and all(nid(2) in (e.source, e.target) for e in rep.relinked)
+    never = stack()
+    try:
+        await never.pipeline.ingest(turns(0, 1))
+        await never.pipeline.forget(A, "e1")
+        await never.pipeline.ingest(turns(2))
+        want = _graph(await never.stores.edges.scan(A))
+        assert _graph(await mem.stores.edges.scan(A)) == want and want
+        assert _graph(written) != _graph([e for e in await mem.stores.edges.scan(A) if nid(2) in (e.source, e.target)])
+        for q in ("will you go again", "who moved here last year"):
+            assert await _answers(mem, q) == await _answers(never, q)
+    finally:
+        await never.close()
+
+
+async def test_a_rebuild_from_the_edges_topic_after_a_forget_gives_the_live_edges(mem: Embedded) -> None:
+    await mem.pipeline.ingest(turns())
+    logged_nodes = [encode(n) for n in (await nodes(mem)).values()]
+    logged_edges = [encode(e) for e in await mem.stores.edges.scan(A)]
+    forget = Forget(tenant_id=A.tenant_id, conversation_id=A.conversation_id, event_id="e1",
+                    requested_at=datetime.now(UTC))
+    marker = await forgetting.plan(mem.stores, forget)
+    assert marker.relinked == nid(2) and marker.replaced_edges
+    rep = await forgetting.apply(mem.stores, marker, embedder=AFTER, relink=mem.stores.relink)
+    # the log as the worker writes it: the marker on both topics, then the re-embedded turn and its new edges
+    logged_nodes += [encode(marker), *(encode(n) for n in rep.rewritten)]
+    logged_edges += [encode(marker), *(encode(e) for e in rep.relinked)]
+    from_log, from_observations = stack(), stack()
+    try:
+        await rebuild_from_log(from_log.stores, logged_nodes, logged_edges, [])
+        live = _graph(await mem.stores.edges.scan(A))
+        assert _graph(await from_log.stores.edges.scan(A)) == live
+        await recompute(from_observations.pipeline, [o.model_dump_json().encode() for o in turns()] +
+                        [forget.model_dump_json().encode()])
+        assert _graph(await from_observations.stores.edges.scan(A)) == live
+        assert await _answers(from_log, "will you go again") == await _answers(mem, "will you go again")
     finally:
         await from_log.close()
         await from_observations.close()
