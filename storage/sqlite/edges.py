@@ -1,14 +1,17 @@
 """The embedded edge store on SQLite: edges of the four views and consolidation decisions.
 
-Layout (``edges``, ``WITHOUT ROWID``): clustered by ``(tenant, conv, source, view, id)``, so a
+Layout (``edges``, ``WITHOUT ROWID``): clustered by ``(scope, source, view, id)``, so a
 conversation's edges are contiguous and the edges leaving a node are one range; one secondary
-index by ``(tenant, conv, target, view)`` that also holds every other column read, so incoming
-edges are read from the index alone. Node and edge ids in UUID form are stored as their 16
-bytes (:func:`key`), any other id as text, and read back as the same string (:func:`unkey`).
-An edge's id determines its source and view (ids are derived from them), so the clustered key
-is unique per edge and an upsert by it rewrites the same edge. Decision bodies are JSON,
-zlib-compressed. A store of an earlier layout is rewritten into this one when opened
-(:func:`migrate_edges`).
+index by ``(scope, target, view)`` that also holds every other column read, so incoming edges
+are read from the index alone. ``scope`` is a conversation's number in ``edge_scopes``
+(tenant, conversation), given with its first edge and dropped with the conversation's edges
+(:meth:`SqliteEdgeStore.delete_scope`), so the names are stored once per conversation rather
+than in every edge and index entry; ``view`` is a number
+(:data:`VIEWS`). Node and edge ids in UUID form are stored as their 16 bytes (:func:`key`), any
+other id as text, and read back as the same string (:func:`unkey`). An edge's id determines
+its source and view (ids are derived from them), so the clustered key is unique per edge and
+an upsert by it rewrites the same edge. Decision bodies are JSON, zlib-compressed. A store of
+an earlier layout is rewritten into this one when opened (:func:`migrate_edges`).
 """
 
 from __future__ import annotations
@@ -24,27 +27,34 @@ from typing import Any
 
 import orjson
 
-from storage.sqlite.base import Base, transaction, translated
+from storage.sqlite.base import Base, sqlite_errors, transaction, translated
 from topology.schemas import ConsolidationDecision, EdgeEvent, Scope, View
 
 log = logging.getLogger("jevmem.sqlite")
 
-#: The edge layout this build reads (``meta`` key ``edges``).
-EDGE_LAYOUT = "clustered-binary-v3"
+#: A stored edge as read (:data:`_READ`): (source, view number, id, target, probability, label,
+#: directed, by_rule, version), ids as stored (:func:`key`).
+_Row = tuple[Any, ...]
 
+#: The edge layout this build reads (``meta`` key ``edges``).
+EDGE_LAYOUT = "scoped-binary-v4"
+
+#: Each conversation with edges, numbered: the ``scope`` column of ``edges``.
+_SCOPES = """CREATE TABLE IF NOT EXISTS edge_scopes (
+  id INTEGER PRIMARY KEY, tenant TEXT NOT NULL, conv TEXT NOT NULL, UNIQUE (tenant, conv))"""
 _TABLE = """CREATE TABLE IF NOT EXISTS {name} (
-  tenant TEXT NOT NULL, conv TEXT NOT NULL, source BLOB NOT NULL, view TEXT NOT NULL, id BLOB NOT NULL,
+  scope INTEGER NOT NULL, source BLOB NOT NULL, view INTEGER NOT NULL, id BLOB NOT NULL,
   target BLOB NOT NULL, probability REAL NOT NULL, label TEXT NOT NULL,
   directed INTEGER NOT NULL, by_rule INTEGER NOT NULL, version INTEGER NOT NULL,
-  PRIMARY KEY (tenant, conv, source, view, id)) WITHOUT ROWID"""
+  PRIMARY KEY (scope, source, view, id)) WITHOUT ROWID"""
 #: Edges by target, covering every column an edge is read with: a neighbourhood's incoming edges
 #: are answered from the index alone (without it, each one was a second descent of the table).
-_INDEX = ("CREATE INDEX IF NOT EXISTS edges_to ON edges(tenant, conv, target, view, probability, label, directed, "
-          "by_rule, version)")
-#: The target index of earlier stores (not covering), replaced by :data:`_INDEX` when opened.
-_OLD_INDEX = "edges_by_target"
+_INDEX = "CREATE INDEX IF NOT EXISTS edges_to ON edges(scope, target, view, probability, label, directed, by_rule, version)"
 #: The columns an edge is stored and read back as (:func:`_row`, :func:`_edge_of`).
-_COLUMNS = "tenant, conv, source, view, id, target, probability, label, directed, by_rule, version"
+_COLUMNS = "scope, source, view, id, target, probability, label, directed, by_rule, version"
+#: The views by their stored number (the ``view`` column).
+VIEWS: tuple[View, ...] = ("semantic", "temporal", "causal", "entity")
+_VIEW_CODE: dict[str, int] = {v: i for i, v in enumerate(VIEWS)}
 
 _HEX = frozenset("0123456789abcdef")
 
@@ -77,61 +87,64 @@ def _columns(conn: sqlite3.Connection, table: str) -> dict[str, str]:
 
 
 def migrate_edges(conn: sqlite3.Connection) -> int:
-    """Create the edge table in the current layout, or rewrite an earlier one into it in one
-    transaction: a rowid table with each edge's JSON body, or the text-id table clustered by edge
-    id. Returns the number of edges moved (0 when the store was current or new)."""
+    """Create the edge tables in the current layout, or rewrite an earlier one into it in one
+    transaction: a rowid table with each edge's JSON body, the text-id table clustered by edge
+    id, or the table that named the tenant and conversation in every row. Returns the number of
+    edges moved (0 when the store was current or new)."""
     cols = _columns(conn, "edges")
-    if cols.get("id") == "BLOB":
-        if conn.execute("SELECT 1 FROM sqlite_master WHERE type='index' AND name=?", (_OLD_INDEX,)).fetchone():
-            log.warning("replacing the edges' target index with a covering one (once; a few seconds per million edges)")
-        with transaction(conn):
-            conn.execute(_INDEX)
-            conn.execute(f"DROP INDEX IF EXISTS {_OLD_INDEX}")
-        return 0
-    if not cols:
+    if "scope" in cols or not cols:
+        conn.execute(_SCOPES)
         conn.execute(_TABLE.format(name="edges"))
         conn.execute(_INDEX)
         return 0
     if "body" in cols:  # the JSON-body layout
-        select = ("SELECT tenant, conv, source, view, id, target, probability, "
-                  "json_extract(CAST(body AS TEXT), '$.label'), "
-                  "json_extract(CAST(body AS TEXT), '$.direction') = 'directed', "
-                  "json_extract(CAST(body AS TEXT), '$.created_by') = 'rule', "
-                  "json_extract(CAST(body AS TEXT), '$.schema_version') FROM edges")
+        fields = ("e.source, e.view, e.id, e.target, e.probability, "
+                  "json_extract(CAST(e.body AS TEXT), '$.label'), "
+                  "json_extract(CAST(e.body AS TEXT), '$.direction') = 'directed', "
+                  "json_extract(CAST(e.body AS TEXT), '$.created_by') = 'rule', "
+                  "json_extract(CAST(e.body AS TEXT), '$.schema_version')")
     else:
-        select = f"SELECT {_COLUMNS} FROM edges"
+        fields = "e.source, e.view, e.id, e.target, e.probability, e.label, e.directed, e.by_rule, e.version"
     log.warning("rewriting the edge table into the current layout (once; about 30 s per million edges)")
     with transaction(conn):
-        conn.execute(_TABLE.format(name="edges_v3"))
+        conn.execute(_SCOPES)
+        conn.execute("INSERT OR IGNORE INTO edge_scopes (tenant, conv) SELECT DISTINCT tenant, conv FROM edges "
+                     "ORDER BY tenant, conv")
+        conn.execute(_TABLE.format(name="edges_v4"))
         moved = 0
-        cur = conn.execute(select)
+        cur = conn.execute(f"SELECT s.id, {fields} FROM edges e JOIN edge_scopes s ON s.tenant = e.tenant "
+                           "AND s.conv = e.conv")
         while rows := cur.fetchmany(10_000):
-            conn.executemany(f"INSERT INTO edges_v3 ({_COLUMNS}) VALUES (?,?,?,?,?,?,?,?,?,?,?)",
-                             [(r[0], r[1], key(r[2]), r[3], key(r[4]), key(r[5]), *r[6:]) for r in rows])
+            conn.executemany(f"INSERT INTO edges_v4 ({_COLUMNS}) VALUES (?,?,?,?,?,?,?,?,?,?)",
+                             [(r[0], _stored(r[1]), _VIEW_CODE[r[2]], _stored(r[3]), _stored(r[4]), *r[5:])
+                              for r in rows])
             moved += len(rows)
         conn.execute("DROP TABLE edges")  # its indexes go with it
-        conn.execute("ALTER TABLE edges_v3 RENAME TO edges")
+        conn.execute("ALTER TABLE edges_v4 RENAME TO edges")
         conn.execute(_INDEX)
         conn.execute("INSERT OR REPLACE INTO meta VALUES ('edges', ?)", (EDGE_LAYOUT,))
     log.warning("edge table rewritten: %d edges", moved)
     return moved
 
 
-def _row(e: EdgeEvent) -> tuple[object, ...]:
-    return (e.tenant_id, e.conversation_id, key(e.source), e.view, key(e.id), key(e.target), e.probability, e.label,
+def _stored(i: bytes | str) -> bytes | str:
+    """An id as the current layout stores it (:func:`key`; stored bytes are kept)."""
+    return i if isinstance(i, bytes) else key(i)
+
+
+def _row(e: EdgeEvent) -> _Row:
+    """The stored columns of ``e`` after ``scope`` (:data:`_READ`)."""
+    return (key(e.source), _VIEW_CODE[e.view], key(e.id), key(e.target), e.probability, e.label,
             int(e.direction == "directed"), int(e.created_by == "rule"), e.schema_version)
 
 
-#: A stored edge as read (:data:`_READ`): (source, view, id, target, probability, label,
-#: directed, by_rule, version), ids as stored (:func:`key`).
-_Row = tuple[Any, ...]
 
 
 def _edge_of(scope: Scope, r: _Row) -> EdgeEvent:
     """The edge of a stored row (validating a dict is the fastest way pydantic builds one)."""
     return EdgeEvent.model_validate({
         "tenant_id": scope.tenant_id, "conversation_id": scope.conversation_id, "source": _node_id(r[0]),
-        "view": r[1], "id": unkey(r[2]), "target": _node_id(r[3]), "probability": r[4], "label": r[5],
+        "view": VIEWS[r[1]], "id": unkey(r[2]), "target": _node_id(r[3]), "probability": r[4], "label": r[5],
         "direction": "directed" if r[6] else "undirected", "created_by": "rule" if r[7] else "system_one",
         "schema_version": r[8]})
 
@@ -181,6 +194,30 @@ class SqliteEdgeStore(Base):
         super().__init__(conn)
         self._cache: OrderedDict[bytes | str, EdgeEvent] = OrderedDict()
         self._adjacency: OrderedDict[Scope, _Adjacency] = OrderedDict()
+        self._scopes: dict[tuple[str, str], int] = {}
+
+    def _scope(self, scope: Scope) -> int | None:
+        """The number of ``scope`` in ``edge_scopes`` (None: it has no edges)."""
+        k = (scope.tenant_id, scope.conversation_id)
+        n = self._scopes.get(k)
+        if n is None:
+            row = self._conn.execute("SELECT id FROM edge_scopes WHERE tenant=? AND conv=?", k).fetchone()
+            if row is None:
+                return None
+            n = self._scopes[k] = int(row[0])
+        return n
+
+    def _numbered(self, keys: Sequence[tuple[str, str]]) -> dict[tuple[str, str], int]:
+        """The numbers of ``keys`` (tenant, conversation), given to those without one; in the
+        caller's open transaction, so a number is kept only if the edges written with it are."""
+        out = {}
+        for k in keys:
+            n = self._scopes.get(k)
+            if n is None:
+                self._conn.execute("INSERT OR IGNORE INTO edge_scopes (tenant, conv) VALUES (?, ?)", k)
+                n = int(self._conn.execute("SELECT id FROM edge_scopes WHERE tenant=? AND conv=?", k).fetchone()[0])
+            out[k] = n
+        return out
 
     def _follow(self, edges: Sequence[EdgeEvent]) -> None:
         """Apply the committed upsert of ``edges`` to the built indexes of their scopes, as the
@@ -195,7 +232,7 @@ class SqliteEdgeStore(Base):
                 continue  # not built: a build reads the table, these edges included
             index, rows = adj.index, adj.rows
             for e in group:
-                r = _row(e)[2:]
+                r = _row(e)
                 old = rows.get(e.id)
                 if old is not None:
                     r = (*old[:4], r[4], old[5], *r[6:])
@@ -220,9 +257,8 @@ class SqliteEdgeStore(Base):
         if adj.index is None or adj.rows is None:
             index: dict[str, dict[str, dict[str, tuple[float, str]]]] = {}
             rows: dict[str, _Row] = {}
-            for r in self._conn.execute(f"SELECT {_READ} FROM edges WHERE tenant=? AND conv=?",
-                                        (scope.tenant_id, scope.conversation_id)):
-                source, view, eid, target, p = unkey(r[0]), r[1], unkey(r[2]), unkey(r[3]), r[4]
+            for r in self._conn.execute(f"SELECT {_READ} FROM edges WHERE scope=?", (self._scope(scope),)):
+                source, view, eid, target, p = unkey(r[0]), VIEWS[r[1]], unkey(r[2]), unkey(r[3]), r[4]
                 for end in (source, target) if target != source else (source,):
                     index.setdefault(end, {}).setdefault(view, {})[eid] = (-p, eid)
                 rows[eid] = r
@@ -233,11 +269,14 @@ class SqliteEdgeStore(Base):
     async def upsert(self, edges: Sequence[EdgeEvent]) -> None:
         for e in edges:
             self._cache.pop(key(e.id), None)
-        self._write(
-            f"INSERT INTO edges ({_COLUMNS}) VALUES (?,?,?,?,?,?,?,?,?,?,?) ON CONFLICT(tenant, conv, source, view, id) "
-            "DO UPDATE SET probability=excluded.probability, directed=excluded.directed, by_rule=excluded.by_rule, "
-            "version=excluded.version",
-            [_row(e) for e in edges])
+        with sqlite_errors("write"), transaction(self._conn):
+            numbers = self._numbered(list(dict.fromkeys((e.tenant_id, e.conversation_id) for e in edges)))
+            self._conn.executemany(
+                f"INSERT INTO edges ({_COLUMNS}) VALUES (?,?,?,?,?,?,?,?,?,?) ON CONFLICT(scope, source, view, id) "
+                "DO UPDATE SET probability=excluded.probability, directed=excluded.directed, by_rule=excluded.by_rule, "
+                "version=excluded.version",
+                [(numbers[(e.tenant_id, e.conversation_id)], *_row(e)) for e in edges])
+        self._scopes.update(numbers)
         self._follow(edges)
 
     @staticmethod
@@ -256,14 +295,16 @@ class SqliteEdgeStore(Base):
 
     def _sql_ranked(self, scope: Scope, node_ids: Sequence[str], views: Sequence[View], limit: int) -> list[_Row]:
         """The rows of the edges of ``views`` touching ``node_ids``: probability descending, then id."""
-        keys = [key(i) for i in node_ids]
-        n, v = ",".join("?" * len(keys)), ",".join("?" * len(views))
-        args = (scope.tenant_id, scope.conversation_id)
+        number = self._scope(scope)
+        if number is None:
+            return []
+        keys, codes = [key(i) for i in node_ids], [_VIEW_CODE[v] for v in views]
+        n, v = ",".join("?" * len(keys)), ",".join("?" * len(codes))
         return list(self._conn.execute(
-            f"SELECT {_READ} FROM edges WHERE tenant=? AND conv=? AND source IN ({n}) AND view IN ({v}) "
-            f"UNION SELECT {_READ} FROM edges WHERE tenant=? AND conv=? AND target IN ({n}) AND view IN ({v}) "
+            f"SELECT {_READ} FROM edges WHERE scope=? AND source IN ({n}) AND view IN ({v}) "
+            f"UNION SELECT {_READ} FROM edges WHERE scope=? AND target IN ({n}) AND view IN ({v}) "
             f"ORDER BY probability DESC, id LIMIT ?",
-            (*args, *keys, *views, *args, *keys, *views, limit)).fetchall())
+            (number, *keys, *codes, number, *keys, *codes, limit)).fetchall())
 
     def _decoded(self, scope: Scope, rows: Sequence[_Row]) -> list[EdgeEvent]:
         """The edges of ``rows``, in order, decoded through the LRU (keyed by the stored id)."""
@@ -310,8 +351,7 @@ class SqliteEdgeStore(Base):
 
     @translated
     async def scan(self, scope: Scope) -> list[EdgeEvent]:
-        rows = self._conn.execute(f"SELECT {_READ} FROM edges WHERE tenant=? AND conv=?",
-                                  (scope.tenant_id, scope.conversation_id)).fetchall()
+        rows = self._conn.execute(f"SELECT {_READ} FROM edges WHERE scope=?", (self._scope(scope),)).fetchall()
         return sorted((_edge_of(scope, r) for r in rows), key=lambda e: e.id)
 
     @translated
@@ -335,8 +375,8 @@ class SqliteEdgeStore(Base):
         self._adjacency.pop(scope, None)
         keys = [key(i) for i in node_ids]
         n = ",".join("?" * len(keys))
-        return self._delete([(f"DELETE FROM edges WHERE tenant=? AND conv=? AND (source IN ({n}) OR target IN ({n}))",
-                              (scope.tenant_id, scope.conversation_id, *keys, *keys))])
+        return self._delete([(f"DELETE FROM edges WHERE scope=? AND (source IN ({n}) OR target IN ({n}))",
+                              (self._scope(scope), *keys, *keys))])
 
     @translated
     async def delete_edges(self, scope: Scope, node_id: str, edge_ids: Sequence[str]) -> int:
@@ -346,8 +386,8 @@ class SqliteEdgeStore(Base):
         self._adjacency.pop(scope, None)
         keys = [key(i) for i in edge_ids]
         n = ",".join("?" * len(keys))
-        args = (scope.tenant_id, scope.conversation_id, key(node_id), *keys)
-        counts = [self._delete([(f"DELETE FROM edges WHERE tenant=? AND conv=? AND {end}=? AND id IN ({n})", args)])
+        args = (self._scope(scope), key(node_id), *keys)
+        counts = [self._delete([(f"DELETE FROM edges WHERE scope=? AND {end}=? AND id IN ({n})", args)])
                   for end in ("source", "target")]
         return sum(counts)
 
@@ -357,15 +397,19 @@ class SqliteEdgeStore(Base):
             return []
         keys = [key(i) for i in node_ids]
         n = ",".join("?" * len(keys))
-        rows = self._conn.execute(f"SELECT DISTINCT conv FROM edges WHERE tenant=? AND (source IN ({n}) OR target IN ({n})) "
-                                  "ORDER BY conv", (tenant_id, *keys, *keys)).fetchall()
+        rows = self._conn.execute(f"SELECT DISTINCT s.conv FROM edge_scopes s JOIN edges e ON e.scope = s.id "
+                                  f"WHERE s.tenant=? AND (e.source IN ({n}) OR e.target IN ({n})) ORDER BY s.conv",
+                                  (tenant_id, *keys, *keys)).fetchall()
         return [str(r[0]) for r in rows]
 
     @translated
     async def delete_scope(self, scope: Scope) -> int:
         self._cache.clear()
         self._adjacency.pop(scope, None)
-        return self._delete([("DELETE FROM edges WHERE tenant=? AND conv=?", (scope.tenant_id, scope.conversation_id))])
+        number = self._scope(scope)
+        self._scopes.pop((scope.tenant_id, scope.conversation_id), None)
+        return self._delete([("DELETE FROM edges WHERE scope=?", (number,)),
+                             ("DELETE FROM edge_scopes WHERE id=?", (number,))], counted=0)
 
     @translated
     async def delete_decisions(self, scope: Scope, node_ids: Sequence[str]) -> int:

@@ -174,9 +174,17 @@ CACHE_KIB = 64 * 1024
 #: Page size of a new memory store, in bytes. A node row (its body and its 384 float32s, about
 #: 2.1 KB) does not fit twice in SQLite's default 4 KiB page, so each took a page of its own.
 PAGE_SIZE = 16384
+#: The write-ahead log is checkpointed once it holds this many bytes of pages, and cut back to
+#: this size after a checkpoint: SQLite's own threshold counts pages (1,000), which at
+#: :data:`PAGE_SIZE` would keep a 16 MiB log beside the database.
+WAL_BYTES = 4 << 20
 #: Page cache of an embedded store opened without a memory plan, in MiB, shared by its node, edge
 #: and lexical connections (a plan's ``sqlite_cache_mb``: ``storage.budget``).
 CACHE_MB = 256
+
+
+def _page_size(conn: sqlite3.Connection) -> int:
+    return int(conn.execute("PRAGMA page_size").fetchone()[0])
 
 
 def connect(path: str | Path, cache_kib: int = CACHE_KIB) -> sqlite3.Connection:
@@ -186,6 +194,8 @@ def connect(path: str | Path, cache_kib: int = CACHE_KIB) -> sqlite3.Connection:
     with sqlite_errors(str(path)):
         conn.execute("PRAGMA synchronous=NORMAL")
         conn.execute(f"PRAGMA cache_size=-{max(64, cache_kib)}")
+        conn.execute(f"PRAGMA wal_autocheckpoint={WAL_BYTES // _page_size(conn)}")
+        conn.execute(f"PRAGMA journal_size_limit={WAL_BYTES}")
         conn.executescript(_SCHEMA)
         migrate_nodes(conn)
         # stores of an earlier layout kept a second vector per turn (its context vector); a turn's

@@ -83,29 +83,57 @@ async def test_edges_of_the_text_id_layout_are_rewritten_with_binary_ids(tmp_pat
     conn.close()
 
 
-async def test_a_store_with_the_narrow_target_index_gets_the_covering_one_and_reads_incoming_edges_from_it(
+async def test_a_store_that_named_the_conversation_in_every_edge_is_rewritten_with_scope_numbers(
         tmp_path: Path) -> None:
     db = tmp_path / "memory.sqlite3"
     edges = _edges(stable_uuid)
+    other = EdgeEvent(id=stable_uuid("x0"), tenant_id="t1", conversation_id="c2", view="semantic",
+                      source=stable_uuid("n0"), target=stable_uuid("n9"), direction="undirected", probability=0.9,
+                      label="related", created_by="system_one")
+    old = sqlite3.connect(db)
+    old.executescript("""
+        CREATE TABLE edges (tenant TEXT NOT NULL, conv TEXT NOT NULL, source BLOB NOT NULL, view TEXT NOT NULL,
+          id BLOB NOT NULL, target BLOB NOT NULL, probability REAL NOT NULL, label TEXT NOT NULL,
+          directed INTEGER NOT NULL, by_rule INTEGER NOT NULL, version INTEGER NOT NULL,
+          PRIMARY KEY (tenant, conv, source, view, id)) WITHOUT ROWID;
+        CREATE INDEX edges_by_target ON edges(tenant, conv, target, view);""")
+    old.executemany("INSERT INTO edges VALUES (?,?,?,?,?,?,?,?,?,?,?)", [
+        (e.tenant_id, e.conversation_id, key(e.source), e.view, key(e.id), key(e.target), e.probability, e.label,
+         int(e.direction == "directed"), int(e.created_by == "rule"), e.schema_version) for e in [*edges, other]])
+    old.commit()
+    old.close()
     conn = connect(db)
     store = SqliteEdgeStore(conn)
-    await store.upsert(edges)
-    conn.execute("DROP INDEX edges_to")  # the layout before: target and view only
-    conn.execute("CREATE INDEX edges_by_target ON edges(tenant, conv, target, view)")
-    conn.commit()
-    conn.close()
-    conn = connect(db)
-    store = SqliteEdgeStore(conn)
+    assert "tenant" not in {r[1] for r in conn.execute("PRAGMA table_info(edges)")}
+    assert sorted(conn.execute("SELECT tenant, conv FROM edge_scopes")) == [("t1", "c1"), ("t1", "c2")]
     assert {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE tbl_name='edges' AND type='index'")} == {
         "edges_to"}
     plan = " ".join(str(r) for r in conn.execute(
         "EXPLAIN QUERY PLAN SELECT source, view, id, target, probability, label, directed, by_rule, version "
-        "FROM edges WHERE tenant=? AND conv=? AND target IN (?) AND view IN (?)", ("t1", "c1", b"x", "semantic")))
+        "FROM edges WHERE scope=? AND target IN (?) AND view IN (?)", (1, b"x", 0)))
     assert "COVERING INDEX edges_to" in plan
+    assert await store.scan(SCOPE) == sorted(edges, key=lambda e: e.id)
     target = edges[0].target
     got = await store.neighbours(SCOPE, [target], ["semantic", "temporal", "entity", "causal"], 10)
     assert got == sorted([e for e in edges if target in (e.source, e.target)], key=lambda e: (-e.probability, e.id))
+    assert await store.conversations_touching("t1", [stable_uuid("n0")]) == ["c1", "c2"]
     conn.close()
+
+
+async def test_a_conversations_number_goes_with_its_edges_and_a_new_one_is_given_when_it_has_edges_again(
+        tmp_path: Path) -> None:
+    conn = connect(tmp_path / "memory.sqlite3")
+    store = SqliteEdgeStore(conn)
+    await store.upsert(_edges(stable_uuid))
+    assert conn.execute("SELECT tenant, conv FROM edge_scopes").fetchall() == [("t1", "c1")]
+    assert await store.delete_scope(SCOPE) == 4
+    assert conn.execute("SELECT COUNT(*) FROM edge_scopes").fetchone() == (0,)
+    assert await store.scan(SCOPE) == []
+    assert await store.neighbours(SCOPE, [stable_uuid("n1")], ["semantic", "temporal"], 10) == []
+    await store.upsert(_edges(stable_uuid)[:1])
+    assert await store.scan(SCOPE) == _edges(stable_uuid)[:1]
+    conn.close()
+    assert await SqliteEdgeStore(connect(tmp_path / "memory.sqlite3")).scan(SCOPE) == _edges(stable_uuid)[:1]
 
 
 def test_uuid_ids_are_stored_as_their_bytes_in_the_same_order_and_other_ids_as_text() -> None:
@@ -251,3 +279,19 @@ async def test_a_new_store_holds_several_turns_with_their_embeddings_a_page_and_
     old = tmp_path / "old.sqlite3"
     sqlite3.connect(old).execute("CREATE TABLE t (x)").connection.commit()  # made with SQLite's default pages
     assert connect(old).execute("PRAGMA page_size").fetchone()[0] == 4096
+
+
+def test_the_write_ahead_log_is_checkpointed_and_cut_back_by_bytes_not_pages(tmp_path: Path) -> None:
+    from storage.sqlite.store import WAL_BYTES
+
+    conn = connect(tmp_path / "memory.sqlite3")
+    db = tmp_path / "memory.sqlite3"
+    assert conn.execute("PRAGMA wal_autocheckpoint").fetchone()[0] * PAGE_SIZE == WAL_BYTES
+    assert conn.execute("PRAGMA journal_size_limit").fetchone()[0] == WAL_BYTES
+    conn.execute("CREATE TABLE filler (b BLOB)")
+    for _ in range(3):  # 3 x 6 MiB committed, each more than the threshold
+        conn.executemany("INSERT INTO filler VALUES (?)", [(np.random.default_rng(0).bytes(8192),)] * 768)
+    conn.execute("INSERT INTO filler VALUES (x'00')")  # a small commit after a checkpoint
+    assert (tmp_path / "memory.sqlite3-wal").stat().st_size <= WAL_BYTES + 2 * PAGE_SIZE
+    assert db.stat().st_size > 3 * 6 << 20
+    conn.close()
