@@ -342,6 +342,10 @@ def _dice(a: frozenset[str], b: frozenset[str]) -> float:
     return 2 * len(a & b) / (len(a) + len(b)) if a or b else 0.0
 
 
+#: The gated features of a pair whose gate is closed.
+_UNGATED: list[float] = [0.0] * len(GATED_FEATURES)
+
+
 def update_features(st: RelationState) -> list[float]:
     """The feature vector of one (older, newer) pair, in :data:`UPDATE_FEATURES` order."""
     old, new = analyse(st.older), analyse(st.newer)
@@ -361,6 +365,8 @@ def update_features(st: RelationState) -> list[float]:
     ]
     # both are statements by users about one person
     gate = match * user_old * user_new * (1.0 - float(old.question)) * (1.0 - float(new.question))
+    if not gate:  # every gated feature is gate times a finite value
+        return who + _UNGATED
     shared = old.values & new.values
     gained, lost = new.values - old.values, old.values - new.values
     link = bool(old.slots & new.slots or old.shapes & new.shapes or shared or old.caps & new.caps)
