@@ -81,7 +81,7 @@ class Settings(BaseSettings):
     # the memory budget of the caches that grow with the store (MiB; storage.budget shares it out:
     # SQLite page cache, the write path's in-memory conversations, the read path's vectors); the
     # model and runtime come on top
-    memory_mb: int = Field(default=512, ge=64)
+    memory_mb: int = Field(default=384, ge=64)
     # set either to replace its share of the budget: nodes the write path keeps in memory (least
     # recently written conversations dropped first, reloaded when written again), and the embedded
     # store's SQLite page cache (MiB, shared by its connections)

@@ -38,4 +38,4 @@ def test_a_worker_gives_the_write_path_the_budget() -> None:
 def test_settings_give_the_plan_of_their_budget_and_overrides() -> None:
     s = Settings(memory_mb=128, cache_nodes=777)
     assert s.memory(384).write_nodes == 777 and s.memory(384).sqlite_cache_mb == plan(128, 384).sqlite_cache_mb
-    assert Settings().memory(384) == plan(512, 384)
+    assert Settings().memory(384) == plan(384, 384)  # the default budget, 384-d embeddings
