@@ -138,8 +138,6 @@ def _row(e: EdgeEvent) -> _Row:
             int(e.direction == "directed"), int(e.created_by == "rule"), e.schema_version)
 
 
-
-
 def _edge_of(scope: Scope, r: _Row) -> EdgeEvent:
     """The edge of a stored row (validating a dict is the fastest way pydantic builds one)."""
     return EdgeEvent.model_validate({
@@ -198,7 +196,10 @@ class SqliteEdgeStore(Base):
 
     def _scope(self, scope: Scope) -> int | None:
         """The number of ``scope`` in ``edge_scopes`` (None: it has no edges)."""
-        k = (scope.tenant_id, scope.conversation_id)
+        return self._number((scope.tenant_id, scope.conversation_id))
+
+    def _number(self, k: tuple[str, str]) -> int | None:
+        """The number of (tenant, conversation) ``k``, from memory or the table (None: none yet)."""
         n = self._scopes.get(k)
         if n is None:
             row = self._conn.execute("SELECT id FROM edge_scopes WHERE tenant=? AND conv=?", k).fetchone()
@@ -212,10 +213,10 @@ class SqliteEdgeStore(Base):
         caller's open transaction, so a number is kept only if the edges written with it are."""
         out = {}
         for k in keys:
-            n = self._scopes.get(k)
+            n = self._number(k)
             if n is None:
-                self._conn.execute("INSERT OR IGNORE INTO edge_scopes (tenant, conv) VALUES (?, ?)", k)
-                n = int(self._conn.execute("SELECT id FROM edge_scopes WHERE tenant=? AND conv=?", k).fetchone()[0])
+                n = int(self._conn.execute("INSERT INTO edge_scopes (tenant, conv) VALUES (?, ?) RETURNING id",
+                                           k).fetchone()[0])
             out[k] = n
         return out
 

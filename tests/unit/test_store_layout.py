@@ -13,7 +13,7 @@ import pytest
 
 from storage.scope_cache import ScopeCache
 from storage.sqlite.edges import key, unkey
-from storage.sqlite.store import PAGE_SIZE, SqliteEdgeStore, SqliteNodeStore, connect
+from storage.sqlite.store import PAGE_SIZE, WAL_BYTES, SqliteEdgeStore, SqliteNodeStore, connect
 from tests.conftest import chat_observations
 from topology.fakes import HashingEmbedder
 from topology.ids import stable_uuid
@@ -282,8 +282,6 @@ async def test_a_new_store_holds_several_turns_with_their_embeddings_a_page_and_
 
 
 def test_the_write_ahead_log_is_checkpointed_and_cut_back_by_bytes_not_pages(tmp_path: Path) -> None:
-    from storage.sqlite.store import WAL_BYTES
-
     conn = connect(tmp_path / "memory.sqlite3")
     db = tmp_path / "memory.sqlite3"
     assert conn.execute("PRAGMA wal_autocheckpoint").fetchone()[0] * PAGE_SIZE == WAL_BYTES
