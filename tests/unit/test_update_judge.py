@@ -23,7 +23,17 @@ from topology.systemone.catalog import RELATION
 from topology.systemone.features import RelationState
 from topology.systemone.local import LocalSystemOne, relation, relation_many
 from topology.systemone.port import Item
-from topology.systemone.update_model import SHIPPED, UPDATE_FEATURES, UpdateModel, analyse, attributes_embedder, subjects
+from topology.systemone.update_model import (
+    SHIPPED,
+    UPDATE_FEATURES,
+    UpdateModel,
+    analyse,
+    attributes_embedder,
+    sentence_pairs,
+    sentences,
+    subjects,
+    update_features,
+)
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -109,6 +119,26 @@ def test_an_update_needs_the_same_attribute() -> None:
     pair = _state("I answer to Marisol, who heads our team.", "I'm based in Bologna at the moment, it suits me.")
     p = [relation({**pair, "attribute": a}).p("updates") for a in (0.0, None, 0.9)]
     assert p[0] < p[1] < p[2]
+
+
+def test_two_chat_turns_are_judged_sentence_by_sentence() -> None:
+    """Two multi-sentence chat turns whose cues only add up across sentences (a shared name in
+    one, new words in another) are no update; an update inside a longer turn still is, and a
+    pair of single sentences is answered as before."""
+    chat = _state("Thanks, Caroline! Yeah, I made this bowl in my class. It took some work, but I'm pretty proud of it.",
+                  "Bye, Caroline! Can't wait to hear about it. Have fun and stay safe!")
+    whole = float(UpdateModel.shipped().probabilities(np.asarray([update_features(RelationState(**chat))]))[0])
+    assert whole >= 0.8 > relation(chat).p("updates")  # without the sentence check: a supersedes edge
+    assert sentences("Big news! I moved to Lisbon last month. The flat is tiny but bright.") == [
+        "Big news!", "I moved to Lisbon last month.", "The flat is tiny but bright."]
+    assert relation(_state("I live in Porto, near the river.",
+                           "Big news! I moved to Lisbon last month. The flat is tiny but bright.")).p("updates") >= 0.8
+    assert relation(_state("My manager is Claire. She is great.",
+                           "Claire left the company. My new manager is Jonas.")).p("updates") >= 0.8
+    single = _state("I live in Porto.", "I moved to Lisbon.")
+    assert sentence_pairs(RelationState(**single)) == []
+    assert relation(single).p("updates") == float(
+        UpdateModel.shipped().probabilities(np.asarray([update_features(RelationState(**single))]))[0])
 
 
 def test_the_subject_is_the_speaker_a_relative_or_a_name() -> None:

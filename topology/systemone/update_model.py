@@ -346,6 +346,30 @@ def _dice(a: frozenset[str], b: frozenset[str]) -> float:
 _UNGATED: list[float] = [0.0] * len(GATED_FEATURES)
 
 
+#: An answer at least this high is checked sentence by sentence (:meth:`UpdateModel.answer`);
+#: below it the check could only lower an answer no edge is made of.
+SENTENCE_CHECK = 0.5
+#: Sentences of a text read by the sentence check: its first ones (a chat turn states its news first).
+MAX_SENTENCES = 4
+_SENTENCE_END = re.compile(r"(?<=[.!?])\s+(?=[A-Z\"'\[(])")
+
+
+def sentences(text: str) -> list[str]:
+    """The sentences of ``text`` (split after ".", "!" or "?" before a capital), at most
+    :data:`MAX_SENTENCES`; the text itself when it is one sentence."""
+    parts = [p for p in _SENTENCE_END.split(text.strip()) if p.strip()]
+    return parts[:MAX_SENTENCES] if len(parts) > 1 else [text]
+
+
+def sentence_pairs(st: RelationState) -> list[RelationState]:
+    """``st`` with one sentence of each text in place of the texts, for every pair of their
+    :func:`sentences`; empty when both texts are single sentences."""
+    older, newer = sentences(st.older), sentences(st.newer)
+    if len(older) == 1 and len(newer) == 1:
+        return []
+    return [st.model_copy(update={"older": o, "newer": n}) for n in newer for o in older]
+
+
 def update_features(st: RelationState) -> list[float]:
     """The feature vector of one (older, newer) pair, in :data:`UPDATE_FEATURES` order."""
     old, new = analyse(st.older), analyse(st.newer)
@@ -415,11 +439,28 @@ class UpdateModel(LogisticModel):
     WHAT: ClassVar[str] = "update"
 
     def answer(self, states: list[RelationState]) -> list[float]:
-        """p(update) for parsed relation states, one evaluation for the batch."""
+        """p(update) for parsed relation states, one evaluation for the batch, then one for the
+        sentence pairs of :func:`sentence_pairs`: where a pair's answer is at least
+        :data:`SENTENCE_CHECK` and a text has more than one sentence, the answer is at most that of
+        its best pair of single sentences (one of each text). The judge reads one-sentence
+        statements; on two long chat turns its cues add up across sentences that say nothing
+        of each other (a shared word in one, a new word in another)."""
         if not states:
             return []
         rows = np.asarray([update_features(st) for st in states], dtype=np.float64)
-        return [float(p) for p in self.probabilities(rows)]
+        out = [float(p) for p in self.probabilities(rows)]
+        split: list[tuple[int, list[RelationState]]] = []
+        for i, (st, p) in enumerate(zip(states, out, strict=True)):
+            if p >= SENTENCE_CHECK and (parts := sentence_pairs(st)):
+                split.append((i, parts))
+        if split:
+            flat = [part for _, parts in split for part in parts]
+            ps = self.probabilities(np.asarray([update_features(st) for st in flat], dtype=np.float64))
+            at = 0
+            for i, parts in split:
+                out[i] = min(out[i], float(ps[at: at + len(parts)].max()))
+                at += len(parts)
+        return out
 
     @classmethod
     def shipped(cls) -> UpdateModel:
