@@ -61,6 +61,11 @@ STALE_WEIGHT = 0.5
 #: A memory stating someone else's fact, for a question about people of the conversation
 #: (``query_api.retrieval.subjects``), keeps 1 - OTHER_SUBJECT_PENALTY of its score.
 OTHER_SUBJECT_PENALTY = 0.5
+#: A fact that the asked person tells of someone else ("My mum has Marisol as a manager", "my
+#: friend Lucinda lives in Lyon") keeps 1 - HEARSAY_PENALTY of its score: never an answer about
+#: the asked person, whose own words it is. Another speaker's own fact keeps the milder
+#: OTHER_SUBJECT_PENALTY (a question may name the wrong one of two speakers).
+HEARSAY_PENALTY = 0.99
 #: For a question about the present naming a person, that person's own statements scoring at
 #: least LATEST_BAND times the best of them answer it about as well, and the latest of them
 #: ranks first (``query_api.retrieval.currency.latest_first``); above 1: off.
@@ -160,6 +165,7 @@ class Params(BaseModel):
     recency_weight: float = RECENCY_WEIGHT
     stale_weight: float = STALE_WEIGHT
     other_subject_penalty: float = Field(default=OTHER_SUBJECT_PENALTY, ge=0.0, le=1.0)
+    hearsay_penalty: float = Field(default=HEARSAY_PENALTY, ge=0.0, le=1.0)
     latest_band: float = Field(default=LATEST_BAND, ge=0.0)
     top_k: int = 10
     weights: ScoreWeights = ScoreWeights()

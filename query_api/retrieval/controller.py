@@ -586,14 +586,16 @@ class RetrievalController:
 
     def _subjects(self, run: _Run, question: str) -> None:
         """A memory that states someone else's fact, when the question asks about people of the
-        pool (:mod:`query_api.retrieval.subjects`), keeps ``1 - params.other_subject_penalty`` of its score."""
-        cut = self.params.other_subject_penalty
+        pool (:mod:`query_api.retrieval.subjects`), keeps ``1 - params.hearsay_penalty`` of its
+        score when one of the asked people said it (their words about someone else), else
+        ``1 - params.other_subject_penalty`` (another speaker's fact)."""
+        other, hearsay = self.params.other_subject_penalty, self.params.hearsay_penalty
         run.asked = asked = subjects.asked_people(question, {c.node.speaker or "" for c in run.st.pool.values()})
-        if not asked or not cut:
+        if not asked or not (other or hearsay):
             return
         for c in run.st.pool.values():
             if subjects.about_someone_else(c.node, asked, question):
-                c.score *= 1.0 - cut
+                c.score *= 1.0 - (hearsay if (c.node.speaker or "").lower() in asked else other)
 
     def _latest(self, run: _Run) -> None:
         """For a question about the present naming people of the pool: the latest of a named

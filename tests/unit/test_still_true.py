@@ -272,3 +272,30 @@ def test_an_own_statement_is_said_by_the_asked_person_about_them() -> None:
     assert subjects.own_statement(node("Priya", "I answer to Marisol, who heads our team."), asked)
     assert not subjects.own_statement(node("Priya", "My mum works at Norcastle Bank."), asked)
     assert not subjects.own_statement(node("Olu", "I answer to Agnieszka, who heads our team."), asked)
+
+
+async def test_what_the_asked_person_tells_of_someone_else_ranks_below_their_own_fact(memory: Embedded) -> None:
+    """A friend's city in the asked person's words is hearsay about the friend: it keeps
+    ``1 - hearsay_penalty`` of its score and ranks below the person's own statement, however
+    alike the words; another speaker's own fact keeps the milder ``other_subject_penalty``."""
+    texts = ["I'm based in Lyon at the moment, it suits me.", "The weather was lovely on the beach today.",
+             "Funny enough, my best friend Lucinda lives in Lyon too.", "Dinner was pasta with too much garlic."]
+    await memory.pipeline.ingest([
+        Observation(tenant_id="t1", conversation_id="c1", event_id=f"e{i}", content=t, speaker="Ana",
+                    observed_at=T0 + timedelta(days=i)) for i, t in enumerate(texts)])
+    res = await memory.controller.retrieve(SCOPE, "Where is Ana living these days?", 10)
+    got = _by_event(res.evidence)
+    assert got["e0"][0] < got["e2"][0]
+    p = memory.controller.params
+    assert p.hearsay_penalty > p.other_subject_penalty
+    assert got["e2"][1].score <= (1.0 - p.hearsay_penalty) * 1.0 + 1e-9  # scores are at most 1 before the cut
+
+
+def test_lets_is_the_speakers_plan_not_a_person_named_let() -> None:
+    def node(text: str) -> MemoryNode:
+        return MemoryNode.model_validate({"id": "n", "tenant_id": "t1", "conversation_id": "c1", "seq": 0,
+                                          "event_id": "e", "content": text, "speaker": "Jon"})
+
+    question = "When did Jon and Gina decide to collaborate?"
+    asked = subjects.asked_people(question, ["Jon", "Gina"])
+    assert not subjects.about_someone_else(node("Definitely, Gina! Let's make our collaboration awesome."), asked, question)

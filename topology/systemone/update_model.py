@@ -204,7 +204,7 @@ TIME_WORDS = frozenset(
 _WORD = re.compile(r"[a-z0-9]+(?:'[a-z]+)?")
 _NOT_NAMES = frozenset(
     """I I'm I've I'd I'll My Our We You Your He She They It It's This That These Those There Here
-    The A An And But So Or If Then Just Actually Still Yes Yep Yeah Oh Ooh Ah Ha Haha Wow Well Sure Okay Ok No Not
+    The A An And But So Or If Then Let Just Actually Still Yes Yep Yeah Oh Ooh Ah Ha Haha Wow Well Sure Okay Ok No Not
     Nothing Everything Something Anything Everyone Someone Anyone Nobody Somebody Everybody Each Every Another One
     Some All Both Most Many Few Finally Lately Recently Honestly Anyway Apparently Obviously Clearly Luckily Sadly
     Hopefully Basically Seriously Today Tonight Yesterday Tomorrow Now Then Also Maybe Perhaps Again Once
