@@ -174,7 +174,7 @@ SLOTS: dict[str, re.Pattern[str]] = {
     ),
     "partner": _rx(
         r"\b(?:partner|dat(?:e|es|ed|ing)|girlfriend|boyfriend|wife|husband|seeing|together|"
-        r"couple|relationship|married|engaged|split|broke)\b"
+        r"couple(?!\s+of)|relationship|married|engaged|split|broke)\b"
     ),
     "phone": _rx(r"\b(?:phones?|mobile|smartphone|screen|battery|camera|texts?|apps?)\b"),
     "gym": _rx(
