@@ -137,6 +137,8 @@ def test_two_chat_turns_are_judged_sentence_by_sentence() -> None:
                            "Claire left the company. My new manager is Jonas.")).p("updates") >= 0.8
     single = _state("I live in Porto.", "I moved to Lisbon.")
     assert sentence_pairs(RelationState(**single)) == []
+    assert sentence_pairs(RelationState(**_state("I live in Porto.", "Hi! I moved."))) == [
+        ("I live in Porto.", "Hi!"), ("I live in Porto.", "I moved.")]
     assert relation(single).p("updates") == float(
         UpdateModel.shipped().probabilities(np.asarray([update_features(RelationState(**single))]))[0])
 

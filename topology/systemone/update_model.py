@@ -361,18 +361,20 @@ def sentences(text: str) -> list[str]:
     return parts[:MAX_SENTENCES] if len(parts) > 1 else [text]
 
 
-def sentence_pairs(st: RelationState) -> list[RelationState]:
-    """``st`` with one sentence of each text in place of the texts, for every pair of their
-    :func:`sentences`; empty when both texts are single sentences."""
+def sentence_pairs(st: RelationState) -> list[tuple[str, str]]:
+    """(older sentence, newer sentence) for every pair of the two texts' :func:`sentences`;
+    empty when both texts are single sentences."""
     older, newer = sentences(st.older), sentences(st.newer)
     if len(older) == 1 and len(newer) == 1:
         return []
-    return [st.model_copy(update={"older": o, "newer": n}) for n in newer for o in older]
+    return [(o, n) for n in newer for o in older]
 
 
-def update_features(st: RelationState) -> list[float]:
-    """The feature vector of one (older, newer) pair, in :data:`UPDATE_FEATURES` order."""
-    old, new = analyse(st.older), analyse(st.newer)
+def update_features(st: RelationState, older: str | None = None, newer: str | None = None) -> list[float]:
+    """The feature vector of one (older, newer) pair, in :data:`UPDATE_FEATURES` order; with
+    ``older`` and ``newer``, of those texts in place of the state's (its speakers, roles and
+    times kept)."""
+    old, new = analyse(st.older if older is None else older), analyse(st.newer if newer is None else newer)
     same_speaker = st.same_speaker or (bool(st.older_speaker) and st.older_speaker == st.newer_speaker)
     # a caller that names no speakers but says one person said both (an older state) still has one speaker
     older_speaker = st.older_speaker or (UNNAMED if st.same_speaker and not st.newer_speaker else "")
@@ -449,13 +451,13 @@ class UpdateModel(LogisticModel):
             return []
         rows = np.asarray([update_features(st) for st in states], dtype=np.float64)
         out = [float(p) for p in self.probabilities(rows)]
-        split: list[tuple[int, list[RelationState]]] = []
+        split: list[tuple[int, list[tuple[str, str]]]] = []
         for i, (st, p) in enumerate(zip(states, out, strict=True)):
             if p >= SENTENCE_CHECK and (parts := sentence_pairs(st)):
                 split.append((i, parts))
         if split:
-            flat = [part for _, parts in split for part in parts]
-            ps = self.probabilities(np.asarray([update_features(st) for st in flat], dtype=np.float64))
+            flat = [update_features(states[i], o, n) for i, parts in split for o, n in parts]
+            ps = self.probabilities(np.asarray(flat, dtype=np.float64))
             at = 0
             for i, parts in split:
                 out[i] = min(out[i], float(ps[at: at + len(parts)].max()))
