@@ -1,7 +1,8 @@
 """The write path's update candidates (:class:`storage.speaker_facts.RealmSpeakerFacts`) do not
 depend on what else the stores hold: later turns of the same batch, or a redelivered batch's
 turns already written, that outrank a speaker's earlier memories in the realm search change
-neither which earlier memories are found nor their order."""
+neither which earlier memories are found nor their order; of those found, the pairs asked
+(:func:`topology.stages.updates.pairs`) are distinct earlier statements."""
 
 from __future__ import annotations
 
@@ -9,7 +10,8 @@ from collections.abc import Sequence
 
 from storage.ports import Hit
 from storage.speaker_facts import HITS_PER_LIMIT, RealmSpeakerFacts
-from topology.schemas import MemoryNode, Realm, Scope
+from topology.schemas import CandidateSet, MemoryNode, Realm, Scope, TypeScores
+from topology.stages.updates import pairs
 
 SCOPE = Scope(tenant_id="t1", conversation_id="c1")
 
@@ -105,3 +107,22 @@ async def test_the_search_goes_by_the_query_vectors_when_given() -> None:
     by_query = (await RealmSpeakerFacts(realm, realm).earlier_by_speaker([asking], 1, [[0.0, 1.0]]))[0]
     assert [(n.id, s) for n, s in by_own] == [("n0", 1.0)]
     assert [(n.id, s) for n, s in by_query] == [("n1", 1.0)]
+
+
+def test_update_pairs_skip_questions_and_repeated_lines_and_keep_the_limit() -> None:
+    """A question or chatter states no fact to replace, and a line said again is one candidate:
+    the ``limit`` is spent on distinct earlier statements, most similar first."""
+    def said(seq: int, text: str, kind: str = "statement") -> MemoryNode:
+        kinds = {k: (0.96 if k == kind else 0.01) for k in ("statement", "question", "tool", "advice", "chatter")}
+        return MemoryNode(id=f"n{seq}", tenant_id="t1", conversation_id="c1", event_id=f"e{seq}", seq=seq,
+                          content=text, speaker="Ana", embedding=[1.0], types=TypeScores(kind=kinds))
+
+    new = said(20, "I upgraded to a Moto Edge at the weekend.")
+    found = [(said(1, "I need a holiday, honestly."), 0.91), (said(5, "I need a holiday, honestly."), 0.91),
+             (said(2, "Did you see the sunset? Unreal.", "question"), 0.90), (said(3, "Fair enough!", "chatter"), 0.9),
+             (said(4, "I've had a Pixel 8 for a couple of years."), 0.88), (said(6, "I live in Porto."), 0.87),
+             (said(7, "My manager is Claire."), 0.86)]
+    got = pairs([CandidateSet(node=new, candidates=[])], {new.id: found}, 3)[new.id]
+    assert [n.content for n, _ in got] == ["I need a holiday, honestly.", "I've had a Pixel 8 for a couple of years.",
+                                           "I live in Porto."]
+    assert [f.cosine for _, f in got] == [0.91, 0.88, 0.87]

@@ -65,14 +65,24 @@ def earlier(older: MemoryNode, node: MemoryNode) -> bool:
 
 def pairs(csets: Sequence[CandidateSet], found: Mapping[str, Sequence[tuple[MemoryNode, float]]],
           limit: int) -> dict[str, list[tuple[MemoryNode, CandidateFeatures]]]:
-    """Per new node id: the update candidates ``found`` for it that are not among its candidates
-    already (those are asked anyway), at most ``limit``, with the pair's features (the
+    """Per new node id: the update candidates ``found`` for it (most similar first) that are
+    not among its candidates already (those are asked anyway), said before it, and
+    :func:`statement` s (a question or chatter states no fact to replace), a text said again
+    counting once (its most similar copy), at most ``limit``, with the pair's features (the
     similarity; no word, entity or time proximity: only the ``updates`` answer is read)."""
     out: dict[str, list[tuple[MemoryNode, CandidateFeatures]]] = {}
     for cs in csets:
         known = {c.node_id for c in cs.candidates} | {cs.node.id}
-        extra = [(n, CandidateFeatures(cosine=round(max(-1.0, min(1.0, s)), 6), lexical=0.0, entity=0.0, temporal=0.0))
-                 for n, s in found.get(cs.node.id, ()) if n.id not in known and earlier(n, cs.node)][: max(0, limit)]
+        texts: set[str] = set()
+        extra: list[tuple[MemoryNode, CandidateFeatures]] = []
+        for n, s in found.get(cs.node.id, ()):
+            if len(extra) >= limit:
+                break
+            if n.id in known or n.content in texts or not earlier(n, cs.node) or not statement(n):
+                continue
+            texts.add(n.content)
+            extra.append((n, CandidateFeatures(cosine=round(max(-1.0, min(1.0, s)), 6), lexical=0.0, entity=0.0,
+                                               temporal=0.0)))
         if extra:
             out[cs.node.id] = extra
     return out
