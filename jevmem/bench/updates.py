@@ -15,7 +15,8 @@ Figures (fractions in [0, 1]; each over the questions of its kind):
   top 10 and ranks above the one it replaced (a replaced one not recalled ranks below);
   ``current_in_top3``; ``current_first``; ``stale_flagged`` the replaced statement is marked
   out of date: its evidence item carries ``superseded_by``, or (recalled or not) a
-  ``supersedes`` edge targets its node;
+  ``supersedes`` edge targets its node; ``stale_flagged_by_update`` a ``supersedes`` edge
+  targets it from a later statement of the same attribute of the same person (not any edge);
 - past questions ("Where did Ana live before?"): ``history_at_10`` the replaced statement is in
   the top 10; ``history_above_current`` it ranks above its replacement;
 - stable questions: ``stable_at_1`` the statement is in the top 10 and above the look-alike
@@ -125,13 +126,16 @@ class _Run(SyntheticRun):
             ingest_s = await self.ingest(service)
             edges = await self.supersedes(service)
             flagged = {older for _, older in edges}
+            right = statement_pairs(self.data)
+            rightly = {older for newer, older in edges if (newer, older) in right}
             for j, q in enumerate(self.data.questions):
                 ranked, marked, ms = await self.ask(service, q)
                 latencies.append(ms)
                 self.score(q, ranked, marked | flagged, hits)
+                if q.kind == "present":
+                    hits["stale_flagged_by_update"].append(q.stale in rightly)
                 if self.progress:
                     self.progress("questions", j + 1, len(self.data.questions))
-        right = statement_pairs(self.data)
         n = len(self.turns)
         out: dict[str, Any] = {
             "conversations": len(self.data.conversations), "people": len(self.data.users()), "observations": n,
@@ -139,7 +143,7 @@ class _Run(SyntheticRun):
             "ingest_seconds": round(ingest_s, 2), "observations_per_second": round(n / ingest_s, 1) if ingest_s else None,
         }
         out.update({k: _mean(hits[k]) for k in (
-            "update_at_1", "current_in_top3", "current_first", "stale_flagged", "history_at_10",
+            "update_at_1", "current_in_top3", "current_first", "stale_flagged", "stale_flagged_by_update", "history_at_10",
             "history_above_current", "stable_at_1", "stable_wrongly_flagged")})
         out["by_update_kind"] = {k: {m: _mean(hits[f"{m}:{k}"]) for m in ("update_at_1", "stale_flagged")}
                                  | {"questions": len(hits[f"update_at_1:{k}"])} for k in UPDATE_KINDS}

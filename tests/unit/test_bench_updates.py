@@ -109,6 +109,7 @@ def _check_sane(out: dict[str, object]) -> None:
                 "history_above_current", "stable_at_1", "stable_wrongly_flagged"):
         assert 0.0 <= figures[key] <= 1.0, key
     assert figures["current_first"] <= figures["current_in_top3"]
+    assert 0.0 <= figures["stale_flagged_by_update"] <= figures["stale_flagged"]
     assert figures["questions"]["present"] == figures["questions"]["past"] > 0
     assert sum(v["questions"] for v in figures["by_update_kind"].values()) == figures["questions"]["present"]
     assert 0 < figures["query_ms"]["p50"] <= figures["query_ms"]["p95"]
