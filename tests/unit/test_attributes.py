@@ -16,9 +16,11 @@ from topology import ids
 from topology.params import Params
 from topology.pipeline import WritePath
 from topology.ports import Embedder
-from topology.schemas import Observation, Scope
+from topology.schemas import CandidateFeatures, CandidateSet, MemoryNode, Observation, Scope
+from topology.stages import relations
 from topology.stages.relations import Attributes
 from topology.systemone.attributes import PROTOTYPES, AttributeSpace
+from topology.systemone.port import Answer, Item
 from topology.systemone.update_model import attributes_embedder
 
 T0 = datetime(2024, 5, 1, tzinfo=UTC)
@@ -107,3 +109,52 @@ async def test_a_statement_of_another_attribute_does_not_supersede(model_memory:
 def test_without_a_space_every_attribute_is_unknown(embedder: Embedder) -> None:
     v = embedder.embed(["I live in Porto."])[0]
     assert Attributes(None, {"a": v, "b": v}).similarity("a", "b") is None
+
+
+class _Fixed(Attributes):
+    """Attribute similarities by the older node's id (None: unknown)."""
+
+    def __init__(self, by_older: dict[str, float | None]) -> None:
+        super().__init__()
+        self.by_older = by_older
+
+    def similarity(self, a: str, b: str) -> float | None:
+        return self.by_older.get(a)
+
+
+class _Updates:
+    """A System One whose ``updates`` answer is fixed by the older text."""
+
+    def __init__(self, p: dict[str, float]) -> None:
+        self.p = p
+
+    async def ask(self, items: Sequence[Item]) -> list[Answer]:
+        return [Answer({"semantic": 0.1, "caused_by": 0.0, "causes": 0.0, "updates": self.p[str(i.state["older"])]})
+                for i in items]
+
+    async def aclose(self) -> None:
+        return None
+
+
+async def test_a_new_statement_supersedes_the_judged_update_most_about_its_attribute() -> None:
+    """Of the earlier statements judged replaced (at or above ``theta_update``), the new one
+    supersedes the one most about the same attribute, not merely the most probable; with the
+    attribute unknown, the most probable."""
+    def node(seq: int, text: str) -> MemoryNode:
+        return MemoryNode(id=f"n{seq}", tenant_id="t1", conversation_id="c1", event_id=f"e{seq}", seq=seq,
+                          content=text, speaker="Ana", role="user")
+
+    job, home, new = node(1, "I answer to Claire."), node(2, "I live in Porto."), node(3, "I moved to Lisbon.")
+    f = CandidateFeatures(cosine=0.9, lexical=0.0, entity=0.0, temporal=0.5)
+    csets = [CandidateSet(node=new, candidates=[])]
+    only = {new.id: [(job, f), (home, f)]}
+    so = _Updates({job.content: 0.99, home.content: 0.9})
+
+    async def replaced(attributes: Attributes) -> list[str]:
+        _, edges = await relations.judge(csets, {}, cast(Any, so), Params(), only, attributes)
+        return [e.target for e in edges if e.label == "supersedes"]
+
+    assert await replaced(_Fixed({job.id: 0.1, home.id: 0.8})) == [home.id]
+    assert await replaced(Attributes()) == [job.id]
+    so.p[home.content] = Params().theta_update - 0.01  # judged no update: the attribute alone decides nothing
+    assert await replaced(_Fixed({job.id: 0.1, home.id: 0.8})) == [job.id]

@@ -141,6 +141,11 @@ class Attributes:
         return round(float(self._profiles[ra] @ self._profiles[rb]), 4)
 
 
+def _known(similarity: float | None) -> float:
+    """An attribute similarity, -1 when unknown (so the probability decides)."""
+    return -1.0 if similarity is None else similarity
+
+
 def strongest(judgments: Sequence[RelationJudgment], k: int, floor: float) -> set[tuple[str, str]]:
     """The (source, target) pairs of the ``k`` most probably related candidates of each new turn
     (``target``) with p(semantic) at least ``floor``: p descending, then source id."""
@@ -198,8 +203,11 @@ async def judge(csets: Sequence[CandidateSet], earlier: dict[str, MemoryNode], s
     probability. The turn's most similar candidate (:func:`nearest`) is linked too, labelled
     :data:`NEAREST`, as consolidation's pair. Causal and alias edges exist at or above
     ``params.theta_rel``. A new turn supersedes at most one earlier memory: a ``supersedes`` edge
-    (temporal, newer -> older) to the pair with the highest ``updates`` answer at or above
-    ``params.theta_update``, among its candidates and its ``updates_only`` pairs (node id -> the
+    (temporal, newer -> older) to the pair most about the same attribute (``attributes``; then
+    the highest answer) among those whose ``updates`` answer is at or above
+    ``params.theta_update`` (the judge's answers saturate near 1 on statements of one person; the
+    attribute tells which of them the new one replaces), among its candidates and its
+    ``updates_only`` pairs (node id -> the
     update candidates of :mod:`topology.stages.updates`, which may be in other conversations of
     the same user: the edge is kept with the newer turn's conversation; of those pairs only the
     ``updates`` answer is read, and no judgment is returned). Every pair's state carries its
@@ -228,11 +236,15 @@ async def judge(csets: Sequence[CandidateSet], earlier: dict[str, MemoryNode], s
         return [], []
     answers = await so.ask(items)
     judgments, edges = [], []
-    replaced: dict[str, tuple[float, MemoryNode]] = {}  # new turn -> its most probable update
+    replaced: dict[str, tuple[float, MemoryNode]] = {}  # new turn -> the update it makes
+    chosen: dict[str, tuple[float, float]] = {}  # new turn -> (attribute similarity, p) of that update
 
     def supersedes(node: MemoryNode, other: MemoryNode, p: float) -> None:
-        if p >= params.theta_update and p > replaced.get(node.id, (0.0, other))[0]:
-            replaced[node.id] = (p, other)
+        if p < params.theta_update:
+            return
+        key = (_known(attributes.similarity(other.id, node.id)), p)
+        if key > chosen.get(node.id, (-2.0, 0.0)):
+            chosen[node.id], replaced[node.id] = key, (p, other)
 
     for (kind, cset, other, pair), ans in zip(keys, answers, strict=True):
         node = cset.node
