@@ -174,11 +174,11 @@ SLOTS: dict[str, re.Pattern[str]] = {
     ),
     "partner": _rx(
         r"\b(?:partner|dat(?:e|es|ed|ing)|girlfriend|boyfriend|wife|husband|seeing|together|"
-        r"couple(?!\s+of)|relationship|married|engaged|split|broke)\b"
+        r"couple(?!\s+of)|relationship|married|engaged|split(?:\s+up|\s+from)|broke(?:\s+up|\s+off))\b"
     ),
     "phone": _rx(r"\b(?:phones?|mobile|smartphone|screen|battery|camera|texts?|apps?)\b"),
     "gym": _rx(
-        r"\b(?:gyms?|train(?:s|ing)?|workouts?|work out|fitness|membership|member|lift(?:ing)?|"
+        r"\b(?:gyms?|training|(?<!the\s)(?<!\ba\s)trains?|workouts?|work out|fitness|membership|member|lift(?:ing)?|"
         r"class(?:es)?|sessions?|sauna|trainers?)\b"
     ),
     "hobby": _rx(
