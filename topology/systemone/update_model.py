@@ -167,7 +167,7 @@ SLOTS: dict[str, re.Pattern[str]] = {
         r"payroll|career|position|desk)\b"
     ),
     "manager": _rx(r"\b(?:manager|boss|supervisor|lead|reports?|reporting|one-to-ones?|review)\b"),
-    "vehicle": _rx(r"\b(?:drive[sn]?|driving|drove|cars?|vehicle|park(?:ed|ing)?|mileage|roads?|traded)\b"),
+    "vehicle": _rx(r"\b(?:drive[sn]?|driving|drove|cars?(?!\s+park)|vehicle|park(?:ed|ing)|mileage|roads?|traded)\b"),
     "food": _rx(
         r"\b(?:food|dish(?:es)?|eat(?:s|ing)?|ate|cuisine|meals?|menu|restaurants?|dinner|lunch|"
         r"cook(?:s|ing)?|delicious|taste)\b"
