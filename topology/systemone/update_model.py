@@ -306,21 +306,25 @@ def names(text: str) -> frozenset[str]:
 def value_words(text: str) -> frozenset[str]:
     """Content words of ``text`` that are neither slot words (:data:`SLOTS`) nor change cues:
     what a value ("Lisbon", "ramen", "pottery") is made of. Lowercased, lightly stemmed."""
-    out = set()
-    for word in _WORD.findall(CUE.sub(" ", text.lower())):
-        word = word.removesuffix("'s")
-        if (
-            word in STOPWORDS
-            or word in KIN_WORDS
-            or word in TIME_WORDS
-            or word.endswith("ly")  # an adverb ("finally", "honestly") says how, not what
-            or len(word) < 2
-            or CUE.fullmatch(word)
-            or any(p.fullmatch(word) for p in SLOTS.values())
-        ):
-            continue
-        out.add(stem(word))
+    out = {v for word in _WORD.findall(CUE.sub(" ", text.lower())) if (v := _value_word(word))}
     return frozenset(out)
+
+
+@functools.lru_cache(maxsize=65536)
+def _value_word(word: str) -> str:
+    """The stem of ``word`` when it can be part of a value (see :func:`value_words`), else ""."""
+    word = word.removesuffix("'s")
+    if (
+        word in STOPWORDS
+        or word in KIN_WORDS
+        or word in TIME_WORDS
+        or word.endswith("ly")  # an adverb ("finally", "honestly") says how, not what
+        or len(word) < 2
+        or CUE.fullmatch(word)
+        or any(p.fullmatch(word) for p in SLOTS.values())
+    ):
+        return ""
+    return stem(word)
 
 
 def subjects(text: Text, speaker: str) -> frozenset[str]:
