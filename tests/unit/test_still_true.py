@@ -272,6 +272,9 @@ def test_an_own_statement_is_said_by_the_asked_person_about_them() -> None:
     assert subjects.own_statement(node("Priya", "I answer to Marisol, who heads our team."), asked)
     assert not subjects.own_statement(node("Priya", "My mum works at Norcastle Bank."), asked)
     assert not subjects.own_statement(node("Olu", "I answer to Agnieszka, who heads our team."), asked)
+    # worded as a fact (a value, a cue, an attribute's words), not small talk
+    assert subjects.own_statement(node("Priya", "I upgraded to a Moto Edge at the weekend."), asked)
+    assert not subjects.own_statement(node("Priya", "I need a holiday, honestly."), asked)
 
 
 async def test_what_the_asked_person_tells_of_someone_else_ranks_below_their_own_fact(memory: Embedded) -> None:
