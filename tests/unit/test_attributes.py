@@ -16,7 +16,7 @@ from topology import ids
 from topology.params import Params
 from topology.pipeline import WritePath
 from topology.ports import Embedder
-from topology.schemas import CandidateFeatures, CandidateSet, MemoryNode, Observation, Scope
+from topology.schemas import CandidateFeatures, CandidateSet, MemoryNode, Observation, Scope, TypeScores
 from topology.stages import relations
 from topology.stages.relations import Attributes
 from topology.systemone.attributes import PROTOTYPES, AttributeSpace
@@ -158,3 +158,8 @@ async def test_a_new_statement_supersedes_the_judged_update_most_about_its_attri
     assert await replaced(Attributes()) == [job.id]
     so.p[home.content] = Params().theta_update - 0.01  # judged no update: the attribute alone decides nothing
     assert await replaced(_Fixed({job.id: 0.1, home.id: 0.8})) == [job.id]
+    # a question replaces no fact, whatever the pair's answer
+    asking = node(4, "Did I move to Lisbon?").model_copy(update={"types": TypeScores(
+        kind={"statement": 0.05, "question": 0.9, "tool": 0.01, "advice": 0.02, "chatter": 0.02})})
+    csets[0], only = CandidateSet(node=asking, candidates=[]), {asking.id: [(job, f), (home, f)]}
+    assert await replaced(_Fixed({job.id: 0.1, home.id: 0.8})) == []

@@ -15,6 +15,7 @@ import numpy as np
 from topology import ids
 from topology.params import Params
 from topology.schemas import CandidateFeatures, CandidateSet, EdgeEvent, MemoryNode, RelationJudgment
+from topology.stages.updates import statement
 from topology.systemone.attributes import AttributeSpace
 from topology.systemone.catalog import ALIAS, RELATION
 from topology.systemone.port import Item, SystemOne
@@ -206,7 +207,9 @@ async def judge(csets: Sequence[CandidateSet], earlier: dict[str, MemoryNode], s
     (temporal, newer -> older) to the pair most about the same attribute (``attributes``; then
     the highest answer) among those whose ``updates`` answer is at or above
     ``params.theta_update`` (the judge's answers saturate near 1 on statements of one person; the
-    attribute tells which of them the new one replaces), among its candidates and its
+    attribute tells which of them the new one replaces), when the new turn is a statement
+    (:func:`topology.stages.updates.statement`: a question, tool turn, advice or chatter replaces
+    no fact, whatever the pair's answer), among its candidates and its
     ``updates_only`` pairs (node id -> the
     update candidates of :mod:`topology.stages.updates`, which may be in other conversations of
     the same user: the edge is kept with the newer turn's conversation; of those pairs only the
@@ -240,7 +243,7 @@ async def judge(csets: Sequence[CandidateSet], earlier: dict[str, MemoryNode], s
     chosen: dict[str, tuple[float, float]] = {}  # new turn -> (attribute similarity, p) of that update
 
     def supersedes(node: MemoryNode, other: MemoryNode, p: float) -> None:
-        if p < params.theta_update:
+        if p < params.theta_update or not statement(node):
             return
         key = (_known(attributes.similarity(other.id, node.id)), p)
         if key > chosen.get(node.id, (-2.0, 0.0)):
