@@ -55,9 +55,10 @@ STOP_MISSING = 0.15
 STOP_CONTINUE = 0.15
 #: Weight of the recency adjustment on the combined score.
 RECENCY_WEIGHT = 0.1
-#: A superseded memory keeps 1 - STALE_WEIGHT * p(supersedes) of its score for a question about
-#: the present: enough to put it below a replacement that scored a little lower.
-STALE_WEIGHT = 0.5
+#: A superseded memory keeps 1 - STALE_WEIGHT * p(supersedes) * (1 - p(past)) of its score
+#: (``query_api.retrieval.currency.stale_factor``); for a question about the present it also ranks
+#: just below its replacement. A wrong edge costs the memory this share whatever the question.
+STALE_WEIGHT = 0.25
 #: A memory stating someone else's fact, for a question about people of the conversation
 #: (``query_api.retrieval.subjects``), keeps 1 - OTHER_SUBJECT_PENALTY of its score.
 OTHER_SUBJECT_PENALTY = 0.5
