@@ -41,12 +41,11 @@ def about_someone_else(node: MemoryNode, asked: frozenset[str], question: str) -
 def own_statement(node: MemoryNode, asked: frozenset[str]) -> bool:
     """Whether ``node`` states a fact of its own speaker, one of the ``asked`` people: said by
     them, about them (:func:`~topology.systemone.update_model.subjects`), a statement
-    (:func:`topology.stages.updates.statement`), and worded as a fact: a fact pattern, an
-    attribute's words, a stated value's shape or a change cue (the update judge's text
-    analysis; "I need a holiday, honestly." states none)."""
+    (:func:`topology.stages.updates.statement`), and worded as a fact
+    (:attr:`~topology.systemone.update_model.Text.worded_as_fact`)."""
     speaker = (node.speaker or "").lower()
     text = analyse(node.content)
     found = subjects(text, node.speaker or "")
     if speaker not in asked or (found and f"person:{speaker}" not in found):
         return False
-    return (text.fact or bool(text.slots) or bool(text.shapes) or text.cue) and statement(node)
+    return text.worded_as_fact and statement(node)

@@ -142,11 +142,6 @@ class Attributes:
         return round(float(self._profiles[ra] @ self._profiles[rb]), 4)
 
 
-def _known(similarity: float | None) -> float:
-    """An attribute similarity, -1 when unknown (so the probability decides)."""
-    return -1.0 if similarity is None else similarity
-
-
 def strongest(judgments: Sequence[RelationJudgment], k: int, floor: float) -> set[tuple[str, str]]:
     """The (source, target) pairs of the ``k`` most probably related candidates of each new turn
     (``target``) with p(semantic) at least ``floor``: p descending, then source id."""
@@ -239,15 +234,17 @@ async def judge(csets: Sequence[CandidateSet], earlier: dict[str, MemoryNode], s
         return [], []
     answers = await so.ask(items)
     judgments, edges = [], []
-    replaced: dict[str, tuple[float, MemoryNode]] = {}  # new turn -> the update it makes
-    chosen: dict[str, tuple[float, float]] = {}  # new turn -> (attribute similarity, p) of that update
+    # new turn -> ((attribute similarity, -1 when unknown; p), the memory it replaces)
+    replaced: dict[str, tuple[tuple[float, float], MemoryNode]] = {}
+    stating = {cs.node.id for cs in csets if statement(cs.node)}
 
     def supersedes(node: MemoryNode, other: MemoryNode, p: float) -> None:
-        if p < params.theta_update or not statement(node):
+        if p < params.theta_update or node.id not in stating:
             return
-        key = (_known(attributes.similarity(other.id, node.id)), p)
-        if key > chosen.get(node.id, (-2.0, 0.0)):
-            chosen[node.id], replaced[node.id] = key, (p, other)
+        similarity = attributes.similarity(other.id, node.id)
+        key = (-1.0 if similarity is None else similarity, p)
+        if node.id not in replaced or key > replaced[node.id][0]:
+            replaced[node.id] = (key, other)
 
     for (kind, cset, other, pair), ans in zip(keys, answers, strict=True):
         node = cset.node
@@ -271,7 +268,7 @@ async def judge(csets: Sequence[CandidateSet], earlier: dict[str, MemoryNode], s
         if j.causes >= theta_rel:
             edges.append(_edge(node, "causal", node.id, other.id, j.causes, "causes", "system_one", True))
     nodes = {cs.node.id: cs.node for cs in csets}
-    for target, (p, replaced_node) in sorted(replaced.items()):
+    for target, ((_, p), replaced_node) in sorted(replaced.items()):
         edges.append(_edge(nodes[target], "temporal", target, replaced_node.id, p, SUPERSEDES, "system_one", True))
     keep = strongest(judgments, params.semantic_per_turn, params.theta_semantic)
     close = nearest(csets, earlier)

@@ -239,6 +239,12 @@ class Text:
     values: frozenset[str]
     caps: frozenset[str]
 
+    @property
+    def worded_as_fact(self) -> bool:
+        """A fact pattern, an attribute's words, a stated value's shape or a change cue ("I need
+        a holiday, honestly." has none)."""
+        return self.fact or bool(self.slots) or bool(self.shapes) or self.cue
+
 
 @functools.lru_cache(maxsize=16384)
 def analyse(text: str) -> Text:
@@ -306,8 +312,7 @@ def names(text: str) -> frozenset[str]:
 def value_words(text: str) -> frozenset[str]:
     """Content words of ``text`` that are neither slot words (:data:`SLOTS`) nor change cues:
     what a value ("Lisbon", "ramen", "pottery") is made of. Lowercased, lightly stemmed."""
-    out = {v for word in _WORD.findall(CUE.sub(" ", text.lower())) if (v := _value_word(word))}
-    return frozenset(out)
+    return frozenset(v for word in _WORD.findall(CUE.sub(" ", text.lower())) if (v := _value_word(word)))
 
 
 @functools.lru_cache(maxsize=65536)
@@ -374,11 +379,14 @@ def sentence_pairs(st: RelationState) -> list[tuple[str, str]]:
     return [(o, n) for n in newer for o in older]
 
 
-def update_features(st: RelationState, older: str | None = None, newer: str | None = None) -> list[float]:
-    """The feature vector of one (older, newer) pair, in :data:`UPDATE_FEATURES` order; with
-    ``older`` and ``newer``, of those texts in place of the state's (its speakers, roles and
-    times kept)."""
-    old, new = analyse(st.older if older is None else older), analyse(st.newer if newer is None else newer)
+def update_features(st: RelationState) -> list[float]:
+    """The feature vector of one (older, newer) pair, in :data:`UPDATE_FEATURES` order."""
+    return _features(st, analyse(st.older), analyse(st.newer))
+
+
+def _features(st: RelationState, old: Text, new: Text) -> list[float]:
+    """:func:`update_features` of ``st`` with the analysed texts ``old`` and ``new`` (the
+    state's own, or one sentence of each; its speakers, roles and times kept)."""
     same_speaker = st.same_speaker or (bool(st.older_speaker) and st.older_speaker == st.newer_speaker)
     # a caller that names no speakers but says one person said both (an older state) still has one speaker
     older_speaker = st.older_speaker or (UNNAMED if st.same_speaker and not st.newer_speaker else "")
@@ -460,7 +468,7 @@ class UpdateModel(LogisticModel):
             if p >= SENTENCE_CHECK and (parts := sentence_pairs(st)):
                 split.append((i, parts))
         if split:
-            flat = [update_features(states[i], o, n) for i, parts in split for o, n in parts]
+            flat = [_features(states[i], analyse(o), analyse(n)) for i, parts in split for o, n in parts]
             ps = self.probabilities(np.asarray(flat, dtype=np.float64))
             at = 0
             for i, parts in split:
