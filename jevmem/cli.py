@@ -46,11 +46,13 @@ def _process(debug: Annotated[bool, typer.Option(
         "--debug", help="On an error, print its traceback too (otherwise one line says what to check) "
                         "[env JEVMEM_DEBUG].")] = False) -> None:
     """Process-wide setup before any command: ``--debug``, the garbage collector's thresholds
-    (``JEVMEM_GC_THRESHOLDS``)."""
-    from jevmem import collector
+    (``JEVMEM_GC_THRESHOLDS``), numpy's BLAS threads (``JEVMEM_BLAS_THREADS``)."""
+    from jevmem import blas, collector
 
     cli_errors.set_debug(debug)
-    collector.tune(Settings().gc_thresholds)
+    settings = Settings()
+    collector.tune(settings.gc_thresholds)
+    blas.limit(settings.blas_threads)
 
 
 app.add_typer(models_app, name="models")

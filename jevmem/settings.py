@@ -19,7 +19,7 @@ from pydantic import Field, SecretStr
 from pydantic.fields import FieldInfo
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
 
-from jevmem import collector
+from jevmem import blas, collector
 from storage.budget import MemoryPlan, plan
 from streams.kafka_client import SaslMechanism, SecurityProtocol
 from topology.params import Params
@@ -90,6 +90,10 @@ class Settings(BaseSettings):
     # Python's garbage-collector thresholds in a jevmem process (jevmem.collector; set by every CLI
     # command, so `serve`, `mcp` and `worker` too); [700, 10, 10] are the interpreter's own
     gc_thresholds: tuple[int, int, int] = collector.DEFAULT_THRESHOLDS
+    # threads of numpy's BLAS in a jevmem process (jevmem.blas; set by every CLI command): one, so
+    # small products on the event loop leave no spinning BLAS thread beside the model; 0: the
+    # library's own choice (a thread per core)
+    blas_threads: int = Field(default=blas.DEFAULT_THREADS, ge=0)
     write_wait_s: float = 0.1  # a worker waits at most this long to fill a micro-batch (latency floor)
     embedder: str = "e5-small-v2-int8@0.36.2"  # a name of topology.embedding.MODELS; recorded with each store
     model_cache: Path | None = None  # default: ~/.cache/jevmem/models

@@ -194,3 +194,27 @@ def test_every_command_sets_the_collector_thresholds_from_the_settings(monkeypat
         assert gc.get_threshold() == collector.DEFAULT_THRESHOLDS  # a refused setting changes nothing
     finally:
         gc.set_threshold(*before)
+
+
+def test_every_command_sets_numpys_blas_threads_from_the_settings(monkeypatch: pytest.MonkeyPatch) -> None:
+    from threadpoolctl import threadpool_info, threadpool_limits
+
+    from jevmem import blas
+
+    def pools() -> dict[str, int]:
+        return {str(p["filepath"]): int(p["num_threads"]) for p in threadpool_info() if p["user_api"] == "blas"}
+
+    before = blas.limit(0)  # 0 changes nothing and says what there is
+    assert before and before == pools()
+    try:
+        monkeypatch.delenv("JEVMEM_BLAS_THREADS", raising=False)
+        assert CliRunner().invoke(app, ["models", "list"]).exit_code == 0
+        assert set(pools().values()) == {blas.DEFAULT_THREADS}
+        threadpool_limits(limits=max(before.values()), user_api="blas")
+        monkeypatch.setenv("JEVMEM_BLAS_THREADS", "0")
+        assert CliRunner().invoke(app, ["models", "list"]).exit_code == 0
+        assert pools() == before
+        with pytest.raises(ValueError, match="0 \\(no change\\) or more"):
+            blas.limit(-1)
+    finally:
+        threadpool_limits(limits=max(before.values()), user_api="blas")
