@@ -11,6 +11,7 @@ with them and the forget that deletes from all of them (:mod:`streams.forget`).
 from __future__ import annotations
 
 import asyncio
+from collections import deque
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -307,14 +308,15 @@ async def write_batch(stores: Stores, wp: WritePath, obs: list[Observation],
     One requests per observation to :mod:`topology.observe`.
 
     The batch is numbered up front, then written in chunks of ``chunk`` events (see
-    :func:`chunk_size`), pipelined: chunk i+1 is embedded (worker threads) while chunk i is typed,
-    materialised and linked, so the model and the linking work overlap. Each turn is embedded
+    :func:`chunk_size`), pipelined: while chunk i is typed, materialised and linked, chunk i+1 is
+    embedded (worker threads) and chunk i+2 waits for the model (:data:`EMBED_AHEAD`), so the
+    model goes from one chunk to the next without waiting for the event loop. Each turn is embedded
     after the latest earlier observation of its conversation (``WritePath.embed``: found in the
     numbered batch, or stored by an earlier batch), so the vectors, and the graph (discovery only
     sees earlier seqs, materialised first), are the same as for any other batching.
     ``on_chunk`` gets each chunk's part of the result as it completes. Without ``keep`` the
     result holds no records (the count of new nodes and of write-path requests only), so a batch
-    of any size holds at most two chunks' records at a time."""
+    of any size holds at most three chunks' records at a time."""
     if calls is None:
         so = wp.so
         calls = lambda: so.calls  # noqa: E731
@@ -326,25 +328,41 @@ async def write_batch(stores: Stores, wp: WritePath, obs: list[Observation],
         numbered, out.new = await number(stores.seq_source or stores.nodes, obs)  # in the order of ``obs``
     batch = context.Numbered(numbered)
     chunks = [numbered[i: i + size] for i in range(0, len(numbered), size)]
-    ahead: asyncio.Task[list[MemoryNode]] | None = asyncio.create_task(_embedded(wp, chunks[0], batch))
+    ahead: deque[asyncio.Task[list[MemoryNode]]] = deque()
+
+    async def embed_ahead() -> None:
+        # keep EMBED_AHEAD chunks handed to the model; a yield lets each new task prepare its
+        # inputs and queue for the model before this coroutine goes on linking
+        started = len(ahead)
+        while len(ahead) < EMBED_AHEAD and (k := done + len(ahead)) < len(chunks):
+            ahead.append(asyncio.create_task(_embedded(wp, chunks[k], batch)))
+        if len(ahead) > started:
+            await asyncio.sleep(0)
+
+    done = 0
     try:
-        for i in range(len(chunks)):
-            assert ahead is not None
-            embedded = await ahead
-            ahead = asyncio.create_task(_embedded(wp, chunks[i + 1], batch)) if i + 1 < len(chunks) else None
+        await embed_ahead()
+        while ahead:
+            embedded = await ahead.popleft()
+            done += 1
+            await embed_ahead()
             w = await write_chunk(stores, wp, embedded, since(calls))
             out.merge(w, keep)
             if on_chunk is not None:
                 on_chunk(w)
     finally:
-        if ahead is not None:
-            ahead.cancel()
+        for task in ahead:
+            task.cancel()
     with observe.timed("store_writes"):
         await stores.sync()  # durable before the batch is acknowledged (readers refresh for it)
     observe.count("accepted", len(obs))
     observe.measure("controller_requests_per_write", out.write_calls / len(obs))
     return out
 
+
+#: Chunks of a batch handed to the model at a time: the next one waits for the model while one is
+#: embedded, so the model goes on to it without waiting for the event loop.
+EMBED_AHEAD = 2
 
 #: A batch of at least this many events that fits one chunk is written as two, so the second
 #: half's embedding overlaps the first half's linking (a Kafka worker's micro-batches are small).

@@ -221,14 +221,21 @@ class OnnxEmbedder:
         return out
 
     def _pooled(self, encs: Sequence[tuple[Sequence[int], int]]) -> list[list[float]]:
-        """Each input's pooled vector (:meth:`_one`), the batch spread over the sessions."""
+        """Each input's pooled vector (:meth:`_one`), the batch spread over the sessions: each
+        session takes the longest input not yet taken, so they finish together."""
         if not encs:
             return []
         out = np.empty((len(encs), self.dim), dtype=np.float32)
         n = len(self._sessions)
+        order = iter(sorted(range(len(encs)), key=lambda i: -len(encs[i][0])))
+        taking = threading.Lock()
 
         def work(k: int) -> None:
-            for i in range(k, len(encs), n):
+            while True:
+                with taking:
+                    i = next(order, -1)
+                if i < 0:
+                    return
                 out[i] = self._one(self._sessions[k], *encs[i])
 
         with self._lock:

@@ -31,6 +31,7 @@ import orjson
 
 from topology.errors import SystemOneError
 from topology.schemas import TypeScores
+from topology.systemone.folded import cue, fold
 
 #: The labels of the typing task's ``kind`` Choice, in model order.
 TURN_KINDS: tuple[str, ...] = ("statement", "question", "tool", "advice", "chatter")
@@ -78,20 +79,18 @@ _ROLE_ASSISTANT = frozenset({"assistant", "agent", "ai", "bot", "model"})
 _ROLE_TOOL = frozenset({"tool", "function", "tool_result", "function_call", "ipython"})
 
 
-def _cue(pattern: str) -> re.Pattern[str]:
-    return re.compile(pattern, re.IGNORECASE)
 
 
 _CLAUSES = re.compile(r"[.!?;,:\n]+")
-_FILLERS = _cue(r"^(?:(?:so|and|ok|okay|oh|hey|also|btw|um|uh|wait|hmm|well|but|anyway|sorry|quick question|"
+_FILLERS = cue(r"^(?:(?:so|and|ok|okay|oh|hey|also|btw|um|uh|wait|hmm|well|but|anyway|sorry|quick question|"
                 r"maybe|perhaps|just|please|honestly|personally|i think|i guess|i'd say)\b\s*)+")
-_WH = _cue(r"^(?:what|what's|whats|when|where|who|whom|whose|why|which|how|how's)\b")
-_AUX = _cue(r"^(?:do|does|did|is|isn't|are|aren't|was|were|can|could|would|will|should|shall|have|has|had|"
+_WH = cue(r"^(?:what|what's|whats|when|where|who|whom|whose|why|which|how|how's)\b")
+_AUX = cue(r"^(?:do|does|did|is|isn't|are|aren't|was|were|can|could|would|will|should|shall|have|has|had|"
             r"am|may|might|didn't|doesn't|don't you|won't|any idea|remind me)\b")
-_REQUEST = _cue(r"\b(?:can you|could you|would you|will you|do you (?:know|remember)|remind me|tell me|"
+_REQUEST = cue(r"\b(?:can you|could you|would you|will you|do you (?:know|remember)|remind me|tell me|"
                 r"any idea|i wonder|i was wondering|not sure (?:if|what|when|where|who)|do you recall)\b")
-_SECOND = _cue(r"\b(?:you|your|you're|you've|you'd|you'll|yourself|u|ur)\b")
-_ADVICE = _cue(r"\b(?:you should|you shouldn't|you could|you might want|you may want|you'd better|you need to|"
+_SECOND = cue(r"\b(?:you|your|you're|you've|you'd|you'll|yourself|u|ur)\b")
+_ADVICE = cue(r"\b(?:you should|you shouldn't|you could|you might want|you may want|you'd better|you need to|"
                r"you ought|i'd recommend|i recommend|i would recommend|i suggest|i'd suggest|i would suggest|"
                r"my suggestion|my advice|my recommendation|it's best|it is best|best to|a good idea|worth (?:it )?to|"
                r"it's worth|it might help|it may help|might help|would help|consider|make sure|don't forget|"
@@ -99,32 +98,32 @@ _ADVICE = _cue(r"\b(?:you should|you shouldn't|you could|you might want|you may 
                r"a good (?:option|idea|plan|move|call|bet)|one option|another option|your best bet|"
                r"the best (?:way|thing|option|bet)|would be (?:good|best|wise|smart|helpful|worth)|"
                r"worth (?:a try|trying|considering|checking))\b")
-_HEDGE = _cue(r"\b(?:maybe|perhaps|possibly|probably|might|ideally|preferably)\b")
-_IMPERATIVE = _cue(r"^(?:please\s+)?(?:try|avoid|consider|make|remember|keep|take|use|check|don't|do not|never|"
+_HEDGE = cue(r"\b(?:maybe|perhaps|possibly|probably|might|ideally|preferably)\b")
+_IMPERATIVE = cue(r"^(?:please\s+)?(?:try|avoid|consider|make|remember|keep|take|use|check|don't|do not|never|"
                    r"always|go|drink|eat|get|add|set|call|ask|book|bring|pack|wear|start|stop|skip|look|be|put|"
                    r"write|talk|plan|double-check|reach|give|stick|limit|cut|switch|schedule|let|stay|read|"
                    r"pick|leave|wait|think|find|buy|store|carry|avoiding|rest)\b")
-_CONDITIONAL = _cue(r"\b(?:if i were you|if you (?:want|can|need|get|feel|are|have|'re)|in case|just in case|"
+_CONDITIONAL = cue(r"\b(?:if i were you|if you (?:want|can|need|get|feel|are|have|'re)|in case|just in case|"
                     r"instead of|rather than|otherwise|so that you|to be safe|as a precaution)\b")
-_FIRST = _cue(r"\b(?:i|i'm|im|i've|i'd|i'll|me|my|mine|we|we're|our|us)\b")
-_FIRST_STATE = _cue(r"\b(?:i'm|i am|im|i've|i have|i had|i was|i got|i live|i work|i own|i drive|i eat|i don't|"
+_FIRST = cue(r"\b(?:i|i'm|im|i've|i'd|i'll|me|my|mine|we|we're|our|us)\b")
+_FIRST_STATE = cue(r"\b(?:i'm|i am|im|i've|i have|i had|i was|i got|i live|i work|i own|i drive|i eat|i don't|"
                     r"i do not|i can't|i never|i always|i usually|i used to|i started|i moved|i met|i went|i love|"
                     r"i hate|i like|i prefer|my \w+(?: \w+)? (?:is|are|was|were|lives|works|has|had|got|turns|"
                     r"moved|starts|leaves)|we (?:live|have|moved|got|went|met|are|were|own))\b")
-_FACT = _cue(r"\b(?:is|are|was|were|has|have|had|lives|lived|works|worked|likes|loves|hates|owns|studies|"
+_FACT = cue(r"\b(?:is|are|was|were|has|have|had|lives|lived|works|worked|likes|loves|hates|owns|studies|"
              r"moved|got|turns|turned|became|joined|started|met|married|born|allergic|named|called|"
              r"costs|leaves|starts|opens|closes)\b")
 _NAMES = re.compile(r"(?<![.!?]\s)(?<!^)\b[A-Z][a-z]{2,}")
 _DIGITS = re.compile(r"\d")
-_TIME = _cue(r"\b(?:yesterday|today|tonight|tomorrow|last|next|ago|since|weekend|morning|evening|"
+_TIME = cue(r"\b(?:yesterday|today|tonight|tomorrow|last|next|ago|since|weekend|morning|evening|"
              r"monday|tuesday|wednesday|thursday|friday|saturday|sunday|january|february|march|april|may|june|"
              r"july|august|september|october|november|december|\d{4}|\d{1,2}(?::\d\d)?\s?(?:am|pm))\b")
-_FYI = _cue(r"\b(?:by the way|btw|fyi|just so you know|for the record|heads up|for reference|note that|"
+_FYI = cue(r"\b(?:by the way|btw|fyi|just so you know|for the record|heads up|for reference|note that|"
             r"just to let you know|for context|actually)\b")
 _CALL = re.compile(r"[A-Za-z_][\w.]*\s*\((?:[^()]*(?:=|'|\"|\d)[^()]*)?\)")
 _JSON = re.compile(r"^\s*[{\[]|[{\[]\s*\"|\"\s*:\s*[\"{\[\d\-tfn]")
 _KEY_VALUE = re.compile(r"(?:^|[\s,{(])[A-Za-z_][\w.\-]*\s*(?:=|:)\s*[\"'\[{\d\-\w]", re.MULTILINE)
-_TOOL_WORDS = _cue(r"\b(?:tool|tool_call|result|results|returned|returns|status|error|exception|traceback|"
+_TOOL_WORDS = cue(r"\b(?:tool|tool_call|result|results|returned|returns|status|error|exception|traceback|"
                    r"response|output|payload|query|rows?|records?|null|none|true|false|http|https|api|json|"
                    r"ms|bytes|exit|code|stdout|stderr|args|arguments|function|invoke|invoked|calling|"
                    r"get|post|200|404|500)\b")
@@ -132,13 +131,13 @@ _PATH = re.compile(r"(?:^|[\s(\['\"])(?:~|\.{1,2})?/[\w.\-/?=&]+|\b[\w\-]+/[\w.\
                    r"\b[\w\-]+\.(?:md|txt|json|py|csv|log|yaml|yml|html|js|ts|sql|xml)\b|https?://")
 _SYMBOLS = frozenset("{}[]()<>=_\"'`|$\\/#@;")
 _SNAKE = re.compile(r"\b[a-z][a-z0-9]*_[a-z0-9_]+\b|\b[a-z]+\.[a-z_]+\(")
-_MARKUP = _cue(r"</?(?:tool|function|tool_call|tool_result|result|call)\w*>|^\s*(?:\$|>>>|\[tool|\{|tool result|"
+_MARKUP = cue(r"</?(?:tool|function|tool_call|tool_result|result|call)\w*>|^\s*(?:\$|>>>|\[tool|\{|tool result|"
                r"function result|observation:|output:|result:|response:|calling|called)")
-_GREETING = _cue(r"\b(?:hi|hello|hey|heya|hiya|yo|good (?:morning|night|evening|afternoon)|morning|bye|goodbye|"
+_GREETING = cue(r"\b(?:hi|hello|hey|heya|hiya|yo|good (?:morning|night|evening|afternoon)|morning|bye|goodbye|"
                  r"see you|see ya|cya|talk (?:soon|later)|take care|cheers|catch you later|later)\b")
-_THANKS = _cue(r"\b(?:thanks|thank you|thank u|thx|ty|tysm|appreciate it|much appreciated|cheers)\b")
-_LAUGH = _cue(r"\b(?:ha(?:ha)+h?|he(?:he)+|lol|lmao|rofl|lolol)\b|:\)|:-\)|:d\b|;\)|xd\b|😂|🤣|😄|😆|😅")
-_SMALL_TALK = _cue(r"\b(?:how are you|how r u|how's it going|how is it going|how's your|how is your|how was your|"
+_THANKS = cue(r"\b(?:thanks|thank you|thank u|thx|ty|tysm|appreciate it|much appreciated|cheers)\b")
+_LAUGH = cue(r"\b(?:ha(?:ha)+h?|he(?:he)+|lol|lmao|rofl|lolol)\b|:\)|:-\)|:d\b|;\)|xd\b|😂|🤣|😄|😆|😅")
+_SMALL_TALK = cue(r"\b(?:how are you|how r u|how's it going|how is it going|how's your|how is your|how was your|"
                    r"how've you been|how have you been|what's up|whats up|wassup|hope you|hope your|have a (?:good|"
                    r"great|nice|lovely)|nice to|good to (?:see|hear)|long time|glad|sounds (?:good|great|fun|"
                    r"amazing|lovely)|that's (?:great|awesome|cool|nice|amazing|wonderful|so cool|hilarious|funny)|"
@@ -175,13 +174,14 @@ def turn_features(text: str, role: str) -> tuple[float, ...]:
     """The feature vector of one turn (order of :data:`TURN_FEATURES`, each in [0, 1]); pure and
     deterministic. Only the first :data:`MAX_CHARS` characters are read."""
     t = text[:MAX_CHARS].strip()
+    low = fold(t)  # what the case-insensitive cues read
     words = t.split()
-    starts = _clause_starts(t)
+    starts = _clause_starts(low)
     tail = t.rstrip(" \t\n\"')]}*_~😊🙂👍😂🤣😄😅❤️")  # closing marks and emoji off the end
     last = tail.rstrip("!.")
     key_values = len(_KEY_VALUE.findall(t))
     code = {"function_call": _hit(_CALL, t), "json_like": _hit(_JSON, t), "snake_case": _hit(_SNAKE, t),
-            "tool_markup": _hit(_MARKUP, t), "path_or_url": _hit(_PATH, t)}
+            "tool_markup": _hit(_MARKUP, low), "path_or_url": _hit(_PATH, t)}
     questioning = "?" in t or not starts or any(p.match(starts[0]) for p in (_WH, _AUX, _IMPERATIVE))
     f = {
         **dict(zip(("role_user", "role_assistant", "role_tool", "role_other"), _role(role), strict=True)),
@@ -189,30 +189,30 @@ def turn_features(text: str, role: str) -> tuple[float, ...]:
         "has_question_mark": 1.0 if "?" in t else 0.0,
         "wh_start": _any_start(_WH, starts),
         "aux_start": _any_start(_AUX, starts),
-        "request": _hit(_REQUEST, t),
+        "request": _hit(_REQUEST, low),
         "ends_period": 1.0 if tail.endswith(".") and not tail.endswith("..") else 0.0,
         "declarative": 0.0 if questioning else 1.0,
-        "second_person": _hit(_SECOND, t),
-        "advice_cue": _hit(_ADVICE, t),
+        "second_person": _hit(_SECOND, low),
+        "advice_cue": _hit(_ADVICE, low),
         "imperative_start": _any_start(_IMPERATIVE, starts),
-        "conditional_advice": _hit(_CONDITIONAL, t),
-        "hedge": _hit(_HEDGE, t),
-        "first_person": _hit(_FIRST, t),
-        "first_person_state": _hit(_FIRST_STATE, t),
-        "fact_verb": _hit(_FACT, t),
+        "conditional_advice": _hit(_CONDITIONAL, low),
+        "hedge": _hit(_HEDGE, low),
+        "first_person": _hit(_FIRST, low),
+        "first_person_state": _hit(_FIRST_STATE, low),
+        "fact_verb": _hit(_FACT, low),
         "names": min(len(_NAMES.findall(t)), MAX_NAMES) / MAX_NAMES,
         "digits": _hit(_DIGITS, t),
-        "time_cue": _hit(_TIME, t),
-        "fyi_cue": _hit(_FYI, t),
+        "time_cue": _hit(_TIME, low),
+        "fyi_cue": _hit(_FYI, low),
         **code,
         "key_value": min(key_values, MAX_KEY_VALUES) / MAX_KEY_VALUES,
-        "tool_words": min(len(_TOOL_WORDS.findall(t)), MAX_TOOL_WORDS) / MAX_TOOL_WORDS,
+        "tool_words": min(len(_TOOL_WORDS.findall(low)), MAX_TOOL_WORDS) / MAX_TOOL_WORDS,
         "symbol_density": min(1.0, sum(1 for ch in t if ch in _SYMBOLS) / max(1, len(t)) / SYMBOL_SHARE),
         "code_cues": min(sum(code.values()) + (1.0 if key_values >= 2 else 0.0), CODE_CUES) / CODE_CUES,
-        "greeting": _hit(_GREETING, t),
-        "thanks": _hit(_THANKS, t),
-        "laughter": _hit(_LAUGH, t),
-        "small_talk": _hit(_SMALL_TALK, t),
+        "greeting": _hit(_GREETING, low),
+        "thanks": _hit(_THANKS, low),
+        "laughter": _hit(_LAUGH, low),
+        "small_talk": _hit(_SMALL_TALK, low),
         "exclamation": 1.0 if "!" in t else 0.0,
         "emoji": 1.0 if any(ord(ch) >= EMOJI_FROM for ch in t) else 0.0,
         "log_words": math.log1p(min(len(words), MAX_WORDS)) / math.log1p(MAX_WORDS),

@@ -41,6 +41,7 @@ from typing import Any, ClassVar
 import numpy as np
 
 from topology.systemone.features import RelationState
+from topology.systemone.folded import cue, fold
 from topology.systemone.logistic import LogisticModel, fit_balanced
 from topology.text import STOPWORDS, stem
 
@@ -98,19 +99,15 @@ GATED_FEATURES: tuple[str, ...] = (
 UPDATE_FEATURES: tuple[str, ...] = WHO_FEATURES + tuple(f"gated_{f}" if f != "gate" else f for f in GATED_FEATURES)
 
 
-def _rx(pattern: str, flags: int = re.IGNORECASE) -> re.Pattern[str]:
-    return re.compile(pattern, flags)
-
-
-FIRST_PERSON = _rx(r"\b(?:i|i'm|i've|i'd|i'll|me|my|mine|myself|we|we're|we've|our)\b")
+FIRST_PERSON = cue(r"\b(?:i|i'm|i've|i'd|i'll|me|my|mine|myself|we|we're|we've|our)\b")
 #: First-person words that open a clause about the speaker (not "me": "just like me, my sister ...").
-FIRST_SUBJECT = _rx(r"\b(?:i|i'm|i've|i'd|i'll|my|we|we're|we've|our)\b")
+FIRST_SUBJECT = cue(r"\b(?:i|i'm|i've|i'd|i'll|my|we|we're|we've|our)\b")
 #: The speaker alone (not "we"): a first-person subject beside a third party makes a text about
 #: the speaker too ("Rufus signed off my holiday"; not "my cousin orders it when we go out").
-SINGULAR_FIRST = _rx(r"\b(?:i|i'm|i've|i'd|i'll|my|me)\b")
+SINGULAR_FIRST = cue(r"\b(?:i|i'm|i've|i'd|i'll|my|me)\b")
 #: Continuity: the newer text says the old state holds ("still", "as usual", "same ... as").
-STILL = _rx(r"\b(?:still|as usual|as always|as ever|same|again|another|remains?|nothing new|never lets)\b")
-SECOND_PERSON = _rx(r"\b(?:you|your|you're|you've|yours)\b")
+STILL = cue(r"\b(?:still|as usual|as always|as ever|same|again|another|remains?|nothing new|never lets)\b")
+SECOND_PERSON = cue(r"\b(?:you|your|you're|you've|yours)\b")
 #: Relatives and acquaintances a speaker talks about by relation.
 KIN_WORDS = frozenset(
     """sister brother dad father mum mom mother parents cousin aunt uncle friend colleague coworker
@@ -144,44 +141,44 @@ AFTER_PREPOSITION = re.compile(
 )
 NAME_LIKE = re.compile(r"\b\w*[A-Z0-9][\w-]*")
 NAME_GOES_ON = re.compile(r"(?:'s\b|\s+(?:[A-Z]|is\b|and\b|isn't\b|was\b))")
-PRONOUN = _rx(r"(?:^|[.!?;,]\s+)(?:he|she|they)\b")
-QUESTION = _rx(r"\?\s*$|^\s*(?:who|what|where|when|which|why|how|do|does|did|are|is|can|could|would|remind)\b")
-NEGATION = _rx(r"\b(?:not|no|never|don't|doesn't|didn't|isn't|wasn't|won't|can't|aren't|nor)\b|n't\b")
-CUE = _rx(
+PRONOUN = cue(r"(?:^|[.!?;,]\s+)(?:he|she|they)\b")
+QUESTION = cue(r"\?\s*$|^\s*(?:who|what|where|when|which|why|how|do|does|did|are|is|can|could|would|remind)\b")
+NEGATION = cue(r"\b(?:not|no|never|don't|doesn't|didn't|isn't|wasn't|won't|can't|aren't|nor)\b|n't\b")
+CUE = cue(
     r"\b(?:now|anymore|any more|no longer|changed|change|switched|switch|moved|new|instead|used to|"
     r"these days|recently|lately|left|quit|sold|replaced|started|gone|gave up|dropped|took up|took over|"
     r"split|broke up|upgraded|traded|joined|relocated|at the moment)\b"
 )
-FACT = _rx(
+FACT = cue(
     r"\b(?:is|are|am|'s|'m)\b|\b(?:i|we)\s+(?:have|own|use|do|go|live|work|drive|train|eat)\b|"
-    r"\bmy\s+\w+|\b(?:in|at|for|with)\s+[A-Z]|\bwork(?:s|ing)?\s+(?:at|for|as)\b"
+    r"\bmy\s+\w+|\b(?:in|at|for|with)\s+[a-z]|\bwork(?:s|ing)?\s+(?:at|for|as)\b"
 )
 #: Attribute families a fact can be about (their words are slot words, not values).
 SLOTS: dict[str, re.Pattern[str]] = {
-    "residence": _rx(
+    "residence": cue(
         r"\b(?:live[sd]?|living|moved?|moving|relocat\w*|flat|apartment|house|home|city|town|"
         r"neighbou?rs?|neighbou?rhood|landlord|rent\w*|address|based)\b"
     ),
-    "work": _rx(
+    "work": cue(
         r"\b(?:work(?:s|ed|ing)?(?!\s+out)|jobs?|employe[rd]|company|firm|hired|joined|office|colleagues?|"
         r"payroll|career|position|desk)\b"
     ),
-    "manager": _rx(r"\b(?:manager|boss|supervisor|lead|reports?|reporting|one-to-ones?|review)\b"),
-    "vehicle": _rx(r"\b(?:drive[sn]?|driving|drove|cars?(?!\s+park)|vehicle|park(?:ed|ing)|mileage|roads?|traded)\b"),
-    "food": _rx(
+    "manager": cue(r"\b(?:manager|boss|supervisor|lead|reports?|reporting|one-to-ones?|review)\b"),
+    "vehicle": cue(r"\b(?:drive[sn]?|driving|drove|cars?(?!\s+park)|vehicle|park(?:ed|ing)|mileage|roads?|traded)\b"),
+    "food": cue(
         r"\b(?:food|dish(?:es)?|eat(?:s|ing)?|ate|cuisine|meals?|menu|restaurants?|dinner|lunch|"
         r"cook(?:s|ing)?|delicious|taste)\b"
     ),
-    "partner": _rx(
+    "partner": cue(
         r"\b(?:partner|dat(?:e|es|ed|ing)|girlfriend|boyfriend|wife|husband|seeing|together|"
         r"couple(?!\s+of)|relationship|married|engaged|split(?:\s+up|\s+from)|broke(?:\s+up|\s+off))\b"
     ),
-    "phone": _rx(r"\b(?:phones?|mobile|smartphone|screen|battery|camera|texts?|apps?)\b"),
-    "gym": _rx(
+    "phone": cue(r"\b(?:phones?|mobile|smartphone|screen|battery|camera|texts?|apps?)\b"),
+    "gym": cue(
         r"\b(?:gyms?|training|(?<!the\s)(?<!\ba\s)trains?|workouts?|work out|fitness|membership|member|lift(?:ing)?|"
         r"class(?:es)?|sessions?|sauna|trainers?)\b"
     ),
-    "hobby": _rx(
+    "hobby": cue(
         r"\b(?:hobby|hobbies|pastime|spare time|free time|unwind|relax|course|"
         r"took up|taken up|into)\b"
     ),
@@ -250,11 +247,12 @@ class Text:
 def analyse(text: str) -> Text:
     """The cues of one text (cached: a memory is judged against many others)."""
     t = text[:MAX_CHARS]
+    low = fold(t)  # what the case-insensitive cues read (same positions as ``t``)
     # the subject is the one that comes first: the speaker (first person), a relative, a name, a pronoun
     found: list[tuple[int, int, str]] = []
     if kin := KIN.search(t):
         found.append((kin.start(), 0, (kin.group(2) or kin.group(1)).lower()))
-    mine = [m.start() for m in FIRST_SUBJECT.finditer(t) if not (kin and kin.start() <= m.start() < kin.end())]
+    mine = [m.start() for m in FIRST_SUBJECT.finditer(low) if not (kin and kin.start() <= m.start() < kin.end())]
     if mine:
         found.append((mine[0], 1, ""))
     if named := next(
@@ -268,21 +266,21 @@ def analyse(text: str) -> Text:
         None,
     ):
         found.append((named.start(), 2, (named.group(1) or named.group(2)).lower()))
-    if pronoun := PRONOUN.search(t):
+    if pronoun := PRONOUN.search(low):
         found.append((pronoun.start(), 3, "pronoun"))
     other = min(found)[2] if found else ""
     caps = names(t)
     return Text(
-        first=bool(FIRST_PERSON.search(t)),
+        first=bool(FIRST_PERSON.search(low)),
         other=other,
-        also_first=bool(other) and any(not (kin and kin.start() <= m.start() < kin.end()) for m in SINGULAR_FIRST.finditer(t)),
-        second=bool(SECOND_PERSON.search(t)),
-        question=bool(QUESTION.search(t)),
-        negated=bool(NEGATION.search(t)),
-        cue=bool(CUE.search(t)),
-        still=bool(STILL.search(t)),
-        fact=bool(FACT.search(t)),
-        slots=frozenset(k for k, p in SLOTS.items() if p.search(t)),
+        also_first=bool(other) and any(not (kin and kin.start() <= m.start() < kin.end()) for m in SINGULAR_FIRST.finditer(low)),
+        second=bool(SECOND_PERSON.search(low)),
+        question=bool(QUESTION.search(low)),
+        negated=bool(NEGATION.search(low)),
+        cue=bool(CUE.search(low)),
+        still=bool(STILL.search(low)),
+        fact=bool(FACT.search(low)),
+        slots=frozenset(k for k, p in SLOTS.items() if p.search(low)),
         shapes=frozenset(k for k, p in SHAPES.items() if p.search(t)),
         values=value_words(t),
         caps=caps,
