@@ -6,6 +6,7 @@ not know instead of guessing. Timestamps are timezone-aware UTC ``datetime`` val
 
 from __future__ import annotations
 
+import functools
 from datetime import UTC, date, datetime
 from typing import Annotated, Any, Literal, TypeVar
 
@@ -65,6 +66,13 @@ class Scope(BaseModel):
         ``/`` always separates the two and no two scopes share a key (``a/b`` + ``c`` and ``a`` +
         ``b/c`` differ); unchanged for tenants without those characters."""
         return f"{self.tenant_id.replace('%', '%25').replace('/', '%2F')}/{self.conversation_id}"
+
+
+@functools.lru_cache(maxsize=4096)
+def scope_of(tenant_id: str, conversation_id: str) -> Scope:
+    """The validated :class:`Scope` of a tenant and conversation, shared (scopes are frozen): the
+    write path asks a node for its scope for every pair it judges. Raises as ``Scope(...)`` does."""
+    return Scope(tenant_id=tenant_id, conversation_id=conversation_id)
 
 
 class Realm(BaseModel):
@@ -127,7 +135,7 @@ class Observation(_Event):
 
     @property
     def scope(self) -> Scope:
-        return Scope(tenant_id=self.tenant_id, conversation_id=self.conversation_id)
+        return scope_of(self.tenant_id, self.conversation_id)
 
     def stamped(self, at: datetime) -> Observation:
         """This observation, or, when it has no ``observed_at``, a copy observed ``at`` (the time
@@ -153,7 +161,7 @@ class Forget(_Event):
 
     @property
     def scope(self) -> Scope:
-        return Scope(tenant_id=self.tenant_id, conversation_id=self.conversation_id)
+        return scope_of(self.tenant_id, self.conversation_id)
 
 
 class Forgotten(_Event):
@@ -182,7 +190,7 @@ class Forgotten(_Event):
 
     @property
     def scope(self) -> Scope:
-        return Scope(tenant_id=self.tenant_id, conversation_id=self.conversation_id)
+        return scope_of(self.tenant_id, self.conversation_id)
 
 
 class Entity(BaseModel):
@@ -259,7 +267,7 @@ class MemoryNode(_Event):
 
     @property
     def scope(self) -> Scope:
-        return Scope(tenant_id=self.tenant_id, conversation_id=self.conversation_id)
+        return scope_of(self.tenant_id, self.conversation_id)
 
     def without_embedding(self) -> MemoryNode:
         """The node without its vectors (``embedding`` and ``context``): what stores keep as its body."""

@@ -34,6 +34,7 @@ import numpy as np
 
 from topology import text
 from topology.schemas import MemoryNode
+from topology.systemone.folded import fold
 from topology.systemone.local import CAUSE_ANSWER, NEGATION
 
 #: Derived entries kept (about 3 KB each: the float32 row and the token sets).
@@ -98,8 +99,8 @@ def derive(n: MemoryNode, dim: int, row: np.ndarray | None = None) -> NodeInfo:
         dates.append(n.event_time)
     return NodeInfo(
         stamp=stamp(n, row), content=n.content, row=row, tokens=frozenset(n.tokens), names=frozenset(names),
-        speaker=n.speaker.lower() if n.speaker else None, causal=bool(CAUSE_ANSWER.search(n.content)),
-        is_question=n.content.rstrip().endswith("?"), negated=bool(NEGATION.search(n.content)),
+        speaker=n.speaker.lower() if n.speaker else None, causal=bool(CAUSE_ANSWER.search(fold(n.content))),
+        is_question=n.content.rstrip().endswith("?"), negated=bool(NEGATION.search(fold(n.content))),
         has_temporal=bool(n.temporal_refs), dates=tuple(dates), length=min(1.0, len(n.tokens) / 30))
 
 

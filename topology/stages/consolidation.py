@@ -20,6 +20,7 @@ from topology.schemas import CandidateSet, ConsolidationDecision, EdgeEvent, Mem
 from topology.stages.candidates import features
 from topology.systemone.catalog import CONSOLIDATION
 from topology.systemone.features import ConsolidationState
+from topology.systemone.folded import fold
 from topology.systemone.local import NEGATION, STATE, UPDATE
 from topology.systemone.port import Item, SystemOne
 
@@ -47,12 +48,13 @@ def pair_state(newer: MemoryNode, older: MemoryNode) -> ConsolidationState:
     """The consolidation features of a pair (pure): cosine, entity overlap, whether exactly one
     text is negated, whether the newer one announces a change, same speaker, token overlap."""
     f = features(newer, older)
+    new, old = fold(newer.content), fold(older.content)  # the cues are case-insensitive
     return ConsolidationState(
         newer=newer.content, older=older.content, cosine=f.cosine, entity=f.entity,
-        negation_mix=float(bool(NEGATION.search(newer.content)) != bool(NEGATION.search(older.content))),
-        update_cue=1.0 if UPDATE.search(newer.content) else 0.0,
+        negation_mix=float(bool(NEGATION.search(new)) != bool(NEGATION.search(old))),
+        update_cue=1.0 if UPDATE.search(new) else 0.0,
         same_speaker=1.0 if newer.speaker == older.speaker else 0.0, slot_overlap=f.lexical,
-        older_state=1.0 if STATE.search(older.content) else 0.0)
+        older_state=1.0 if STATE.search(old) else 0.0)
 
 
 def superseded(decision: ConsolidationDecision, params: Params) -> bool:

@@ -30,6 +30,7 @@ from topology.systemone.features import (
     TypingState,
     parse,
 )
+from topology.systemone.folded import cue, fold
 from topology.systemone.learned import SHIPPED_EMBEDDER, ScoreModel
 from topology.systemone.port import Answer, Item
 from topology.systemone.relation_model import RelationModel, relation_features
@@ -45,48 +46,45 @@ def sigmoid(x: float) -> float:
     return e / (1.0 + e)
 
 
-def _cue(pattern: str) -> re.Pattern[str]:
-    return re.compile(pattern, re.IGNORECASE)
-
-
-PAST = _cue(r"\b(went|did|had|was|were|got|made|took|saw|met|visited|started|finished|bought|"
+PAST = cue(r"\b(went|did|had|was|were|got|made|took|saw|met|visited|started|finished|bought|"
             r"joined|tried|moved|ran|played|became|gave|came|found|left|won|lost|\w+ed)\b")
-TIME = _cue(r"\b(yesterday|today|tonight|last|ago|weekend|morning|evening|\d{4}|"
+TIME = cue(r"\b(yesterday|today|tonight|last|ago|weekend|morning|evening|\d{4}|"
             r"monday|tuesday|wednesday|thursday|friday|saturday|sunday)\b")
-FIRST_PERSON = _cue(r"\b(i|i'm|i've|we|my|our|me)\b")
-COPULA = _cue(r"\b(is|are|means|always|usually|every|never|generally)\b")
-PROCEDURE = _cue(r"\b(how to|step|steps|first,|then|next,|make sure|you can|you should|"
+FIRST_PERSON = cue(r"\b(i|i'm|i've|we|my|our|me)\b")
+COPULA = cue(r"\b(is|are|means|always|usually|every|never|generally)\b")
+PROCEDURE = cue(r"\b(how to|step|steps|first,|then|next,|make sure|you can|you should|"
                  r"install|run|configure|recipe|instructions?|use the)\b")
-PREFERENCE = _cue(r"\b(love|loves|like|likes|prefer|prefers|favorite|favourite|enjoy|enjoys|"
+PREFERENCE = cue(r"\b(love|loves|like|likes|prefer|prefers|favorite|favourite|enjoy|enjoys|"
                   r"hate|hates|dislike|can't stand|wish|want|passion|fan of|into)\b")
-CAUSE_FWD = _cue(r"\b(because|since|due to|thanks to|as a result|that's why|so that|"
+CAUSE_FWD = cue(r"\b(because|since|due to|thanks to|as a result|that's why|so that|"
                  r"inspired|motivated|led me|made me|reason)\b")
-NEGATION = _cue(r"\b(not|no|never|don't|doesn't|didn't|isn't|wasn't|won't|can't|stopped|quit)\b")
-CAUSE_ANSWER = _cue(r"\b(because|since|so that|so i|that's why|due to|thanks to|inspired|motivated|made me|"
+NEGATION = cue(r"\b(not|no|never|don't|doesn't|didn't|isn't|wasn't|won't|can't|stopped|quit)\b")
+CAUSE_ANSWER = cue(r"\b(because|since|so that|so i|that's why|due to|thanks to|inspired|motivated|made me|"
                     r"wanted to|in order to|reason|after (?:he|she|they|i|my|we)|led me|decided)\b")
-STATE = _cue(r"\b(i live|i work|i am|i'm|my job|i have|i own|i use|i study|my (?:home|house|apartment|address))\b")
-UPDATE = _cue(r"\b(now|anymore|no longer|changed|switched|moved|new|instead|used to)\b")
+STATE = cue(r"\b(i live|i work|i am|i'm|my job|i have|i own|i use|i study|my (?:home|house|apartment|address))\b")
+UPDATE = cue(r"\b(now|anymore|no longer|changed|switched|moved|new|instead|used to)\b")
 
-Q_TEMPORAL = _cue(r"\b(when|what (?:year|month|day|date|time)|how long|before|after|since|"
+Q_TEMPORAL = cue(r"\b(when|what (?:year|month|day|date|time)|how long|before|after|since|"
                   r"first time|last time|ago|during|date|dates|period|how often)\b")
-Q_CAUSAL = _cue(r"\b(why|because|reason|cause|caused|lead to|led to|result|what made|"
+Q_CAUSAL = cue(r"\b(why|because|reason|cause|caused|lead to|led to|result|what made|"
                 r"motivat\w*|inspir\w*|due to|effect)\b")
-Q_MULTI = _cue(r"\b(both|in common|and .+ both|each|all|which .+ and|how many|what (?:kinds?|types?) "
+Q_MULTI = cue(r"\b(both|in common|and .+ both|each|all|which .+ and|how many|what (?:kinds?|types?) "
                r"of|activities|things|would|likely|might|compare|difference|together)\b")
-Q_RECENCY = _cue(r"\b(now|currently|current|latest|recent|recently|still|these days|anymore)\b")
-Q_PAST = _cue(r"\b(before|used to|previous|previously|formerly|former|earlier|originally|prior|old|"
+Q_RECENCY = cue(r"\b(now|currently|current|latest|recent|recently|still|these days|anymore)\b")
+Q_PAST = cue(r"\b(before|used to|previous|previously|formerly|former|earlier|originally|prior|old|"
               r"at the time|back then|in the past)\b")
 Q_CAPS = re.compile(r"\b[A-Z][a-z]+")
 
 
-def _hit(pattern: re.Pattern[str], text: str) -> float:
-    return 1.0 if pattern.search(text) else 0.0
+def _hit(pattern: re.Pattern[str], folded: str) -> float:
+    """Whether the cue ``pattern`` is in ``folded`` (a :func:`~topology.systemone.folded.fold`-ed text)."""
+    return 1.0 if pattern.search(folded) else 0.0
 
 
 @functools.lru_cache(maxsize=8192)
 def _cause_cue(text: str) -> float:
     """:data:`CAUSE_FWD` in ``text``; cached, as each memory's text is judged against many pairs."""
-    return _hit(CAUSE_FWD, text)
+    return _hit(CAUSE_FWD, fold(text))
 
 
 def typing(state: Mapping[str, Any], model: TurnKindModel | None = None) -> Answer:
@@ -103,7 +101,7 @@ def typing_many(states: Sequence[Mapping[str, Any]], model: TurnKindModel | None
 
 
 def _type_nouls(st: TypingState) -> dict[str, float]:
-    text = st.text
+    text = fold(st.text)
     past, time, first = _hit(PAST, text), _hit(TIME, text), _hit(FIRST_PERSON, text)
     return {
         "episodic": sigmoid(-1.2 + 1.4 * past + 1.0 * time + 0.6 * first),
@@ -185,14 +183,15 @@ def consolidation(state: Mapping[str, Any]) -> Answer:
 def route(state: Mapping[str, Any]) -> Answer:
     q = parse(RouteState, state).question
     names = len(set(Q_CAPS.findall(q[1:])))
+    lq = fold(q)
     return Answer(nouls={
         "semantic": 0.85,
-        "temporal": sigmoid(-1.5 + 3.5 * _hit(Q_TEMPORAL, q)),
-        "causal": sigmoid(-2.0 + 3.5 * _hit(Q_CAUSAL, q)),
+        "temporal": sigmoid(-1.5 + 3.5 * _hit(Q_TEMPORAL, lq)),
+        "causal": sigmoid(-2.0 + 3.5 * _hit(Q_CAUSAL, lq)),
         "entity": sigmoid(-1.0 + 1.5 * min(names, 2)),
-        "multi_hop": sigmoid(-1.2 + 2.0 * _hit(Q_MULTI, q) + 0.8 * max(0, names - 1)),
-        "recency": sigmoid(-2.5 + 3.0 * _hit(Q_RECENCY, q)),
-        "past": sigmoid(-3.0 + 4.5 * _hit(Q_PAST, q)),
+        "multi_hop": sigmoid(-1.2 + 2.0 * _hit(Q_MULTI, lq) + 0.8 * max(0, names - 1)),
+        "recency": sigmoid(-2.5 + 3.0 * _hit(Q_RECENCY, lq)),
+        "past": sigmoid(-3.0 + 4.5 * _hit(Q_PAST, lq)),
     })
 
 
