@@ -97,10 +97,11 @@ def derive(n: MemoryNode, dim: int, row: np.ndarray | None = None) -> NodeInfo:
     dates = [r.start for r in n.temporal_refs] + [r.end for r in n.temporal_refs]
     if n.event_time is not None:
         dates.append(n.event_time)
+    folded = fold(n.content)  # what the case-insensitive cues read
     return NodeInfo(
         stamp=stamp(n, row), content=n.content, row=row, tokens=frozenset(n.tokens), names=frozenset(names),
-        speaker=n.speaker.lower() if n.speaker else None, causal=bool(CAUSE_ANSWER.search(fold(n.content))),
-        is_question=n.content.rstrip().endswith("?"), negated=bool(NEGATION.search(fold(n.content))),
+        speaker=n.speaker.lower() if n.speaker else None, causal=bool(CAUSE_ANSWER.search(folded)),
+        is_question=n.content.rstrip().endswith("?"), negated=bool(NEGATION.search(folded)),
         has_temporal=bool(n.temporal_refs), dates=tuple(dates), length=min(1.0, len(n.tokens) / 30))
 
 

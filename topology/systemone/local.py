@@ -47,32 +47,32 @@ def sigmoid(x: float) -> float:
 
 
 PAST = cue(r"\b(went|did|had|was|were|got|made|took|saw|met|visited|started|finished|bought|"
-            r"joined|tried|moved|ran|played|became|gave|came|found|left|won|lost|\w+ed)\b")
+           r"joined|tried|moved|ran|played|became|gave|came|found|left|won|lost|\w+ed)\b")
 TIME = cue(r"\b(yesterday|today|tonight|last|ago|weekend|morning|evening|\d{4}|"
-            r"monday|tuesday|wednesday|thursday|friday|saturday|sunday)\b")
+           r"monday|tuesday|wednesday|thursday|friday|saturday|sunday)\b")
 FIRST_PERSON = cue(r"\b(i|i'm|i've|we|my|our|me)\b")
 COPULA = cue(r"\b(is|are|means|always|usually|every|never|generally)\b")
 PROCEDURE = cue(r"\b(how to|step|steps|first,|then|next,|make sure|you can|you should|"
-                 r"install|run|configure|recipe|instructions?|use the)\b")
+                r"install|run|configure|recipe|instructions?|use the)\b")
 PREFERENCE = cue(r"\b(love|loves|like|likes|prefer|prefers|favorite|favourite|enjoy|enjoys|"
-                  r"hate|hates|dislike|can't stand|wish|want|passion|fan of|into)\b")
+                 r"hate|hates|dislike|can't stand|wish|want|passion|fan of|into)\b")
 CAUSE_FWD = cue(r"\b(because|since|due to|thanks to|as a result|that's why|so that|"
-                 r"inspired|motivated|led me|made me|reason)\b")
+                r"inspired|motivated|led me|made me|reason)\b")
 NEGATION = cue(r"\b(not|no|never|don't|doesn't|didn't|isn't|wasn't|won't|can't|stopped|quit)\b")
 CAUSE_ANSWER = cue(r"\b(because|since|so that|so i|that's why|due to|thanks to|inspired|motivated|made me|"
-                    r"wanted to|in order to|reason|after (?:he|she|they|i|my|we)|led me|decided)\b")
+                   r"wanted to|in order to|reason|after (?:he|she|they|i|my|we)|led me|decided)\b")
 STATE = cue(r"\b(i live|i work|i am|i'm|my job|i have|i own|i use|i study|my (?:home|house|apartment|address))\b")
 UPDATE = cue(r"\b(now|anymore|no longer|changed|switched|moved|new|instead|used to)\b")
 
 Q_TEMPORAL = cue(r"\b(when|what (?:year|month|day|date|time)|how long|before|after|since|"
-                  r"first time|last time|ago|during|date|dates|period|how often)\b")
+                 r"first time|last time|ago|during|date|dates|period|how often)\b")
 Q_CAUSAL = cue(r"\b(why|because|reason|cause|caused|lead to|led to|result|what made|"
-                r"motivat\w*|inspir\w*|due to|effect)\b")
+               r"motivat\w*|inspir\w*|due to|effect)\b")
 Q_MULTI = cue(r"\b(both|in common|and .+ both|each|all|which .+ and|how many|what (?:kinds?|types?) "
-               r"of|activities|things|would|likely|might|compare|difference|together)\b")
+              r"of|activities|things|would|likely|might|compare|difference|together)\b")
 Q_RECENCY = cue(r"\b(now|currently|current|latest|recent|recently|still|these days|anymore)\b")
 Q_PAST = cue(r"\b(before|used to|previous|previously|formerly|former|earlier|originally|prior|old|"
-              r"at the time|back then|in the past)\b")
+             r"at the time|back then|in the past)\b")
 Q_CAPS = re.compile(r"\b[A-Z][a-z]+")
 
 

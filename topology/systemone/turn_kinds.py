@@ -79,71 +79,69 @@ _ROLE_ASSISTANT = frozenset({"assistant", "agent", "ai", "bot", "model"})
 _ROLE_TOOL = frozenset({"tool", "function", "tool_result", "function_call", "ipython"})
 
 
-
-
 _CLAUSES = re.compile(r"[.!?;,:\n]+")
 _FILLERS = cue(r"^(?:(?:so|and|ok|okay|oh|hey|also|btw|um|uh|wait|hmm|well|but|anyway|sorry|quick question|"
-                r"maybe|perhaps|just|please|honestly|personally|i think|i guess|i'd say)\b\s*)+")
+               r"maybe|perhaps|just|please|honestly|personally|i think|i guess|i'd say)\b\s*)+")
 _WH = cue(r"^(?:what|what's|whats|when|where|who|whom|whose|why|which|how|how's)\b")
 _AUX = cue(r"^(?:do|does|did|is|isn't|are|aren't|was|were|can|could|would|will|should|shall|have|has|had|"
-            r"am|may|might|didn't|doesn't|don't you|won't|any idea|remind me)\b")
+           r"am|may|might|didn't|doesn't|don't you|won't|any idea|remind me)\b")
 _REQUEST = cue(r"\b(?:can you|could you|would you|will you|do you (?:know|remember)|remind me|tell me|"
-                r"any idea|i wonder|i was wondering|not sure (?:if|what|when|where|who)|do you recall)\b")
+               r"any idea|i wonder|i was wondering|not sure (?:if|what|when|where|who)|do you recall)\b")
 _SECOND = cue(r"\b(?:you|your|you're|you've|you'd|you'll|yourself|u|ur)\b")
 _ADVICE = cue(r"\b(?:you should|you shouldn't|you could|you might want|you may want|you'd better|you need to|"
-               r"you ought|i'd recommend|i recommend|i would recommend|i suggest|i'd suggest|i would suggest|"
-               r"my suggestion|my advice|my recommendation|it's best|it is best|best to|a good idea|worth (?:it )?to|"
-               r"it's worth|it might help|it may help|might help|would help|consider|make sure|don't forget|"
-               r"remember to|be sure to|try to|try (?:\w+ing)|how about|why not|recommend|suggest|"
-               r"a good (?:option|idea|plan|move|call|bet)|one option|another option|your best bet|"
-               r"the best (?:way|thing|option|bet)|would be (?:good|best|wise|smart|helpful|worth)|"
-               r"worth (?:a try|trying|considering|checking))\b")
+              r"you ought|i'd recommend|i recommend|i would recommend|i suggest|i'd suggest|i would suggest|"
+              r"my suggestion|my advice|my recommendation|it's best|it is best|best to|a good idea|worth (?:it )?to|"
+              r"it's worth|it might help|it may help|might help|would help|consider|make sure|don't forget|"
+              r"remember to|be sure to|try to|try (?:\w+ing)|how about|why not|recommend|suggest|"
+              r"a good (?:option|idea|plan|move|call|bet)|one option|another option|your best bet|"
+              r"the best (?:way|thing|option|bet)|would be (?:good|best|wise|smart|helpful|worth)|"
+              r"worth (?:a try|trying|considering|checking))\b")
 _HEDGE = cue(r"\b(?:maybe|perhaps|possibly|probably|might|ideally|preferably)\b")
 _IMPERATIVE = cue(r"^(?:please\s+)?(?:try|avoid|consider|make|remember|keep|take|use|check|don't|do not|never|"
-                   r"always|go|drink|eat|get|add|set|call|ask|book|bring|pack|wear|start|stop|skip|look|be|put|"
-                   r"write|talk|plan|double-check|reach|give|stick|limit|cut|switch|schedule|let|stay|read|"
-                   r"pick|leave|wait|think|find|buy|store|carry|avoiding|rest)\b")
+                  r"always|go|drink|eat|get|add|set|call|ask|book|bring|pack|wear|start|stop|skip|look|be|put|"
+                  r"write|talk|plan|double-check|reach|give|stick|limit|cut|switch|schedule|let|stay|read|"
+                  r"pick|leave|wait|think|find|buy|store|carry|avoiding|rest)\b")
 _CONDITIONAL = cue(r"\b(?:if i were you|if you (?:want|can|need|get|feel|are|have|'re)|in case|just in case|"
-                    r"instead of|rather than|otherwise|so that you|to be safe|as a precaution)\b")
+                   r"instead of|rather than|otherwise|so that you|to be safe|as a precaution)\b")
 _FIRST = cue(r"\b(?:i|i'm|im|i've|i'd|i'll|me|my|mine|we|we're|our|us)\b")
 _FIRST_STATE = cue(r"\b(?:i'm|i am|im|i've|i have|i had|i was|i got|i live|i work|i own|i drive|i eat|i don't|"
-                    r"i do not|i can't|i never|i always|i usually|i used to|i started|i moved|i met|i went|i love|"
-                    r"i hate|i like|i prefer|my \w+(?: \w+)? (?:is|are|was|were|lives|works|has|had|got|turns|"
-                    r"moved|starts|leaves)|we (?:live|have|moved|got|went|met|are|were|own))\b")
+                   r"i do not|i can't|i never|i always|i usually|i used to|i started|i moved|i met|i went|i love|"
+                   r"i hate|i like|i prefer|my \w+(?: \w+)? (?:is|are|was|were|lives|works|has|had|got|turns|"
+                   r"moved|starts|leaves)|we (?:live|have|moved|got|went|met|are|were|own))\b")
 _FACT = cue(r"\b(?:is|are|was|were|has|have|had|lives|lived|works|worked|likes|loves|hates|owns|studies|"
-             r"moved|got|turns|turned|became|joined|started|met|married|born|allergic|named|called|"
-             r"costs|leaves|starts|opens|closes)\b")
+            r"moved|got|turns|turned|became|joined|started|met|married|born|allergic|named|called|"
+            r"costs|leaves|starts|opens|closes)\b")
 _NAMES = re.compile(r"(?<![.!?]\s)(?<!^)\b[A-Z][a-z]{2,}")
 _DIGITS = re.compile(r"\d")
 _TIME = cue(r"\b(?:yesterday|today|tonight|tomorrow|last|next|ago|since|weekend|morning|evening|"
-             r"monday|tuesday|wednesday|thursday|friday|saturday|sunday|january|february|march|april|may|june|"
-             r"july|august|september|october|november|december|\d{4}|\d{1,2}(?::\d\d)?\s?(?:am|pm))\b")
+            r"monday|tuesday|wednesday|thursday|friday|saturday|sunday|january|february|march|april|may|june|"
+            r"july|august|september|october|november|december|\d{4}|\d{1,2}(?::\d\d)?\s?(?:am|pm))\b")
 _FYI = cue(r"\b(?:by the way|btw|fyi|just so you know|for the record|heads up|for reference|note that|"
-            r"just to let you know|for context|actually)\b")
+           r"just to let you know|for context|actually)\b")
 _CALL = re.compile(r"[A-Za-z_][\w.]*\s*\((?:[^()]*(?:=|'|\"|\d)[^()]*)?\)")
 _JSON = re.compile(r"^\s*[{\[]|[{\[]\s*\"|\"\s*:\s*[\"{\[\d\-tfn]")
 _KEY_VALUE = re.compile(r"(?:^|[\s,{(])[A-Za-z_][\w.\-]*\s*(?:=|:)\s*[\"'\[{\d\-\w]", re.MULTILINE)
 _TOOL_WORDS = cue(r"\b(?:tool|tool_call|result|results|returned|returns|status|error|exception|traceback|"
-                   r"response|output|payload|query|rows?|records?|null|none|true|false|http|https|api|json|"
-                   r"ms|bytes|exit|code|stdout|stderr|args|arguments|function|invoke|invoked|calling|"
-                   r"get|post|200|404|500)\b")
+                  r"response|output|payload|query|rows?|records?|null|none|true|false|http|https|api|json|"
+                  r"ms|bytes|exit|code|stdout|stderr|args|arguments|function|invoke|invoked|calling|"
+                  r"get|post|200|404|500)\b")
 _PATH = re.compile(r"(?:^|[\s(\['\"])(?:~|\.{1,2})?/[\w.\-/?=&]+|\b[\w\-]+/[\w.\-]+/|"
                    r"\b[\w\-]+\.(?:md|txt|json|py|csv|log|yaml|yml|html|js|ts|sql|xml)\b|https?://")
 _SYMBOLS = frozenset("{}[]()<>=_\"'`|$\\/#@;")
 _SNAKE = re.compile(r"\b[a-z][a-z0-9]*_[a-z0-9_]+\b|\b[a-z]+\.[a-z_]+\(")
 _MARKUP = cue(r"</?(?:tool|function|tool_call|tool_result|result|call)\w*>|^\s*(?:\$|>>>|\[tool|\{|tool result|"
-               r"function result|observation:|output:|result:|response:|calling|called)")
+              r"function result|observation:|output:|result:|response:|calling|called)")
 _GREETING = cue(r"\b(?:hi|hello|hey|heya|hiya|yo|good (?:morning|night|evening|afternoon)|morning|bye|goodbye|"
-                 r"see you|see ya|cya|talk (?:soon|later)|take care|cheers|catch you later|later)\b")
+                r"see you|see ya|cya|talk (?:soon|later)|take care|cheers|catch you later|later)\b")
 _THANKS = cue(r"\b(?:thanks|thank you|thank u|thx|ty|tysm|appreciate it|much appreciated|cheers)\b")
 _LAUGH = cue(r"\b(?:ha(?:ha)+h?|he(?:he)+|lol|lmao|rofl|lolol)\b|:\)|:-\)|:d\b|;\)|xd\b|😂|🤣|😄|😆|😅")
 _SMALL_TALK = cue(r"\b(?:how are you|how r u|how's it going|how is it going|how's your|how is your|how was your|"
-                   r"how've you been|how have you been|what's up|whats up|wassup|hope you|hope your|have a (?:good|"
-                   r"great|nice|lovely)|nice to|good to (?:see|hear)|long time|glad|sounds (?:good|great|fun|"
-                   r"amazing|lovely)|that's (?:great|awesome|cool|nice|amazing|wonderful|so cool|hilarious|funny)|"
-                   r"no worries|you're welcome|no problem|np|sure thing|awesome|cool|nice|wow|omg|yay|aww|"
-                   r"lovely|fun|congrats|congratulations|same here|me too|you too|anytime|happy to help|"
-                   r"enjoy|all good|fair enough|no way|ok|okay|alright|yep|yeah|sure)\b")
+                  r"how've you been|how have you been|what's up|whats up|wassup|hope you|hope your|have a (?:good|"
+                  r"great|nice|lovely)|nice to|good to (?:see|hear)|long time|glad|sounds (?:good|great|fun|"
+                  r"amazing|lovely)|that's (?:great|awesome|cool|nice|amazing|wonderful|so cool|hilarious|funny)|"
+                  r"no worries|you're welcome|no problem|np|sure thing|awesome|cool|nice|wow|omg|yay|aww|"
+                  r"lovely|fun|congrats|congratulations|same here|me too|you too|anytime|happy to help|"
+                  r"enjoy|all good|fair enough|no way|ok|okay|alright|yep|yeah|sure)\b")
 
 
 def _clause_starts(text: str) -> list[str]:
