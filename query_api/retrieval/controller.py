@@ -130,7 +130,7 @@ class _Cand:
 class _Static:
     """The score features of a candidate that depend only on it and the query (its node, how it
     was reached), as a :class:`ScoreRow` carries them (rounded where it rounds): ``head`` is
-    ``cosine_in_pool`` .. ``causal_match`` in :data:`STATIC_HEAD` order; ``reached`` is
+    ``cosine_in_pool`` .. ``statement`` in :data:`STATIC_HEAD` order; ``reached`` is
     ``expanded``, ``view_probability``, ``edge_probability``."""
 
     head: tuple[float, ...]
@@ -141,7 +141,7 @@ class _Static:
 
 #: The features :attr:`_Static.head` holds, in order.
 STATIC_HEAD = ("cosine_in_pool", "lexical", "entity", "speaker_match", "anchor", "bm25", "vector_rank",
-               "lexical_rank", "temporal_match", "date_match", "causal_match")
+               "lexical_rank", "temporal_match", "date_match", "causal_match", "statement")
 #: Which of :data:`STATIC_HEAD` are passed on unrounded (:data:`query_api.retrieval.features.EXACT`).
 _HEAD_EXACT = np.asarray([name in qf.EXACT for name in STATIC_HEAD])
 #: How many other strong pool members ``max_evidence_cosine`` and ``support`` read.
@@ -476,7 +476,8 @@ class RetrievalController:
                 st.vec_rank.get(nid, 0.0), st.lex_rank.get(nid, 0.0),
                 route["temporal"] * (1.0 if info.has_temporal else 0.0),
                 qf.date_match_dates(info.dates, *st.dates),
-                route["causal"] * (1.0 if info.causal else 0.0)))
+                route["causal"] * (1.0 if info.causal else 0.0),
+                turn_kind(c.node.types)["statement"]))
         raw = np.asarray(heads, dtype=np.float64).reshape(len(heads), len(STATIC_HEAD))
         done = np.where(_HEAD_EXACT, raw, qf.round_exact(raw)).tolist()
         for c, head in zip(cands, done, strict=True):

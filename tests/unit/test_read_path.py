@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import pytest
 
 from jevmem.settings import Settings
@@ -10,8 +12,10 @@ from query_api.retrieval.baselines import StaticRetriever
 from tests.conftest import chat_observations
 from topology.params import HardLimits, Params
 from topology.ports import Embedder
-from topology.schemas import Scope
+from topology.schemas import MemoryNode, Observation, Scope
+from topology.systemone.features import ScoreState
 from topology.systemone.port import Answer, Item
+from topology.systemone.turn_kinds import turn_kind
 
 SCOPE = Scope(tenant_id="t1", conversation_id="c1")
 
@@ -147,3 +151,22 @@ async def test_evidence_for_system_two_carries_grounded_event_dates(memory: Embe
     plain = res.evidence[0].model_copy(update={"observed_at": None, "temporal_refs": [], "speaker": None,
                                                 "superseded_by": ["I moved"]})
     assert plain.for_prompt() == f"{plain.content} (superseded by: I moved)"
+
+
+async def test_the_scorer_is_told_how_much_a_memory_states(memory: Embedded) -> None:
+    """``statement`` is the memory's p(statement) as a turn kind: a fact stated scores it high, a
+    question low; the learned scorer reads it with the other features."""
+    texts = ["I drive a red Toyota Corolla to work every day.", "Have you ever driven a Toyota Corolla?"]
+    await memory.pipeline.ingest([Observation(tenant_id="t1", conversation_id="c1", event_id=f"e{i}", content=t,
+                                              speaker="Ana") for i, t in enumerate(texts)])
+    seen: dict[str, ScoreState] = {}
+
+    def keep(_q: str, nodes: Sequence[MemoryNode], states: Sequence[ScoreState]) -> None:
+        seen.update({n.content: s for n, s in zip(nodes, states, strict=True)})
+
+    memory.controller.recorder = keep
+    await memory.controller.retrieve(SCOPE, "What car does Ana drive?", top_k=5)
+    stated, asked = (seen[t] for t in texts)
+    nodes = {n.content: n for n in await memory.stores.nodes.scan(SCOPE)}
+    assert stated.statement == round(turn_kind(nodes[texts[0]].types)["statement"], 6)
+    assert stated.statement > 0.5 > asked.statement

@@ -98,7 +98,9 @@ class ScoreFeatures(NamedTuple):
     names, and :class:`ScoreState` carries them by name. Graph features (``graph_*``,
     ``adjacent_anchor``, ``*_neighbours``, ``graph_degree``) are computed only from edges the
     controller examined in expansion rounds and are 0 without them; every feature is in [0, 1] or
-    a small count."""
+    a small count. ``statement``: the memory's p(statement) as a turn kind
+    (:func:`topology.systemone.turn_kinds.turn_kind`; a question, a tool turn, advice or chatter
+    states less)."""
 
     cosine: float
     cosine_in_pool: float
@@ -130,6 +132,7 @@ class ScoreFeatures(NamedTuple):
     entity_neighbours: float
     semantic_neighbours: float
     length: float
+    statement: float
 
 
 #: The names of :class:`ScoreFeatures`, in its order.
