@@ -658,6 +658,8 @@ def bench_updates(conversations: Annotated[int, typer.Option(
                   wordings: Annotated[str, typer.Option(
                       metavar="SPLIT", help="Wording templates: train, heldout or all.")] = "all",
                   seed: Annotated[int, typer.Option(metavar="N", help="Generator seed.")] = 7,
+                  seeds: Annotated[int, typer.Option(metavar="N", min=1, help=(
+                      "Datasets, seeds SEED .. SEED+N-1, figures pooled over their questions."))] = 1,
                   turns: Annotated[int, typer.Option(metavar="N", help="Turns per conversation (at least 60).")] = 100,
                   as_json: Json = False) -> None:
     """Facts that change: is the current value ranked above the one it replaced and the old one
@@ -679,7 +681,8 @@ def bench_updates(conversations: Annotated[int, typer.Option(
                 tasks[label] = bar.add_task(label, total=total)
             bar.update(tasks[label], completed=done)
 
-        out = _run(run_updates(settings, assembly.load_embedder(settings), conversations, split, seed, turns, progress))
+        out = _run(run_updates(settings, assembly.load_embedder(settings), conversations, split, seed, turns, progress,
+                               seeds))
     if as_json:
         sys.stdout.write(orjson.dumps(out).decode() + "\n")
     else:

@@ -175,17 +175,58 @@ def _mean(values: Sequence[bool]) -> float:
     return round(sum(values) / len(values), 4) if values else 0.0
 
 
+#: Figures that are shares of one kind of question (``questions`` counts each kind).
+SHARES = {"present": ("update_at_1", "current_in_top3", "current_first", "stale_flagged", "stale_flagged_by_update"),
+          "past": ("history_at_10", "history_above_current"), "stable": ("stable_at_1", "stable_wrongly_flagged")}
+
+
+def pooled(runs: Sequence[dict[str, Any]]) -> dict[str, Any]:
+    """The figures of several runs (one per seed) as one: every share over all their questions
+    (each run's share weighted by its count of that kind of question; ``by_update_kind`` and
+    ``by_scope`` the same per group), counts and ingest time summed, ``correct`` edges over all
+    edges, query p50 the mean of the runs' and p95 the largest."""
+    def share(key: str, count: str, rows: Sequence[dict[str, Any]]) -> float:
+        n = sum(r[count] for r in rows)
+        return round(sum(r[key] * r[count] for r in rows) / n, 4) if n else 0.0
+
+    questions = {k: sum(r["questions"][k] for r in runs) for k in SHARES}
+    out: dict[str, Any] = {k: sum(r[k] for r in runs) for k in ("conversations", "people", "observations")}
+    out["questions"] = questions
+    out["ingest_seconds"] = round(sum(r["ingest_seconds"] for r in runs), 2)
+    out["observations_per_second"] = round(out["observations"] / out["ingest_seconds"], 1) if out["ingest_seconds"] else None
+    for kind, keys in SHARES.items():
+        rows = [{**r, "n": r["questions"][kind]} for r in runs]
+        out.update({k: share(k, "n", rows) for k in keys})
+    for group in ("by_update_kind", "by_scope"):
+        out[group] = {g: {m: share(m, "questions", [r[group][g] for r in runs]) for m in ("update_at_1", "stale_flagged")}
+                      | {"questions": sum(r[group][g]["questions"] for r in runs)} for g in runs[0][group]}
+    edges = [r["supersedes_edges"] for r in runs]
+    out["supersedes_edges"] = {"edges": sum(e["edges"] for e in edges), "correct": share("correct", "edges", edges)}
+    out["query_ms"] = {"p50": round(sum(r["query_ms"]["p50"] for r in runs) / len(runs), 1),
+                       "p95": max(r["query_ms"]["p95"] for r in runs)}
+    return out
+
+
 async def run_updates(settings: Settings, embedder: Embedder, conversations: int = 12, wordings: Wordings = "all",
-                      seed: int = 7, turns: int = TURNS, progress: Progress | None = None) -> dict[str, Any]:
-    """Generate, ingest and ask one dataset; return::
+                      seed: int = 7, turns: int = TURNS, progress: Progress | None = None,
+                      seeds: int = 1) -> dict[str, Any]:
+    """Generate, ingest and ask one dataset per seed (``seed`` .. ``seed + seeds - 1``, each in a
+    fresh service); return::
 
         {"mode": "user_id" | "tenant_per_user", "config": {...}, "figures": {...}}
 
-    ``figures`` as the module docstring lists them; latencies in ms (p50/p95, nearest rank)."""
-    data = generate(conversations, wordings, seed, turns)
-    return {
+    ``figures`` as the module docstring lists them; latencies in ms (p50/p95, nearest rank). With
+    several seeds, ``figures`` pools them (:func:`pooled`) and ``by_seed`` holds each run's."""
+    if seeds < 1:
+        raise ValueError("seeds must be at least 1")
+    runs = [await _Run(settings, embedder, generate(conversations, wordings, s, turns), progress).run()
+            for s in range(seed, seed + seeds)]
+    out: dict[str, Any] = {
         "mode": "user_id" if user_scoped() else "tenant_per_user",
-        "config": {"conversations": conversations, "wordings": wordings, "seed": seed, "turns": turns,
+        "config": {"conversations": conversations, "wordings": wordings, "seed": seed, "seeds": seeds, "turns": turns,
                    "top_k": TOP_K, "embedder": embedder.name},
-        "figures": await _Run(settings, embedder, data, progress).run(),
+        "figures": runs[0] if seeds == 1 else pooled(runs),
     }
+    if seeds > 1:
+        out["by_seed"] = runs
+    return out

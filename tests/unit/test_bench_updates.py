@@ -10,7 +10,7 @@ import orjson
 import pytest
 from typer.testing import CliRunner
 
-from jevmem.bench.updates import above, rank, run_updates, scope_of, statement_pairs
+from jevmem.bench.updates import SHARES, above, rank, run_updates, scope_of, statement_pairs
 from jevmem.bench.updates_data import ATTRIBUTES, PARTS, SLOTS, UPDATE_KINDS, Dataset, generate, tables, templates
 from jevmem.bench.users_data import held_out
 from jevmem.cli import app
@@ -133,3 +133,26 @@ def test_the_command_prints_json(embedder: Embedder, monkeypatch: pytest.MonkeyP
     assert out["config"]["wordings"] == "heldout"
     _check_sane(out)
     assert runner.invoke(app, ["bench", "updates", "--wordings", "test"]).exit_code == 2
+    assert runner.invoke(app, ["bench", "updates", "--seeds", "0"]).exit_code == 2
+
+
+async def test_several_seeds_pool_their_questions(embedder: Embedder) -> None:
+    """``seeds`` runs one dataset per seed; the pooled share of a figure is over all their
+    questions, each run is kept under ``by_seed``, and the first run is the single-seed run."""
+    out = await run_updates(Settings(), embedder, conversations=3, turns=60, seed=4, seeds=2)
+    _check_sane(out)
+    one, two = out["by_seed"]
+    assert out["config"]["seeds"] == 2 and out["figures"]["observations"] == 360
+    assert one == (await run_updates(Settings(), embedder, conversations=3, turns=60, seed=4))["figures"] | {
+        "ingest_seconds": one["ingest_seconds"], "observations_per_second": one["observations_per_second"],
+        "query_ms": one["query_ms"]}
+    for kind, keys in SHARES.items():
+        n1, n2 = one["questions"][kind], two["questions"][kind]
+        assert out["figures"]["questions"][kind] == n1 + n2
+        for k in keys:
+            assert out["figures"][k] == pytest.approx((one[k] * n1 + two[k] * n2) / (n1 + n2), abs=1e-4)
+    edges = out["figures"]["supersedes_edges"]
+    assert edges["edges"] == one["supersedes_edges"]["edges"] + two["supersedes_edges"]["edges"]
+    assert out["figures"]["query_ms"]["p95"] == max(one["query_ms"]["p95"], two["query_ms"]["p95"])
+    with pytest.raises(ValueError):
+        await run_updates(Settings(), embedder, conversations=3, turns=60, seeds=0)
