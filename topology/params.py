@@ -35,6 +35,12 @@ K_UPDATE = 4
 #: the attributes it is about (:meth:`topology.systemone.attributes.AttributeSpace.steer`) by this
 #: much: the same person's statement of the same attribute, not their small talk (0: unmoved).
 UPDATE_STEER = 1.0
+#: A question that asks about one attribute of a person (its distribution over the attribute
+#: prototypes peaks at QUERY_STEER_GATE or more: "What car does Ana drive?") is searched and
+#: scored by its vector moved towards that attribute by QUERY_STEER (0: unmoved), so that the
+#: person's statement of it outranks their small talk that the question's words happen to match.
+QUERY_STEER = 0.5
+QUERY_STEER_GATE = 0.8
 #: A relation view takes part in a query when its route probability reaches this.
 THETA_ACT = 0.10
 #: Total graph-expansion budget per query, shared among active views.
@@ -150,6 +156,10 @@ class Params(BaseModel):
                           "user's conversations) asked the update question per new statement; 0: candidates only")
     update_steer: float = Field(default=UPDATE_STEER, ge=0.0, description="how far the search for those earlier "
                                 "memories moves towards the statement's attribute; 0: by its vector alone")
+    query_steer: float = Field(default=QUERY_STEER, ge=0.0, description="how far a question about one attribute "
+                               "of a person moves towards it before it is searched and scored; 0: unmoved")
+    query_steer_gate: float = Field(default=QUERY_STEER_GATE, ge=0.0, le=1.0, description="the share of its "
+                                    "attribute distribution a question's top attribute needs to be moved")
     admission_enabled: bool = False
     theta_act: float = THETA_ACT
     budget_total: int = BUDGET_TOTAL

@@ -37,6 +37,7 @@ from topology import text
 from topology.params import Params
 from topology.ports import Embedder
 from topology.schemas import MemoryNode, Realm, Scope, TemporalRef, View
+from topology.systemone.attributes import AttributeSpace
 from topology.systemone.catalog import ASSESS, ROUTE, SCORE
 from topology.systemone.features import AssessState, ScoreState
 from topology.systemone.port import CountingSystemOne, Item, SystemOne
@@ -240,6 +241,13 @@ class RetrievalController:
         self.info = NodeInfoCache(embedder.dim)
         #: whether the node store has matrix-row reads (nodes then come without embeddings)
         self.reads_rows = isinstance(nodes, NodeRows)
+        self._space: AttributeSpace | None = None
+
+    def attributes(self) -> AttributeSpace:
+        """The attribute prototypes under this controller's embedder (embedded on first use)."""
+        if self._space is None:
+            self._space = AttributeSpace.of(self.embedder)
+        return self._space
 
     def reach(self, where: Scope | Realm) -> Reach:
         """The reads of a retrieval of one conversation (a :class:`Scope`) or of a realm."""
@@ -270,7 +278,8 @@ class RetrievalController:
         found. The steps, each a method:
 
         1. :meth:`_route`: one route request while the question is embedded and BM25-searched;
-           the route gives the active views, their expansion budgets and the depth.
+           the route gives the active views, their expansion budgets and the depth; a question
+           about one attribute of a person is moved towards it (:meth:`_steered`).
         2. :meth:`_anchor`: vector and lexical hits fused by RRF start the pool, scored (one request).
         3. :meth:`_round`, at most ``depth`` times: one assess request, then stop, or expand the
            frontier along each active view and rescore the pool (one request).
@@ -310,6 +319,7 @@ class RetrievalController:
         finally:
             _settle(embedding)
         embed_ms = _ms(t0)
+        qvec = self._steered(qvec)
         route = {q.key: route_ans.p(q.key) for q in ROUTE.nouls()}
         views = formulas.active_views(route, p.theta_act)
         budgets = formulas.allocate_budget({v: route[v] for v in views}, p.budget_total, p.budget_min, p.budget_gamma)
@@ -317,6 +327,20 @@ class RetrievalController:
                          query_names(question), route, dates=qf.question_dates(question))
         return _Run(so, st, views, budgets, formulas.depth(route["multi_hop"], p.depth_max, p.limits.depth), t0,
                     lex_hits, timings={"embed": embed_ms}, remaining=dict(budgets))
+
+    def _steered(self, qvec: list[float]) -> list[float]:
+        """``qvec`` moved towards the attribute of a person it asks about
+        (:meth:`~topology.systemone.attributes.AttributeSpace.steer` by ``params.query_steer``)
+        when its distribution over the attribute prototypes peaks at ``params.query_steer_gate``
+        or more; else unchanged."""
+        p = self.params
+        if p.query_steer <= 0.0 or not any(qvec):
+            return qvec
+        space = self.attributes()
+        row = np.asarray([qvec], dtype=np.float32)
+        if float(space.profiles(row).max()) < p.query_steer_gate:
+            return qvec
+        return [float(x) for x in space.steer(row, p.query_steer)[0]]
 
     async def _anchor(self, reach: Reach, run: _Run) -> None:
         """Step 2: the anchors (RRF of the vector and BM25 rankings) as the first pool, scored."""

@@ -163,3 +163,28 @@ async def test_a_new_statement_supersedes_the_judged_update_most_about_its_attri
         kind={"statement": 0.05, "question": 0.9, "tool": 0.01, "advice": 0.02, "chatter": 0.02})})
     csets[0], only = CandidateSet(node=asking, candidates=[]), {asking.id: [(job, f), (home, f)]}
     assert await replaced(_Fixed({job.id: 0.1, home.id: 0.8})) == []
+
+
+async def test_a_question_about_an_attribute_is_moved_towards_it(model_embedder: Embedder) -> None:
+    """The read path moves a question that asks about one attribute of a person towards it
+    (``Params.query_steer``) and leaves one about no attribute, or with steering off, as it is."""
+    from jevmem.settings import Settings
+    from jevmem.wiring import build_embedded
+
+    space = AttributeSpace.of(model_embedder)
+    car, food = _vectors(model_embedder, "I drive a red Toyota Corolla to work.", "My favourite food is ramen.")
+    for params, moved in ((Params(), True), (Params(query_steer=0.0), False), (Params(query_steer_gate=1.0), False)):
+        mem = build_embedded(Settings(params=params), embedder=model_embedder, data_dir=":memory:")
+        try:
+            asked = model_embedder.embed_query(["What car does Ana drive?"])[0]
+            steered = mem.controller._steered(asked)
+            assert (steered != asked) == moved
+            if moved:
+                q = np.asarray(steered, dtype=np.float32)
+                assert abs(float(np.linalg.norm(q)) - 1.0) < 1e-5
+                assert float(q @ car) - float(q @ food) > float(np.asarray(asked) @ car) - float(np.asarray(asked) @ food)
+            other = model_embedder.embed_query(["What happened after the meeting?"])[0]
+            assert float(space.profiles(np.asarray([other], dtype=np.float32)).max()) < 0.8
+            assert mem.controller._steered(other) == other
+        finally:
+            await mem.close()
