@@ -162,7 +162,7 @@ async def test_http_tenants_are_isolated(api: Api) -> None:
         assert "no conversation 'c1'" in unknown and "`conversations` tool" in unknown
         assert (await call(b, "conversations"))["conversations"] == []
         assert (await call(b, "forget", conversation_id="c1"))["status"] == "not_found"
-        assert (await call(a, "recall", question=PUPPY))["evidence"][0]["event_id"] == "e0"
+        assert "e0" in [e["event_id"] for e in (await call(a, "recall", question=PUPPY))["evidence"][:2]]
 
 
 async def test_tenant_wide_recall_over_mcp_http_api_and_client(api: Api) -> None:
