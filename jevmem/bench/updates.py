@@ -33,7 +33,7 @@ from __future__ import annotations
 
 import time
 from collections import defaultdict
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 from jevmem.bench.locomo import percentile
@@ -185,23 +185,25 @@ def pooled(runs: Sequence[dict[str, Any]]) -> dict[str, Any]:
     (each run's share weighted by its count of that kind of question; ``by_update_kind`` and
     ``by_scope`` the same per group), counts and ingest time summed, ``correct`` edges over all
     edges, query p50 the mean of the runs' and p95 the largest."""
-    def share(key: str, count: str, rows: Sequence[dict[str, Any]]) -> float:
-        n = sum(r[count] for r in rows)
-        return round(sum(r[key] * r[count] for r in rows) / n, 4) if n else 0.0
+    def share(pairs: Iterable[tuple[float, int]]) -> float:
+        """The mean of the values weighted by their counts (0 without any)."""
+        got = list(pairs)
+        n = sum(w for _, w in got)
+        return round(sum(v * w for v, w in got) / n, 4) if n else 0.0
 
-    questions = {k: sum(r["questions"][k] for r in runs) for k in SHARES}
     out: dict[str, Any] = {k: sum(r[k] for r in runs) for k in ("conversations", "people", "observations")}
-    out["questions"] = questions
+    out["questions"] = {k: sum(r["questions"][k] for r in runs) for k in SHARES}
     out["ingest_seconds"] = round(sum(r["ingest_seconds"] for r in runs), 2)
     out["observations_per_second"] = round(out["observations"] / out["ingest_seconds"], 1) if out["ingest_seconds"] else None
     for kind, keys in SHARES.items():
-        rows = [{**r, "n": r["questions"][kind]} for r in runs]
-        out.update({k: share(k, "n", rows) for k in keys})
+        out.update({k: share((r[k], r["questions"][kind]) for r in runs) for k in keys})
     for group in ("by_update_kind", "by_scope"):
-        out[group] = {g: {m: share(m, "questions", [r[group][g] for r in runs]) for m in ("update_at_1", "stale_flagged")}
+        out[group] = {g: {m: share((r[group][g][m], r[group][g]["questions"]) for r in runs)
+                          for m in ("update_at_1", "stale_flagged")}
                       | {"questions": sum(r[group][g]["questions"] for r in runs)} for g in runs[0][group]}
     edges = [r["supersedes_edges"] for r in runs]
-    out["supersedes_edges"] = {"edges": sum(e["edges"] for e in edges), "correct": share("correct", "edges", edges)}
+    out["supersedes_edges"] = {"edges": sum(e["edges"] for e in edges),
+                               "correct": share((e["correct"], e["edges"]) for e in edges)}
     out["query_ms"] = {"p50": round(sum(r["query_ms"]["p50"] for r in runs) / len(runs), 1),
                        "p95": max(r["query_ms"]["p95"] for r in runs)}
     return out

@@ -338,9 +338,10 @@ class RetrievalController:
             return qvec
         space = self.attributes()
         row = np.asarray([qvec], dtype=np.float32)
-        if float(space.profiles(row).max()) < p.query_steer_gate:
+        profile = space.profiles(row)
+        if float(profile.max()) < p.query_steer_gate:
             return qvec
-        return [float(x) for x in space.steer(row, p.query_steer)[0]]
+        return [float(x) for x in space.steer(row, p.query_steer, profile)[0]]
 
     async def _anchor(self, reach: Reach, run: _Run) -> None:
         """Step 2: the anchors (RRF of the vector and BM25 rankings) as the first pool, scored."""

@@ -8,7 +8,7 @@ shared entities, temporal proximity), all restricted to earlier nodes; ranking i
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from collections.abc import Set as AbstractSet
 
 import numpy as np
@@ -41,17 +41,11 @@ def matrix(vectors: Sequence[Sequence[float] | None], dim: int) -> np.ndarray:
     return out
 
 
-def dice(a: Iterable[str], b: Iterable[str]) -> float:
-    """Dice coefficient of the distinct items of ``a`` and ``b`` (sets are used as they are)."""
-    sa = a if isinstance(a, AbstractSet) else set(a)
-    sb = b if isinstance(b, AbstractSet) else set(b)
-    return _dice(sa, sb)
-
-
-def _dice(sa: AbstractSet[str], sb: AbstractSet[str]) -> float:
-    if not sa or not sb:
+def dice(a: AbstractSet[str], b: AbstractSet[str]) -> float:
+    """Dice coefficient of the sets ``a`` and ``b`` (0 when either is empty)."""
+    if not a or not b:
         return 0.0
-    return 2.0 * len(sa & sb) / (len(sa) + len(sb))
+    return 2.0 * len(a & b) / (len(a) + len(b))
 
 
 def jaccard(a: AbstractSet[str], b: AbstractSet[str]) -> float:
@@ -83,7 +77,7 @@ def _feature_values(node: MemoryNode, other: MemoryNode, cos: float,
         days = abs((node.event_time - other.event_time).days)
         temporal = 0.5 * temporal + 0.5 / (1.0 + days / DAY_HALF_LIFE)
     (tok_a, ent_a), (tok_b, ent_b) = _sets(node, cache), _sets(other, cache)
-    return round(cos, 6), round(_dice(tok_a, tok_b), 6), round(jaccard(ent_a, ent_b), 6), round(temporal, 6)
+    return round(cos, 6), round(dice(tok_a, tok_b), 6), round(jaccard(ent_a, ent_b), 6), round(temporal, 6)
 
 
 def features(node: MemoryNode, other: MemoryNode, cos: float | None = None) -> CandidateFeatures:

@@ -89,12 +89,13 @@ class AttributeSpace:
         e = np.exp((z - z.max(axis=1, keepdims=True)) / self.temperature)
         return e / e.sum(axis=1, keepdims=True)  # type: ignore[no-any-return]
 
-    def steer(self, vectors: np.ndarray, weight: float) -> np.ndarray:
+    def steer(self, vectors: np.ndarray, weight: float, profiles: np.ndarray | None = None) -> np.ndarray:
         """``vectors`` (unit rows) moved towards what each is about: plus ``weight`` times the
-        unit mean of the prototypes under its distribution, normalised again. A search by the
-        result prefers memories about the same attribute over ones merely worded alike."""
+        unit mean of the prototypes under its distribution (``profiles``, their :meth:`profiles`
+        when already computed), normalised again. A search by the result prefers memories about
+        the same attribute over ones merely worded alike."""
         v = np.asarray(vectors, dtype=np.float32)
-        toward = self.profiles(v) @ self.prototypes
+        toward = (self.profiles(v) if profiles is None else profiles) @ self.prototypes
         toward /= np.maximum(np.linalg.norm(toward, axis=1, keepdims=True), 1e-12)
         out = v + weight * toward
         return out / np.maximum(np.linalg.norm(out, axis=1, keepdims=True), 1e-12)  # type: ignore[no-any-return]
