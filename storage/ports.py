@@ -131,6 +131,16 @@ class NodeReader(Protocol):
 
 
 @runtime_checkable
+class NodeHeads(Protocol):
+    """A node store that can read nodes without their vectors (optional): for a caller that
+    filters many nodes by their fields and needs the vectors of a few of them."""
+
+    async def get_heads(self, scope: Scope, ids: Sequence[str]) -> list[MemoryNode]:
+        """The nodes :meth:`NodeReader.get` gives for ``ids`` (same order), without their vectors."""
+        ...
+
+
+@runtime_checkable
 class NodeRows(Protocol):
     """A node store that can read nodes without building their embeddings as Python lists: the
     read path needs an embedding only as a matrix row (optional; the embedded store has it)."""

@@ -9,7 +9,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Sequence
 
-from storage.ports import NodeReader, RealmSearch, searches_realm, searches_realms
+from storage.ports import NodeHeads, NodeReader, RealmSearch, searches_realm, searches_realms
 from topology.schemas import MemoryNode, Realm, Scope
 from topology.stages.updates import earlier
 
@@ -48,7 +48,9 @@ class RealmSpeakerFacts:
         leave fewer than ``limit`` of its speaker's earlier memories while the realm may hold more
         (later turns of the same batch, another speaker's turns) is searched again with
         :data:`WIDEN` times the hits, up to :data:`MAX_HITS`, so batch boundaries and redelivery
-        never change the answer below that bound."""
+        never change the answer below that bound. A store that reads nodes without their
+        vectors (:class:`~storage.ports.NodeHeads`) is read that way for the hits, and with them
+        for the memories returned only."""
         out: list[list[tuple[MemoryNode, float]]] = [[] for _ in nodes]
         if limit <= 0 or not nodes:
             return out
@@ -62,12 +64,20 @@ class RealmSpeakerFacts:
                 if len(mine) < limit and full and k < MAX_HITS:
                     again.append(i)
             todo, k = again, min(k * WIDEN, MAX_HITS)
+        if isinstance(self.nodes, NodeHeads):  # read without their vectors so far: now those kept
+            kept: dict[tuple[str, str], set[str]] = {}
+            for row in out:
+                for m, _ in row:
+                    kept.setdefault((m.tenant_id, m.conversation_id), set()).add(m.id)
+            full_nodes = await self._read(kept, vectors=True)
+            out = [[(full_nodes.get(m.id, m), s) for m, s in row] for row in out]
         return out
 
     async def _search(self, nodes: Sequence[MemoryNode], vectors: Sequence[Sequence[float]],
                       k: int) -> list[tuple[list[tuple[MemoryNode, float]], bool]]:
         """Per node: (its speaker's earlier memories among its realm's best ``k`` hits by its
-        query vector; whether the search returned all ``k``, i.e. the realm may hold more)."""
+        query vector, read as :meth:`_read` reads them; whether the search returned all ``k``,
+        i.e. the realm may hold more)."""
         if searches_realms(self.vectors):  # one request for the batch
             searches = await self.vectors.search_realms([(realm_of(n), v) for n, v in zip(nodes, vectors, strict=True)], k)
         else:
@@ -77,10 +87,20 @@ class RealmSpeakerFacts:
         for n, hits in zip(nodes, searches, strict=True):
             for h in hits:
                 wanted.setdefault((n.tenant_id, h.conversation_id or n.conversation_id), set()).add(h.id)
-        read = await asyncio.gather(*(self.nodes.get(Scope(tenant_id=t, conversation_id=c), sorted(got))
-                                      for (t, c), got in wanted.items()))
-        known = {m.id: m for got in read for m in got}
+        known = await self._read(wanted)
         return [([(known[h.id], h.score) for h in hits
                   if h.id in known and known[h.id].kind == "observation" and known[h.id].speaker == n.speaker
                   and earlier(known[h.id], n)], len(hits) >= k)
                 for n, hits in zip(nodes, searches, strict=True)]
+
+    async def _read(self, wanted: dict[tuple[str, str], set[str]], vectors: bool = False) -> dict[str, MemoryNode]:
+        """The nodes ``wanted`` (by (tenant, conversation)), one read per conversation, by id:
+        without their vectors when the store reads nodes that way (:class:`~storage.ports.NodeHeads`)
+        and ``vectors`` is False, else with them."""
+        nodes = self.nodes
+        scopes = [(Scope(tenant_id=t, conversation_id=c), sorted(ids)) for (t, c), ids in wanted.items()]
+        if not vectors and isinstance(nodes, NodeHeads):
+            read = await asyncio.gather(*(nodes.get_heads(s, ids) for s, ids in scopes))
+        else:
+            read = await asyncio.gather(*(nodes.get(s, ids) for s, ids in scopes))
+        return {m.id: m for got in read for m in got}

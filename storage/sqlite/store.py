@@ -366,6 +366,10 @@ class SqliteNodeStore(Base):
         return [_full(*got) for got in self._read(scope, ids)]
 
     @translated
+    async def get_heads(self, scope: Scope, ids: Sequence[str]) -> list[MemoryNode]:
+        return [got[0] for got in self._read(scope, ids)]
+
+    @translated
     async def get_rows(self, scope: Scope, ids: Sequence[str], dim: int) -> tuple[list[MemoryNode], np.ndarray]:
         got = self._read(scope, ids)
         return [g[0] for g in got], retrieval_matrix([g[1] for g in got], dim)

@@ -109,6 +109,38 @@ async def test_the_search_goes_by_the_query_vectors_when_given() -> None:
     assert [(n.id, s) for n, s in by_query] == [("n1", 1.0)]
 
 
+class Heads1(Realm1):
+    """:class:`Realm1` that also reads nodes without their vectors (:class:`storage.ports.NodeHeads`),
+    recording which ids each kind of read was asked for."""
+
+    def __init__(self, nodes: Sequence[MemoryNode]) -> None:
+        super().__init__(nodes)
+        self.with_vectors: list[str] = []
+        self.heads: list[str] = []
+
+    async def get(self, scope: Scope, ids: Sequence[str]) -> list[MemoryNode]:
+        self.with_vectors += ids
+        return await super().get(scope, ids)
+
+    async def get_heads(self, scope: Scope, ids: Sequence[str]) -> list[MemoryNode]:
+        self.heads += ids
+        return [self.by_id[i].without_embedding() for i in ids if i in self.by_id]
+
+
+async def test_a_store_that_reads_nodes_without_vectors_gives_the_same_candidates_with_theirs() -> None:
+    """The realm's hits are filtered on nodes read without their vectors; only the memories kept
+    are read with them, and the answer is the plain store's."""
+    asking = [_node(100 + i, "Ana", 0.0) for i in range(2)]
+    nodes = [*(_node(s, "Ana" if s % 2 else "Bo", 0.1 + s / 1000) for s in range(20)), *asking]
+    plain, heads = Realm1(nodes), Heads1(nodes)
+    want = await RealmSpeakerFacts(plain, plain).earlier_by_speaker(asking, 3)
+    got = await RealmSpeakerFacts(heads, heads).earlier_by_speaker(asking, 3)
+    assert [[(n, s) for n, s in row] for row in got] == [[(n, s) for n, s in row] for row in want]
+    assert [[n.id for n, _ in row] for row in got] == [["n19", "n17", "n15"]] * 2
+    assert all(n.embedding == [1.0] for row in got for n, _ in row)
+    assert set(heads.with_vectors) == {"n19", "n17", "n15"} and len(set(heads.heads)) > 3
+
+
 def test_update_pairs_skip_questions_and_repeated_lines_and_keep_the_limit() -> None:
     """A question or chatter states no fact to replace, and a line said again is one candidate:
     the ``limit`` is spent on distinct earlier statements, most similar first."""
