@@ -547,32 +547,23 @@ class ElasticNodeStore(_Memories):
 
     async def get(self, scope: Scope, ids: Sequence[str]) -> list[MemoryNode]:
         """Nodes (with their vectors) in the order of ``ids``; unknown and other-scope ids are skipped."""
-        return await self._get(scope, ids, vectors=True)
-
-    async def get_heads(self, scope: Scope, ids: Sequence[str]) -> list[MemoryNode]:
-        """:meth:`get` without the vectors (neither read nor decoded)."""
-        return await self._get(scope, ids, vectors=False)
-
-    async def _get(self, scope: Scope, ids: Sequence[str], vectors: bool) -> list[MemoryNode]:
         index = await self._index(scope) if ids else None
         if index is None:
             return []
         await self._sent()
-        fields = ["tenant_id", "conversation_id", "body"]
         with es_errors(f"mget {index}"):
             res = await self._client.mget(index=index, ids=list(dict.fromkeys(ids)),
-                                          source=fields + (["embedding_f32", "embedding", "context_f16"] if vectors else []))
+                                          source=["tenant_id", "conversation_id", "body", "embedding_f32", "embedding",
+                                                  "context_f16"])
         found: dict[str, MemoryNode] = {}
         for d in res["docs"]:
             src = d.get("_source") or {}
             if (d.get("found") and "body" in src and src.get("tenant_id") == scope.tenant_id
                     and src.get("conversation_id") == scope.conversation_id):
-                body = orjson.loads(src["body"])
-                if vectors:
-                    body["embedding"] = (decode_vector(src["embedding_f32"]) if "embedding_f32" in src
-                                         else src.get("embedding"))
-                    body["context"] = decode_vector(src["context_f16"], "<f2") if src.get("context_f16") else None
-                found[d["_id"]] = MemoryNode.model_validate(body)
+                vector = decode_vector(src["embedding_f32"]) if "embedding_f32" in src else src.get("embedding")
+                context = decode_vector(src["context_f16"], "<f2") if src.get("context_f16") else None
+                found[d["_id"]] = MemoryNode.model_validate({**orjson.loads(src["body"]), "embedding": vector,
+                                                             "context": context})
         return [found[i] for i in ids if i in found]
 
     async def seqs(self, scope: Scope, event_ids: Sequence[str]) -> dict[str, int]:

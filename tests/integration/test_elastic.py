@@ -174,8 +174,6 @@ async def test_each_method(stores: Stores) -> None:
     assert [n.id for n in got] == [nodes[3].id, nodes[1].id]
     assert got[0].embedding is not None and got[0].embedding == pytest.approx(nodes[3].embedding, abs=1e-6)
     assert got[0].without_embedding() == nodes[3].without_embedding()
-    heads = await stores.nodes.get_heads(A, [nodes[3].id, "nope", nodes[1].id])
-    assert heads == [n.without_embedding() for n in got]  # the same nodes, their vectors neither read nor decoded
     listed = await stores.nodes.scan(A)
     assert [n.id for n in listed] == [n.id for n in nodes] and all(n.embedding is None for n in listed)
     assert await stores.nodes.seqs(A, ["ev-2", "ev-5", "nope"]) == {"ev-2": 2, "ev-5": 5}
