@@ -87,10 +87,10 @@ async def test_embedded_vector_search_is_scoped_exact_and_reads_the_node_store(t
     assert len(await index.search(scope, q, limit=50)) == 5  # the first 20 nodes hold 5 of a/c2
     store = SqliteNodeStore(conn)
     await store.upsert(nodes[20:])
-    both = await store.get(Scope(tenant_id="a", conversation_id="c2"), [nodes[25].id, "nope", nodes[21].id])
+    both = await store.get(scope, [nodes[25].id, "nope", nodes[21].id])
     assert [n.id for n in both] == [nodes[25].id, nodes[21].id] and all(n.embedding for n in both)
-    assert await store.get_heads(Scope(tenant_id="a", conversation_id="c2"), [nodes[25].id, "nope", nodes[21].id]) == [
-        n.without_embedding() for n in both]  # the same nodes without their vectors
+    heads = await store.get_heads(scope, [nodes[25].id, "nope", nodes[21].id])
+    assert heads == [n.without_embedding() for n in both]  # the same nodes without their vectors
     await index.upsert(nodes[15:])  # told of new and rewritten nodes: one row each
     hits = await index.search(scope, q, limit=5, before_seq=10)
     mine = [n for n in nodes if (n.tenant_id, n.conversation_id) == ("a", "c2") and n.seq < 10]

@@ -135,7 +135,7 @@ async def test_a_store_that_reads_nodes_without_vectors_gives_the_same_candidate
     plain, heads = Realm1(nodes), Heads1(nodes)
     want = await RealmSpeakerFacts(plain, plain).earlier_by_speaker(asking, 3)
     got = await RealmSpeakerFacts(heads, heads).earlier_by_speaker(asking, 3)
-    assert [[(n, s) for n, s in row] for row in got] == [[(n, s) for n, s in row] for row in want]
+    assert got == want
     assert [[n.id for n, _ in row] for row in got] == [["n19", "n17", "n15"]] * 2
     assert all(n.embedding == [1.0] for row in got for n, _ in row)
     assert set(heads.with_vectors) == {"n19", "n17", "n15"} and len(set(heads.heads)) > 3
