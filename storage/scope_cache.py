@@ -41,7 +41,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from storage.ports import NodeReader, NodeRows
+from storage.ports import NodeHeads, NodeReader, NodeRows
 from topology.schemas import EdgeEvent, MemoryNode, Scope
 from topology.stages.relations import closest_incoming
 
@@ -318,8 +318,14 @@ class ScopeCache:
         """The nodes without their embeddings (:meth:`embeddings` has them)."""
         conv = await self._conv(scope)
         missing = [i for i in ids if i not in conv.nodes]
-        extra = {n.id: n.without_embedding() for n in await self._store.get(scope, missing)} if missing else {}
+        extra = {n.id: n for n in await self._heads(scope, missing)} if missing else {}
         return [n for i in ids if (n := conv.nodes.get(i) or extra.get(i)) is not None]
+
+    async def _heads(self, scope: Scope, ids: Sequence[str]) -> list[MemoryNode]:
+        """The store's nodes ``ids`` without their vectors (read without them where the store can)."""
+        if isinstance(self._store, NodeHeads):
+            return await self._store.get_heads(scope, ids)
+        return [n.without_embedding() for n in await self._store.get(scope, ids)]
 
     async def embeddings(self, scope: Scope, ids: Sequence[str], dim: int) -> np.ndarray:
         conv = await self._conv(scope)

@@ -319,6 +319,8 @@ class RetrievalController:
         finally:
             _settle(embedding)
         embed_ms = _ms(t0)
+        if self._space is None and p.query_steer > 0.0:  # the prototypes are embedded once, off the loop
+            await asyncio.to_thread(self.attributes)
         qvec = self._steered(qvec)
         route = {q.key: route_ans.p(q.key) for q in ROUTE.nouls()}
         views = formulas.active_views(route, p.theta_act)
