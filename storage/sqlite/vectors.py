@@ -144,9 +144,11 @@ class MatrixVectorIndex:
         if len(ok) > limit:  # only rows scoring at least the limit-th best can be hits
             kept = scores[ok]
             ok = ok[kept >= np.partition(kept, len(kept) - limit)[len(kept) - limit]]
-        ids = held.ids
-        order = sorted(ok.tolist(), key=lambda j: (-scores[j], seqs[j], ids[j]))[:limit]
-        return [Hit(ids[j], float(scores[j])) for j in order]
+        ids, rows = held.ids, ok.tolist()
+        # the sort reads Python numbers (indexing numpy scalars per comparison key costs more)
+        score, seq = scores[ok].tolist(), seqs[ok].tolist()
+        order = sorted(range(len(rows)), key=lambda k: (-score[k], seq[k], ids[rows[k]]))[:limit]
+        return [Hit(ids[rows[k]], score[k]) for k in order]
 
     @translated
     async def search(self, scope: Scope, vector: Sequence[float], limit: int, before_seq: int | None = None) -> list[Hit]:
@@ -172,10 +174,11 @@ class MatrixVectorIndex:
         rough = held.matrix[kept] @ np.asarray(query, dtype=np.float32)
         take = min(len(kept), limit + _REALM_MARGIN)
         best = kept[np.argpartition(-rough, take - 1)[:take]] if take < len(kept) else kept
-        exact = held.matrix[best].astype(np.float64) @ np.asarray(query, dtype=np.float64)
-        seqs, ids = held.seqs, held.ids
-        order = sorted(range(len(best)), key=lambda j: (-exact[j], seqs[best[j]], ids[best[j]]))[:limit]
-        return [Hit(ids[best[j]], float(exact[j]), held.convs[best[j]]) for j in order]
+        exact = (held.matrix[best].astype(np.float64) @ np.asarray(query, dtype=np.float64)).tolist()
+        rows, ids = best.tolist(), held.ids
+        seq = held.seqs[best].tolist()
+        order = sorted(range(len(rows)), key=lambda j: (-exact[j], seq[j], ids[rows[j]]))[:limit]
+        return [Hit(ids[rows[j]], exact[j], held.convs[rows[j]]) for j in order]
 
     def _rank_conversations(self, realm: Realm, vector: Sequence[float], limit: int) -> list[Hit]:
         """A realm limited to its ``conversation_ids``: each conversation's best, ranked together."""

@@ -216,6 +216,29 @@ def test_chunks_pipeline_a_batch_that_fits_one_chunk() -> None:
     assert chunk_size(0, None) == 1
 
 
+async def test_the_attribute_space_is_asked_for_before_any_chunk_is_embedded(
+        memory: Embedded, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The first chunk's linking reads the attribute space, embedded once per process on first
+    use: asked for then, it would queue for the model behind the chunks already handed to it,
+    with the event loop waiting on it."""
+    wp = memory.pipeline.write_path
+    order: list[str] = []
+    space, embed = wp.attribute_space, wp.embed
+
+    async def asked() -> object:
+        order.append("space")
+        return await space()
+
+    async def embedded(nodes: list[MemoryNode], batch: object = None) -> list[MemoryNode]:
+        order.append("embed")
+        return await embed(nodes, batch)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(wp, "attribute_space", asked)
+    monkeypatch.setattr(wp, "embed", embedded)
+    await memory.pipeline.ingest(chat_observations())
+    assert order[0] == "space" and "embed" in order
+
+
 async def test_alias_resolution_links_different_entity_ids(memory: Embedded) -> None:
     from topology.schemas import Observation
 
