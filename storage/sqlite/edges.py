@@ -59,6 +59,7 @@ _VIEW_CODE: dict[str, int] = {v: i for i, v in enumerate(VIEWS)}
 _HEX = frozenset("0123456789abcdef")
 
 
+@functools.lru_cache(maxsize=8192)  # a node id is stored with every edge it ends
 def key(i: str) -> bytes | str:
     """How id ``i`` is stored: the 16 bytes of a lowercase canonical UUID, else ``i`` itself.
     Bytes order as the UUID strings do, so ``ORDER BY`` an id column keeps the string order."""
@@ -220,20 +221,20 @@ class SqliteEdgeStore(Base):
             out[k] = n
         return out
 
-    def _follow(self, edges: Sequence[EdgeEvent]) -> None:
-        """Apply the committed upsert of ``edges`` to the built indexes of their scopes, as the
-        ``ON CONFLICT`` clause applied it: a new edge is added; a stored one keeps its target and
-        label and takes the new probability, direction, creator and version."""
-        by_scope: dict[tuple[str, str], list[EdgeEvent]] = {}
-        for e in edges:
-            by_scope.setdefault((e.tenant_id, e.conversation_id), []).append(e)
+    def _follow(self, edges: Sequence[EdgeEvent], stored: Sequence[_Row]) -> None:
+        """Apply the committed upsert of ``edges`` (stored as the rows ``stored``, :func:`_row`)
+        to the built indexes of their scopes, as the ``ON CONFLICT`` clause applied it: a new edge
+        is added; a stored one keeps its target and label and takes the new probability,
+        direction, creator and version."""
+        by_scope: dict[tuple[str, str], list[tuple[EdgeEvent, _Row]]] = {}
+        for e, row in zip(edges, stored, strict=True):
+            by_scope.setdefault((e.tenant_id, e.conversation_id), []).append((e, row))
         for (tenant, conv), group in by_scope.items():
             adj = self._adjacency.get(Scope(tenant_id=tenant, conversation_id=conv))
             if adj is None or adj.index is None or adj.rows is None:
                 continue  # not built: a build reads the table, these edges included
             index, rows = adj.index, adj.rows
-            for e in group:
-                r = _row(e)
+            for e, r in group:
                 old = rows.get(e.id)
                 if old is not None:
                     r = (*old[:4], r[4], old[5], *r[6:])
@@ -270,15 +271,16 @@ class SqliteEdgeStore(Base):
     async def upsert(self, edges: Sequence[EdgeEvent]) -> None:
         for e in edges:
             self._cache.pop(key(e.id), None)
+        rows = [_row(e) for e in edges]
         with sqlite_errors("write"), transaction(self._conn):
             numbers = self._numbered(list(dict.fromkeys((e.tenant_id, e.conversation_id) for e in edges)))
             self._conn.executemany(
                 f"INSERT INTO edges ({_COLUMNS}) VALUES (?,?,?,?,?,?,?,?,?,?) ON CONFLICT(scope, source, view, id) "
                 "DO UPDATE SET probability=excluded.probability, directed=excluded.directed, by_rule=excluded.by_rule, "
                 "version=excluded.version",
-                [(numbers[(e.tenant_id, e.conversation_id)], *_row(e)) for e in edges])
+                [(numbers[(e.tenant_id, e.conversation_id)], *r) for e, r in zip(edges, rows, strict=True)])
         self._scopes.update(numbers)
-        self._follow(edges)
+        self._follow(edges, rows)
 
     @staticmethod
     def _found(adj: _Adjacency, node_ids: Sequence[str], views: Sequence[View]) -> list[tuple[float, str]]:
