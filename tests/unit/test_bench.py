@@ -50,6 +50,8 @@ async def test_ablation_reports_no_graph_in_the_same_run(tmp_path: Path, embedde
         assert m["20"]["overall"] is not None
     # the ablation is not counted in the run's controller figures
     assert out["controller_calls"] == plain["controller_calls"]
+    cpu = plain["build_cpu_seconds"]
+    assert set(cpu) == {"event_loop", "other_threads"} and cpu["event_loop"] > 0.0 and cpu["other_threads"] >= 0.0
 
 
 @pytest.mark.parametrize("active", [None, 4])
