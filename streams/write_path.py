@@ -339,9 +339,7 @@ async def write_batch(stores: Stores, wp: WritePath, obs: list[Observation],
         if len(ahead) > started:
             await asyncio.sleep(0)
 
-    # the attribute prototypes (embedded once per process, on first use) before any chunk: asked
-    # for by the first chunk's linking, they would queue for the model behind the chunks ahead
-    await wp.attribute_space()
+    await wp.prepare()  # what the linking reads from the model, before any chunk is handed to it
     done = 0
     try:
         await embed_ahead()

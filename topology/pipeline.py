@@ -143,6 +143,12 @@ class WritePath:
         self.facts = facts
         self._space: tuple[AttributeSpace | None] | None = None
 
+    async def prepare(self) -> None:
+        """Embed what the linking reads from the model once per process (the attribute space),
+        so that a batch asks for it before its chunks are handed to the model: asked for by the
+        first chunk's linking, it would queue behind the chunks ahead."""
+        await self.attribute_space()
+
     async def attribute_space(self) -> AttributeSpace | None:
         """The embedder's :class:`~topology.systemone.attributes.AttributeSpace` (embedded on
         first use, off the event loop), or None for an embedder other than the one the shipped

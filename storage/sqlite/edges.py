@@ -59,7 +59,6 @@ _VIEW_CODE: dict[str, int] = {v: i for i, v in enumerate(VIEWS)}
 _HEX = frozenset("0123456789abcdef")
 
 
-@functools.lru_cache(maxsize=8192)  # a node id is stored with every edge it ends
 def key(i: str) -> bytes | str:
     """How id ``i`` is stored: the 16 bytes of a lowercase canonical UUID, else ``i`` itself.
     Bytes order as the UUID strings do, so ``ORDER BY`` an id column keeps the string order."""
@@ -68,6 +67,10 @@ def key(i: str) -> bytes | str:
         if _HEX.issuperset(h):
             return bytes.fromhex(h)
     return i
+
+
+#: :func:`key` of node ids (an edge's endpoints): a node id is stored with every edge it ends.
+_node_key = functools.lru_cache(maxsize=8192)(key)
 
 
 def unkey(v: bytes | str) -> str:
@@ -135,7 +138,7 @@ def _stored(i: bytes | str) -> bytes | str:
 
 def _row(e: EdgeEvent) -> _Row:
     """The stored columns of ``e`` after ``scope`` (:data:`_READ`)."""
-    return (key(e.source), _VIEW_CODE[e.view], key(e.id), key(e.target), e.probability, e.label,
+    return (_node_key(e.source), _VIEW_CODE[e.view], key(e.id), _node_key(e.target), e.probability, e.label,
             int(e.direction == "directed"), int(e.created_by == "rule"), e.schema_version)
 
 
@@ -269,9 +272,9 @@ class SqliteEdgeStore(Base):
 
     @translated
     async def upsert(self, edges: Sequence[EdgeEvent]) -> None:
-        for e in edges:
-            self._cache.pop(key(e.id), None)
         rows = [_row(e) for e in edges]
+        for r in rows:
+            self._cache.pop(r[2], None)  # the cache is keyed by the stored edge id
         with sqlite_errors("write"), transaction(self._conn):
             numbers = self._numbered(list(dict.fromkeys((e.tenant_id, e.conversation_id) for e in edges)))
             self._conn.executemany(
