@@ -12,7 +12,8 @@ wordings only, prints precision, recall and accuracy at p >= 0.5 on the training
 *held-out* wordings (templates never seen in training), with accuracy per pair family, as JSON,
 and writes the weights to ``--out`` (default: the package file,
 ``topology/systemone/update_model.json``). The pairs' attribute similarities
-(:mod:`topology.systemone.attributes`) come from the default embedder, each text embedded alone;
+(:mod:`topology.systemone.attributes`) come from the default embedder, each text read after
+another line (small talk or a statement);
 the weights record its name (``meta.embedder``), and the write path sends the feature only under
 that embedder. About 20 s on two cores.
 """
@@ -28,6 +29,7 @@ from typing import Any
 import numpy as np
 import orjson
 
+from jevmem.bench.attributes_data import read_after
 from jevmem.bench.updates_data import ROUNDS, SEED, Pair, judge_pairs
 from topology.embedding import default_embedder
 from topology.ports import Embedder
@@ -39,17 +41,20 @@ L2 = 1.0
 """Ridge penalty on standardised features: the fit is stable and held-out accuracy is flat from 0.3 to 3."""
 UNKNOWN_EVERY = 5
 """Every fifth training pair carries no attribute similarity (as from a caller without an embedder)."""
+JUDGE_SEED = 11
+"""Seed of the lines the pairs' texts are read after (not the attribute model's own)."""
 THRESHOLD = 0.5
 """The probability the reported figures call an update (the fit weighs both classes equally)."""
 
 
 def attributes(pairs: Sequence[Pair], embedder: Embedder) -> list[float | None]:
-    """Each pair's attribute similarity (:class:`AttributeSpace` of ``embedder``, each text embedded
-    alone), but None for every :data:`UNKNOWN_EVERY`-th pair: the judge also answers states that
-    carry none."""
+    """Each pair's attribute similarity (:class:`AttributeSpace` of ``embedder``, each text read
+    after another line as the write path reads a turn after the turn before it:
+    :func:`jevmem.bench.attributes_data.read_after`), but None for every :data:`UNKNOWN_EVERY`-th
+    pair: the judge also answers states that carry none."""
     space = AttributeSpace.of(embedder)
     texts = sorted({t for p in pairs for t in (p.older, p.newer)})
-    profiles = space.profiles(np.asarray(embedder.embed(texts), dtype=np.float32))
+    profiles = space.profiles(np.asarray(embedder.embed_after(read_after(texts, seed=JUDGE_SEED)), dtype=np.float32))
     at = {t: i for i, t in enumerate(texts)}
     return [None if i % UNKNOWN_EVERY == UNKNOWN_EVERY - 1
             else round(float(profiles[at[p.older]] @ profiles[at[p.newer]]), 4) for i, p in enumerate(pairs)]

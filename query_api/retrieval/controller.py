@@ -340,7 +340,7 @@ class RetrievalController:
             return qvec
         space = self.attributes()
         row = np.asarray([qvec], dtype=np.float32)
-        profile = space.profiles(row)
+        profile = space.question_profiles(row)
         if float(profile.max()) < p.query_steer_gate:
             return qvec
         return [float(x) for x in space.steer(row, p.query_steer, profile)[0]]

@@ -36,10 +36,27 @@ def test_one_attribute_overlaps_and_two_hardly_do(model_embedder: Embedder) -> N
                                              "I moved to Lisbon last month.", "I've had a Galaxy S23 for a couple of years.",
                                              "I switched to an iPhone 15 last week.")
     profiles = space.profiles(np.stack([porto, lisbon, galaxy]))
-    assert profiles.shape == (3, len(PROTOTYPES)) and np.allclose(profiles.sum(axis=1), 1.0)
+    assert profiles.shape[0] == 3 and np.allclose(profiles.sum(axis=1), 1.0)
+    questions = space.question_profiles(np.stack([porto, lisbon, galaxy]))
+    assert questions.shape == (3, len(PROTOTYPES)) and np.allclose(questions.sum(axis=1), 1.0)
     home, phone = space.similarity(porto, lisbon), space.similarity(galaxy, iphone)
     assert min(home, phone) > 0.3
     assert max(space.similarity(lisbon, galaxy), space.similarity(porto, iphone)) < min(home, phone) / 5
+
+
+def test_the_learned_model_ties_an_activity_to_the_attribute_it_implies(model_embedder: Embedder) -> None:
+    """Under the default model the memories' distributions come from the learned attribute model:
+    an activity that implies who someone's manager is ("approved my leave") overlaps with a
+    statement of the manager far more than under the generic prototypes alone, while statements
+    of different attributes still hardly overlap. The wordings are in none of our generators."""
+    space = AttributeSpace.of(model_embedder)
+    assert space.learned is not None and space.learned.meta["embedder"] == model_embedder.name
+    boss, leave, flat = _vectors(model_embedder, "I report to Marco, he runs the team.",
+                                 "Dana approved my leave request today.", "My flat is in Ghent, near the station.")
+    generic = space.question_profiles(np.stack([boss, leave]))
+    learned = space.profiles(np.stack([boss, leave]))
+    assert float(learned[0] @ learned[1]) > 3 * float(generic[0] @ generic[1])
+    assert space.similarity(boss, flat) < 0.05
 
 
 def test_steering_moves_a_statement_towards_its_attribute(model_embedder: Embedder) -> None:
@@ -163,6 +180,12 @@ async def test_a_new_statement_supersedes_the_judged_update_most_about_its_attri
         kind={"statement": 0.05, "question": 0.9, "tool": 0.01, "advice": 0.02, "chatter": 0.02})})
     csets[0], only = CandidateSet(node=asking, candidates=[]), {asking.id: [(job, f), (home, f)]}
     assert await replaced(_Fixed({job.id: 0.1, home.id: 0.8})) == []
+    # nor is chatter replaced: it stated no fact, whatever its vector (read after a fact) is about
+    chat = home.model_copy(update={"types": TypeScores(
+        kind={"statement": 0.1, "question": 0.02, "tool": 0.01, "advice": 0.02, "chatter": 0.85})})
+    so.p[chat.content] = 0.99
+    csets[0], only = CandidateSet(node=new, candidates=[]), {new.id: [(job, f), (chat, f)]}
+    assert await replaced(_Fixed({job.id: 0.1, home.id: 0.8})) == [job.id]
 
 
 async def test_a_question_about_an_attribute_is_moved_towards_it(model_embedder: Embedder) -> None:
@@ -184,7 +207,7 @@ async def test_a_question_about_an_attribute_is_moved_towards_it(model_embedder:
                 assert abs(float(np.linalg.norm(q)) - 1.0) < 1e-5
                 assert float(q @ car) - float(q @ food) > float(np.asarray(asked) @ car) - float(np.asarray(asked) @ food)
             other = model_embedder.embed_query(["What happened after the meeting?"])[0]
-            assert float(space.profiles(np.asarray([other], dtype=np.float32)).max()) < 0.8
+            assert float(space.question_profiles(np.asarray([other], dtype=np.float32)).max()) < 0.8
             assert mem.controller._steered(other) == other
         finally:
             await mem.close()

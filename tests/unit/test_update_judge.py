@@ -24,6 +24,7 @@ from topology.systemone.features import RelationState
 from topology.systemone.local import LocalSystemOne, relation, relation_many
 from topology.systemone.port import Item
 from topology.systemone.update_model import (
+    SENTENCE_CHECK,
     SHIPPED,
     UPDATE_FEATURES,
     UpdateModel,
@@ -128,7 +129,7 @@ def test_two_chat_turns_are_judged_sentence_by_sentence() -> None:
     chat = _state("Thanks, Caroline! Yeah, I made this bowl in my class. It took some work, but I'm pretty proud of it.",
                   "Bye, Caroline! Can't wait to hear about it. Have fun and stay safe!")
     whole = float(UpdateModel.shipped().probabilities(np.asarray([update_features(RelationState(**chat))]))[0])
-    assert whole >= 0.8 > relation(chat).p("updates")  # without the sentence check: a supersedes edge
+    assert whole >= SENTENCE_CHECK and relation(chat).p("updates") < min(whole, 0.5)  # the check lowers it
     assert sentences("Big news! I moved to Lisbon last month. The flat is tiny but bright.") == [
         "Big news!", "I moved to Lisbon last month.", "The flat is tiny but bright."]
     assert relation(_state("I live in Porto, near the river.",

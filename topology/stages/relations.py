@@ -202,9 +202,9 @@ async def judge(csets: Sequence[CandidateSet], earlier: dict[str, MemoryNode], s
     (temporal, newer -> older) to the pair most about the same attribute (``attributes``; then
     the highest answer) among those whose ``updates`` answer is at or above
     ``params.theta_update`` (the judge's answers saturate near 1 on statements of one person; the
-    attribute tells which of them the new one replaces), when the new turn is a statement
-    (:func:`topology.stages.updates.statement`: a question, tool turn, advice or chatter replaces
-    no fact, whatever the pair's answer), among its candidates and its
+    attribute tells which of them the new one replaces), when both turns are statements
+    (:func:`topology.stages.updates.statement`: a question, tool turn, advice or chatter neither
+    replaces a fact nor states one to replace, whatever the pair's answer), among its candidates and its
     ``updates_only`` pairs (node id -> the
     update candidates of :mod:`topology.stages.updates`, which may be in other conversations of
     the same user: the edge is kept with the newer turn's conversation; of those pairs only the
@@ -239,7 +239,7 @@ async def judge(csets: Sequence[CandidateSet], earlier: dict[str, MemoryNode], s
     stating = {cs.node.id for cs in csets if statement(cs.node)}
 
     def supersedes(node: MemoryNode, other: MemoryNode, p: float) -> None:
-        if p < params.theta_update or node.id not in stating:
+        if p < params.theta_update or node.id not in stating or not statement(other):
             return
         similarity = attributes.similarity(other.id, node.id)
         key = (-1.0 if similarity is None else similarity, p)

@@ -12,6 +12,12 @@ Two memories are about the same attribute to the degree their distributions over
 
 The questions are about people in general, not about any benchmark's attributes; a memory about
 none of them spreads its distribution and overlaps little with anything.
+
+Under an embedder with a learned :class:`~topology.systemone.attribute_model.AttributeModel`, a
+*memory's* distribution has two parts: the model's probabilities of the attributes it knows,
+then its probability of none of them spread over the generic prototypes as above. Questions are
+always read against the generic prototypes alone (:meth:`AttributeSpace.question_profiles`): the
+model learned statements, not questions.
 """
 
 from __future__ import annotations
@@ -22,6 +28,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from topology.ports import Embedder
+from topology.systemone.attribute_model import AttributeModel
 
 #: Generic questions about a person, one per attribute a person states and later changes.
 PROTOTYPES: tuple[str, ...] = (
@@ -63,27 +70,53 @@ TEMPERATURE = 0.5
 class AttributeSpace:
     """The prototypes' question vectors under one embedder, and what they make of memories."""
 
-    def __init__(self, prototypes: np.ndarray, temperature: float = TEMPERATURE) -> None:
+    def __init__(self, prototypes: np.ndarray, temperature: float = TEMPERATURE,
+                 learned: AttributeModel | None = None) -> None:
         if prototypes.ndim != 2 or prototypes.shape[0] < 2:
             raise ValueError("an attribute space needs at least two prototype vectors")
+        if learned is not None and learned.dim != prototypes.shape[1]:
+            raise ValueError("the learned attribute model reads vectors of another width")
         self.prototypes = np.asarray(prototypes, dtype=np.float32)
         self.temperature = temperature
+        self.learned = learned
+        known = [j for j in range(len(learned.labels)) if j != learned.none] if learned is not None else []
+        self._known = known
+        #: what :meth:`steer` moves towards, one row per entry of a memory's distribution
+        self._basis = (np.concatenate([learned.directions[known].astype(np.float32), self.prototypes])
+                       if learned is not None else self.prototypes)
 
     @classmethod
     def of(cls, embedder: Embedder) -> AttributeSpace:
         """The space of :data:`PROTOTYPES` embedded as questions by ``embedder`` (one call, once
-        per embedder object)."""
+        per embedder object), with the learned model shipped for ``embedder.name`` if any."""
         try:
             return _SPACES[embedder]
         except KeyError:
             pass
         except TypeError:  # an embedder that cannot be weakly referenced is embedded each time
-            return cls(np.asarray(embedder.embed_query(list(PROTOTYPES)), dtype=np.float32))
-        space = _SPACES[embedder] = cls(np.asarray(embedder.embed_query(list(PROTOTYPES)), dtype=np.float32))
+            return cls._embedded(embedder)
+        space = _SPACES[embedder] = cls._embedded(embedder)
         return space
 
+    @classmethod
+    def _embedded(cls, embedder: Embedder) -> AttributeSpace:
+        prototypes = np.asarray(embedder.embed_query(list(PROTOTYPES)), dtype=np.float32)
+        learned = AttributeModel.shipped(embedder.name)
+        return cls(prototypes, learned=learned if learned is not None and learned.dim == prototypes.shape[1] else None)
+
     def profiles(self, vectors: np.ndarray) -> np.ndarray:
-        """One distribution over the prototypes per row of ``vectors`` (rows sum to 1)."""
+        """One distribution per memory vector (row of ``vectors``; rows sum to 1): over the
+        prototypes, or, with a learned model, over its known attributes and then the prototypes
+        (see the module)."""
+        generic = self.question_profiles(vectors)
+        if self.learned is None:
+            return generic
+        p = self.learned.probabilities(vectors)
+        none = p[:, self.learned.none: self.learned.none + 1]
+        return np.concatenate([p[:, self._known], none * generic], axis=1).astype(np.float32)
+
+    def question_profiles(self, vectors: np.ndarray) -> np.ndarray:
+        """One distribution over the generic prototypes per row of ``vectors`` (rows sum to 1)."""
         s = np.asarray(vectors, dtype=np.float32) @ self.prototypes.T
         z = (s - s.mean(axis=1, keepdims=True)) / np.maximum(s.std(axis=1, keepdims=True), 1e-6)
         e = np.exp((z - z.max(axis=1, keepdims=True)) / self.temperature)
@@ -91,11 +124,13 @@ class AttributeSpace:
 
     def steer(self, vectors: np.ndarray, weight: float, profiles: np.ndarray | None = None) -> np.ndarray:
         """``vectors`` (unit rows) moved towards what each is about: plus ``weight`` times the
-        unit mean of the prototypes under its distribution (``profiles``, their :meth:`profiles`
-        when already computed), normalised again. A search by the result prefers memories about
-        the same attribute over ones merely worded alike."""
+        unit mean of the prototypes (and, with a learned model, its attributes' directions) under
+        its distribution, normalised again. ``profiles``: the rows' :meth:`profiles` or
+        :meth:`question_profiles` when already computed (default: :meth:`profiles`). A search by
+        the result prefers memories about the same attribute over ones merely worded alike."""
         v = np.asarray(vectors, dtype=np.float32)
-        toward = (self.profiles(v) if profiles is None else profiles) @ self.prototypes
+        profiles = self.profiles(v) if profiles is None else profiles
+        toward = profiles @ (self.prototypes if profiles.shape[1] == len(self.prototypes) else self._basis)
         toward /= np.maximum(np.linalg.norm(toward, axis=1, keepdims=True), 1e-12)
         out = v + weight * toward
         return out / np.maximum(np.linalg.norm(out, axis=1, keepdims=True), 1e-12)  # type: ignore[no-any-return]
