@@ -135,7 +135,10 @@ class MatrixVectorIndex:
             _, gone = self._held.popitem(last=False)
             self._rows -= gone.n
 
-    def _rank(self, held: _Held, vector: Sequence[float], limit: int, before_seq: int | None) -> list[Hit]:
+    def _rank(self, held: _Held, vector: Sequence[float], limit: int, before_seq: int | None,
+              conversation_id: str | None = None) -> list[Hit]:
+        """The held conversation's best ``limit`` rows before ``before_seq`` (score descending, then
+        seq, then id), as hits naming ``conversation_id``."""
         m, seqs = held.matrix[:held.n], held.seqs[:held.n]
         if not held.n or limit <= 0:
             return []
@@ -148,7 +151,7 @@ class MatrixVectorIndex:
         # the sort reads Python numbers (indexing numpy scalars per comparison key costs more)
         score, seq = scores[ok].tolist(), seqs[ok].tolist()
         order = sorted(range(len(rows)), key=lambda k: (-score[k], seq[k], ids[rows[k]]))[:limit]
-        return [Hit(ids[rows[k]], score[k]) for k in order]
+        return [Hit(ids[rows[k]], score[k], conversation_id) for k in order]
 
     @translated
     async def search(self, scope: Scope, vector: Sequence[float], limit: int, before_seq: int | None = None) -> list[Hit]:
@@ -185,8 +188,12 @@ class MatrixVectorIndex:
         if realm.user_id is not None:  # the user's rows, then only those of the listed conversations
             return self._rank_realm(self._load_realm((realm.tenant_id, realm.user_id)), vector, limit,
                                     set(realm.conversation_ids or ()))
+        convs = list(dict.fromkeys(realm.conversation_ids or ()))
+        if len(convs) == 1:  # one conversation's ranking is already in the realm's order
+            return self._rank(self._load(Scope(tenant_id=realm.tenant_id, conversation_id=convs[0])), vector, limit,
+                              None, convs[0])
         hits: list[tuple[float, int, str, str]] = []
-        for conv in dict.fromkeys(realm.conversation_ids or ()):
+        for conv in convs:
             held = self._load(Scope(tenant_id=realm.tenant_id, conversation_id=conv))
             hits += [(h.score, int(held.seqs[held.row_of[h.id]]), h.id, conv) for h in self._rank(held, vector, limit, None)]
         hits.sort(key=lambda x: (-x[0], x[1], x[2]))
