@@ -29,7 +29,7 @@ from typing import Any
 import numpy as np
 import orjson
 
-from jevmem.bench.attributes_data import read_after
+from jevmem.bench.attributes_data import embedded_after
 from jevmem.bench.updates_data import ROUNDS, SEED, Pair, judge_pairs
 from topology.embedding import default_embedder
 from topology.ports import Embedder
@@ -50,11 +50,13 @@ THRESHOLD = 0.5
 def attributes(pairs: Sequence[Pair], embedder: Embedder) -> list[float | None]:
     """Each pair's attribute similarity (:class:`AttributeSpace` of ``embedder``, each text read
     after another line as the write path reads a turn after the turn before it:
-    :func:`jevmem.bench.attributes_data.read_after`), but None for every :data:`UNKNOWN_EVERY`-th
+    :func:`jevmem.bench.attributes_data.embedded_after`, with the vectors of the lines they were read
+    after), but None for every :data:`UNKNOWN_EVERY`-th
     pair: the judge also answers states that carry none."""
     space = AttributeSpace.of(embedder)
     texts = sorted({t for p in pairs for t in (p.older, p.newer)})
-    profiles = space.profiles(np.asarray(embedder.embed_after(read_after(texts, seed=JUDGE_SEED)), dtype=np.float32))
+    vectors, before = embedded_after(texts, embedder, seed=JUDGE_SEED)
+    profiles = space.profiles(vectors.astype(np.float32), before.astype(np.float32))
     at = {t: i for i, t in enumerate(texts)}
     return [None if i % UNKNOWN_EVERY == UNKNOWN_EVERY - 1
             else round(float(profiles[at[p.older]] @ profiles[at[p.newer]]), 4) for i, p in enumerate(pairs)]

@@ -209,10 +209,38 @@ class WritePath:
         for got in await asyncio.gather(*(self.reader.get_nodes(scope, sorted(ids)) for scope, ids in wanted.items())):
             earlier.update({n.id: n for n in got})
         update_pairs = await self._update_pairs(csets)
-        attributes = relations.Attributes(await self.attribute_space(), await self._vectors(csets, wanted, update_pairs))
+        vectors = await self._vectors(csets, wanted, update_pairs)
+        space = await self.attribute_space()
+        before = None
+        if space is not None and space.learned is not None and space.learned.context:
+            nodes = [cs.node for cs in csets] + list(earlier.values()) + [n for got in update_pairs.values() for n, _ in got]
+            before = await self._before([n for n in nodes if n.id in vectors], vectors)
+        attributes = relations.Attributes(space, vectors, before)
         judgments, so_edges = await relations.judge(csets, earlier, self.so, self.params, update_pairs, attributes)
         edges = [e for cs in csets for e in relations.rule_edges(cs, earlier, self.params.theta_rel)] + so_edges
         return judgments, edges
+
+    async def _before(self, nodes: Sequence[MemoryNode], known: Mapping[str, Sequence[float]]
+                      ) -> dict[str, Sequence[float]]:
+        """Node id -> the vector of the turn it was read after (``MemoryNode.after``), for those of
+        ``nodes`` read after one: from ``known`` (node id -> vector), else read from the store."""
+        out: dict[str, Sequence[float]] = {}
+        need: dict[Scope, set[str]] = {}
+        for n in nodes:
+            if n.after is None:
+                continue
+            if n.after in known:
+                out[n.id] = known[n.after]
+            else:
+                need.setdefault(n.scope, set()).add(n.after)
+        read: dict[str, Sequence[float]] = {}
+        for scope, ids in need.items():
+            order = sorted(ids)
+            read.update(zip(order, await self.reader.embeddings(scope, order, self.embedder.dim), strict=True))
+        for n in nodes:
+            if n.after is not None and n.id not in out and n.after in read:
+                out[n.id] = read[n.after]
+        return out
 
     async def _vectors(self, csets: Sequence[CandidateSet], wanted: Mapping[Scope, set[str]],
                        update_pairs: Mapping[str, Sequence[tuple[MemoryNode, CandidateFeatures]]]
@@ -240,7 +268,15 @@ class WritePath:
             return {}
         queries = None
         if self.params.update_steer > 0 and (space := await self.attribute_space()) is not None:
-            queries = space.steer(np.asarray([n.embedding for n in asking], dtype=np.float32), self.params.update_steer)
+            rows = np.asarray([n.embedding for n in asking], dtype=np.float32)
+            profiles = None
+            if space.learned is not None and space.learned.context:
+                known = {cs.node.id: cs.node.embedding for cs in csets if cs.node.embedding}
+                got = await self._before(asking, known)
+                zero = [0.0] * rows.shape[1]
+                prior = np.asarray([got.get(n.id, zero) for n in asking], dtype=np.float32)
+                profiles = space.profiles(rows, prior)
+            queries = space.steer(rows, self.params.update_steer, profiles)
         found = await self.facts.earlier_by_speaker(asking, self.params.k_update + self.params.k_write,
                                                     None if queries is None else queries.tolist())
         return updates.pairs(csets, {n.id: f for n, f in zip(asking, found, strict=True)}, self.params.k_update)

@@ -17,7 +17,10 @@ import random
 import string
 from collections.abc import Mapping, Sequence
 
+import numpy as np
+
 from jevmem.bench import updates_data, users_data
+from topology.ports import Embedder
 from topology.systemone.attribute_model import NONE
 
 SEED = 7
@@ -84,3 +87,14 @@ def read_after(texts: Sequence[str], seed: int = SEED, times: int = 1) -> list[t
     rng = random.Random(f"attributes-before:{seed}")
     chat, facts = before_lines(seed)
     return [(rng.choice(chat if rng.random() < 0.5 else facts), t) for _ in range(times) for t in texts]
+
+
+def embedded_after(texts: Sequence[str], embedder: Embedder, seed: int = SEED,
+                   times: int = 1) -> tuple[np.ndarray, np.ndarray]:
+    """``texts`` read after other lines (:func:`read_after`), as the write path stores a turn,
+    and the vectors of those lines, each read after another line in turn: (vectors, the vectors
+    they were read after), ``times`` blocks in ``texts`` order."""
+    pairs = read_after(texts, seed, times)
+    vectors = np.asarray(embedder.embed_after(pairs), dtype=np.float64)
+    before = np.asarray(embedder.embed_after(read_after([b for b, _ in pairs], seed + 1)), dtype=np.float64)
+    return vectors, before

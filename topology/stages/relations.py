@@ -124,13 +124,20 @@ def relation_state(node: MemoryNode, other: MemoryNode, f: CandidateFeatures,
 
 class Attributes:
     """Attribute similarities of pairs of nodes: each node's distribution over an
-    :class:`AttributeSpace`'s prototypes, from its vector (``vectors``: node id -> embedding),
+    :class:`AttributeSpace`'s prototypes, from its vector (``vectors``: node id -> embedding) and
+    the vector of the turn it was read after (``before``: node id -> that vector; absent: none),
     all computed in one product. Empty: every similarity is None (unknown)."""
 
-    def __init__(self, space: AttributeSpace | None = None, vectors: Mapping[str, Sequence[float]] | None = None) -> None:
+    def __init__(self, space: AttributeSpace | None = None, vectors: Mapping[str, Sequence[float]] | None = None,
+                 before: Mapping[str, Sequence[float]] | None = None) -> None:
         wanted = {i: v for i, v in (vectors or {}).items() if len(v) and np.any(np.asarray(v))} if space else {}
         self._row = {i: k for k, i in enumerate(wanted)}
-        self._profiles = (space.profiles(np.asarray(list(wanted.values()), dtype=np.float32))
+        prior = None
+        if space is not None and wanted and before:
+            zero = np.zeros(len(next(iter(wanted.values()))), dtype=np.float32)
+            prior = np.asarray([before.get(i, zero) if len(before.get(i, ())) == len(zero) else zero for i in wanted],
+                               dtype=np.float32)
+        self._profiles = (space.profiles(np.asarray(list(wanted.values()), dtype=np.float32), prior)
                           if space is not None and wanted else np.zeros((0, 0), dtype=np.float32))
 
     def similarity(self, a: str, b: str) -> float | None:

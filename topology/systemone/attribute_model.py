@@ -11,6 +11,10 @@ and an embedder without weights has no learned part.
 
 Each class also carries a *direction* (the unit mean of its training vectors), which
 :meth:`topology.systemone.attributes.AttributeSpace.steer` moves a statement towards.
+
+A turn's vector is read after the turn before it and takes some of it in, so a line of small talk
+after a fact looks like that fact. The model reads a turn's vector minus :attr:`AttributeModel.context`
+times the vector of the turn it was read after (:meth:`AttributeModel.inputs`), as it was trained.
 """
 
 from __future__ import annotations
@@ -42,6 +46,8 @@ class AttributeModel:
     intercept: np.ndarray
     directions: np.ndarray
     meta: dict[str, Any] = field(default_factory=dict)
+    #: how much of the vector of the turn a memory was read after is taken off its own
+    context: float = 0.0
 
     def __post_init__(self) -> None:
         k = len(self.labels)
@@ -61,8 +67,16 @@ class AttributeModel:
         """The index of :data:`NONE` in :attr:`labels`."""
         return self.labels.index(NONE)
 
+    def inputs(self, vectors: np.ndarray, before: np.ndarray | None = None) -> np.ndarray:
+        """What the model reads of memories' ``vectors``: each minus :attr:`context` times the
+        matching row of ``before`` (the vectors of the turns they were read after; a zero row, or
+        no ``before``: nothing taken off)."""
+        x = np.asarray(vectors, dtype=np.float64)
+        return x if before is None or not self.context else x - self.context * np.asarray(before, dtype=np.float64)
+
     def probabilities(self, vectors: np.ndarray) -> np.ndarray:
-        """One distribution over :attr:`labels` per row of ``vectors`` (rows sum to 1)."""
+        """One distribution over :attr:`labels` per row of ``vectors`` (the model's
+        :meth:`inputs`; rows sum to 1)."""
         z = np.asarray(vectors, dtype=np.float64) @ self.coef + self.intercept
         e = np.exp(z - z.max(axis=1, keepdims=True))
         return e / e.sum(axis=1, keepdims=True)  # type: ignore[no-any-return]
@@ -74,6 +88,7 @@ class AttributeModel:
             "coef": np.round(self.coef, 6).tolist(),
             "intercept": np.round(self.intercept, 6).tolist(),
             "directions": np.round(self.directions, 6).tolist(),
+            "context": self.context,
             "meta": self.meta,
         })
 
@@ -82,7 +97,8 @@ class AttributeModel:
         raw = orjson.loads(data)
         return cls(tuple(raw["labels"]), np.asarray(raw["coef"], dtype=np.float64),
                    np.asarray(raw["intercept"], dtype=np.float64),
-                   np.asarray(raw["directions"], dtype=np.float64), dict(raw.get("meta", {})))
+                   np.asarray(raw["directions"], dtype=np.float64), dict(raw.get("meta", {})),
+                   float(raw.get("context", 0.0)))
 
     @classmethod
     def shipped(cls, embedder: str) -> AttributeModel | None:
@@ -92,11 +108,13 @@ class AttributeModel:
 
 
 def fit(x: np.ndarray, labels: Sequence[str], classes: Sequence[str], l2: float = 0.01,
-        iters: int = 1500, rate: float = 0.5, meta: dict[str, Any] | None = None) -> AttributeModel:
+        iters: int = 1500, rate: float = 0.5, meta: dict[str, Any] | None = None,
+        context: float = 0.0) -> AttributeModel:
     """The class-balanced softmax regression of ``labels`` (one per row of ``x``) on ``x``:
     ``iters`` full-batch gradient steps of size ``rate`` on standardised inputs with an ``l2``
     ridge, from zero weights, so the same inputs give the same weights. ``classes`` fixes the
-    label order and must hold :data:`NONE`."""
+    label order and must hold :data:`NONE`; ``x`` holds the model's inputs (see
+    :meth:`AttributeModel.inputs`), fitted under ``context``."""
     x = np.asarray(x, dtype=np.float64)
     k = len(classes)
     y = np.asarray([list(classes).index(label) for label in labels])
@@ -116,4 +134,4 @@ def fit(x: np.ndarray, labels: Sequence[str], classes: Sequence[str], l2: float 
     coef = w / sd[:, None]  # back to raw inputs: x @ coef + intercept == xs @ w + b
     directions = np.stack([x[y == j].mean(axis=0) if np.any(y == j) else np.zeros(x.shape[1]) for j in range(k)])
     directions /= np.maximum(np.linalg.norm(directions, axis=1, keepdims=True), 1e-12)
-    return AttributeModel(tuple(classes), coef, b - mu @ coef, directions, dict(meta or {}))
+    return AttributeModel(tuple(classes), coef, b - mu @ coef, directions, dict(meta or {}), context)

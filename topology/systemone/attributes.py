@@ -104,14 +104,16 @@ class AttributeSpace:
         learned = AttributeModel.shipped(embedder.name)
         return cls(prototypes, learned=learned if learned is not None and learned.dim == prototypes.shape[1] else None)
 
-    def profiles(self, vectors: np.ndarray) -> np.ndarray:
+    def profiles(self, vectors: np.ndarray, before: np.ndarray | None = None) -> np.ndarray:
         """One distribution per memory vector (row of ``vectors``; rows sum to 1): over the
         prototypes, or, with a learned model, over its known attributes and then the prototypes
-        (see the module)."""
+        (see the module). ``before``: the vectors of the turns the memories were read after, one
+        row each (a zero row where none), which the learned model discounts
+        (:meth:`~topology.systemone.attribute_model.AttributeModel.inputs`)."""
         generic = self.question_profiles(vectors)
         if self.learned is None:
             return generic
-        p = self.learned.probabilities(vectors)
+        p = self.learned.probabilities(self.learned.inputs(vectors, before))
         none = p[:, self.learned.none: self.learned.none + 1]
         return np.concatenate([p[:, self._known], none * generic], axis=1).astype(np.float32)
 
