@@ -47,9 +47,9 @@ def test_the_fit_is_deterministic_and_separates_its_classes() -> None:
 
 def test_weights_survive_json() -> None:
     x, y = _examples()
-    model = fit(x, y, ("car", "home", NONE), meta={"embedder": "test"})
+    model = fit(x, y, ("car", "home", NONE), meta={"embedder": "test"}, context=0.5)
     again = AttributeModel.from_json(model.to_json())
-    assert again.labels == model.labels and again.meta == {"embedder": "test"}
+    assert again.labels == model.labels and again.meta == {"embedder": "test"} and again.context == 0.5
     assert np.allclose(again.probabilities(x), model.probabilities(x), atol=1e-5)
 
 
@@ -85,6 +85,25 @@ def test_a_memory_distribution_is_the_known_attributes_then_the_prototypes_for_t
     moved = space.steer(x[[0]], 1.0)[0]
     assert float(moved @ np.eye(8)[0]) > float(x[0] @ np.eye(8)[0])
     assert np.allclose(space.steer(x[[0]], 1.0, space.question_profiles(x[[0]])), plain.steer(x[[0]], 1.0))
+
+
+def test_the_turn_read_before_is_taken_off_as_trained() -> None:
+    """A memory read after another turn carries some of it: the model reads the memory's vector
+    less ``context`` times that turn's vector (nothing off without one), so a line of chatter
+    read after a statement about a car is not about the car."""
+    x, y = _examples()
+    model = fit(x, y, ("car", "home", NONE), context=0.5)
+    car, chat = x[[20]], x[[40]]
+    blurred = _unit(chat + 0.8 * car)  # chatter that took in the car statement it was read after
+    assert np.allclose(model.inputs(blurred), blurred) and np.allclose(model.inputs(blurred, np.zeros_like(car)), blurred)
+    assert np.allclose(model.inputs(blurred, car), blurred - 0.5 * car)
+    p_plain, p_taken = model.probabilities(model.inputs(blurred)), model.probabilities(model.inputs(blurred, car))
+    assert p_taken[0, model.labels.index("car")] < p_plain[0, model.labels.index("car")]
+    assert p_taken[0, model.none] > p_plain[0, model.none]
+    space = AttributeSpace(_unit(np.eye(8)[3:8] + 0.1), learned=model)
+    assert not np.allclose(space.profiles(blurred, car), space.profiles(blurred))
+    assert np.allclose(AttributeModel(model.labels, model.coef, model.intercept, model.directions).inputs(blurred, car),
+                       blurred)  # a model fitted without context takes nothing off
 
 
 def test_a_model_of_another_width_is_refused() -> None:

@@ -211,3 +211,29 @@ async def test_a_question_about_an_attribute_is_moved_towards_it(model_embedder:
             assert mem.controller._steered(other) == other
         finally:
             await mem.close()
+
+
+class _Embeddings:
+    """A reader that only reads vectors (by node id), recording what it was asked."""
+
+    def __init__(self, vectors: dict[str, list[float]]) -> None:
+        self.vectors, self.asked = vectors, list[str]()
+
+    async def embeddings(self, scope: Scope, ids: Sequence[str], dim: int) -> np.ndarray:
+        self.asked += list(ids)
+        return np.asarray([self.vectors[i] for i in ids], dtype=np.float32)
+
+
+async def test_the_write_path_reads_the_vector_of_the_turn_each_memory_was_read_after(embedder: Embedder) -> None:
+    """What the learned attribute model discounts: for each memory read after another turn
+    (``MemoryNode.after``), that turn's vector, from the batch when there, else from the store;
+    a memory read alone has none."""
+    def node(seq: int, after: str | None) -> MemoryNode:
+        return MemoryNode(id=f"n{seq}", tenant_id="t1", conversation_id="c1", event_id=f"e{seq}", seq=seq,
+                          content=f"turn {seq}", speaker="Ana", role="user", after=after)
+
+    reader = _Embeddings({"n1": [1.0, 0.0], "n2": [0.0, 1.0]})
+    wp = WritePath(embedder, cast(Any, None), cast(Any, reader), Params())
+    got = await wp._before([node(1, None), node(2, "n1"), node(3, "n2")], {"n2": [0.5, 0.5]})
+    assert {k: [float(x) for x in v] for k, v in got.items()} == {"n2": [1.0, 0.0], "n3": [0.5, 0.5]}
+    assert reader.asked == ["n1"]
