@@ -33,7 +33,7 @@ from topology.schemas import (
     Scope,
 )
 from topology.stages import candidates, consolidation, context, memory_nodes, relations, updates
-from topology.systemone.attributes import AttributeSpace
+from topology.systemone.attributes import AttributeSpace, before_rows
 from topology.systemone.port import CountingSystemOne
 from topology.systemone.update_model import attributes_embedder
 
@@ -208,13 +208,17 @@ class WritePath:
         earlier: dict[str, MemoryNode] = {}
         for got in await asyncio.gather(*(self.reader.get_nodes(scope, sorted(ids)) for scope, ids in wanted.items())):
             earlier.update({n.id: n for n in got})
-        update_pairs = await self._update_pairs(csets)
-        vectors = await self._vectors(csets, wanted, update_pairs)
         space = await self.attribute_space()
-        before = None
-        if space is not None and space.learned is not None and space.learned.context:
-            nodes = [cs.node for cs in csets] + list(earlier.values()) + [n for got in update_pairs.values() for n, _ in got]
-            before = await self._before([n for n in nodes if n.id in vectors], vectors)
+        # the vectors of the turns the batch's nodes were read after, read once for both uses
+        before: dict[str, Sequence[float]] | None = None
+        if space is not None and space.reads_before:
+            before = await self._before([cs.node for cs in csets],
+                                        {cs.node.id: cs.node.embedding for cs in csets if cs.node.embedding})
+        update_pairs = await self._update_pairs(csets, before)
+        vectors = await self._vectors(csets, wanted, update_pairs)
+        if before is not None:
+            others = [*earlier.values(), *(n for got in update_pairs.values() for n, _ in got)]
+            before.update(await self._before([n for n in others if n.id in vectors and n.id not in before], vectors))
         attributes = relations.Attributes(space, vectors, before)
         judgments, so_edges = await relations.judge(csets, earlier, self.so, self.params, update_pairs, attributes)
         edges = [e for cs in csets for e in relations.rule_edges(cs, earlier, self.params.theta_rel)] + so_edges
@@ -260,22 +264,19 @@ class WritePath:
             vectors.update(zip(order, await self.reader.embeddings(scope, order, self.embedder.dim), strict=True))
         return vectors
 
-    async def _update_pairs(self, csets: Sequence[CandidateSet]
+    async def _update_pairs(self, csets: Sequence[CandidateSet], before: Mapping[str, Sequence[float]] | None = None
                             ) -> dict[str, list[tuple[MemoryNode, CandidateFeatures]]]:
-        """The update-only pairs of ``csets``' statements (:func:`topology.stages.updates.pairs`)."""
+        """The update-only pairs of ``csets``' statements (:func:`topology.stages.updates.pairs`);
+        ``before``: node id -> the vector of the turn it was read after (:meth:`_before`), which
+        the attribute space reads where it discounts them."""
         asking = [cs.node for cs in csets if updates.asks(cs.node)]
         if self.facts is None or not asking or self.params.k_update <= 0:
             return {}
         queries = None
         if self.params.update_steer > 0 and (space := await self.attribute_space()) is not None:
             rows = np.asarray([n.embedding for n in asking], dtype=np.float32)
-            profiles = None
-            if space.learned is not None and space.learned.context:
-                known = {cs.node.id: cs.node.embedding for cs in csets if cs.node.embedding}
-                got = await self._before(asking, known)
-                zero = [0.0] * rows.shape[1]
-                prior = np.asarray([got.get(n.id, zero) for n in asking], dtype=np.float32)
-                profiles = space.profiles(rows, prior)
+            profiles = (space.profiles(rows, before_rows([n.id for n in asking], before, rows.shape[1]))
+                        if before and space.reads_before else None)
             queries = space.steer(rows, self.params.update_steer, profiles)
         found = await self.facts.earlier_by_speaker(asking, self.params.k_update + self.params.k_write,
                                                     None if queries is None else queries.tolist())

@@ -16,7 +16,7 @@ from topology import ids
 from topology.params import Params
 from topology.schemas import CandidateFeatures, CandidateSet, EdgeEvent, MemoryNode, RelationJudgment
 from topology.stages.updates import statement
-from topology.systemone.attributes import AttributeSpace
+from topology.systemone.attributes import AttributeSpace, before_rows
 from topology.systemone.catalog import ALIAS, RELATION
 from topology.systemone.port import Item, SystemOne
 from topology.text import alias_plausibility, entity_id
@@ -132,13 +132,10 @@ class Attributes:
                  before: Mapping[str, Sequence[float]] | None = None) -> None:
         wanted = {i: v for i, v in (vectors or {}).items() if len(v) and np.any(np.asarray(v))} if space else {}
         self._row = {i: k for k, i in enumerate(wanted)}
-        prior = None
-        if space is not None and wanted and before:
-            zero = np.zeros(len(next(iter(wanted.values()))), dtype=np.float32)
-            prior = np.asarray([before.get(i, zero) if len(before.get(i, ())) == len(zero) else zero for i in wanted],
-                               dtype=np.float32)
-        self._profiles = (space.profiles(np.asarray(list(wanted.values()), dtype=np.float32), prior)
-                          if space is not None and wanted else np.zeros((0, 0), dtype=np.float32))
+        self._profiles = np.zeros((0, 0), dtype=np.float32)
+        if space is not None and wanted:
+            rows = np.asarray(list(wanted.values()), dtype=np.float32)
+            self._profiles = space.profiles(rows, before_rows(list(wanted), before, rows.shape[1]) if before else None)
 
     def similarity(self, a: str, b: str) -> float | None:
         """How far nodes ``a`` and ``b`` (ids) are about the same attribute (0 to 1, rounded to 4

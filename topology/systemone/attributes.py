@@ -23,7 +23,7 @@ model learned statements, not questions.
 from __future__ import annotations
 
 import weakref
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 import numpy as np
 
@@ -98,6 +98,11 @@ class AttributeSpace:
         space = _SPACES[embedder] = cls._embedded(embedder)
         return space
 
+    @property
+    def reads_before(self) -> bool:
+        """Whether :meth:`profiles` reads the vectors of the turns memories were read after."""
+        return self.learned is not None and bool(self.learned.context)
+
     @classmethod
     def _embedded(cls, embedder: Embedder) -> AttributeSpace:
         prototypes = np.asarray(embedder.embed_query(list(PROTOTYPES)), dtype=np.float32)
@@ -142,6 +147,17 @@ class AttributeSpace:
         4 places so that a state read back from JSON gives the same features."""
         p = self.profiles(np.asarray([a, b], dtype=np.float32))
         return round(float(p[0] @ p[1]), 4)
+
+
+def before_rows(ids: Sequence[str], before: Mapping[str, Sequence[float]], dim: int) -> np.ndarray:
+    """The ``before`` vector of each of ``ids`` as rows for :meth:`AttributeSpace.profiles` (a
+    zero row where it has none, or one of another width)."""
+    out = np.zeros((len(ids), dim), dtype=np.float32)
+    for k, i in enumerate(ids):
+        v = before.get(i)
+        if v is not None and len(v) == dim:
+            out[k] = v
+    return out
 
 
 _SPACES: weakref.WeakKeyDictionary[Embedder, AttributeSpace] = weakref.WeakKeyDictionary()
