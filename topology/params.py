@@ -77,6 +77,12 @@ HEARSAY_PENALTY = 0.99
 #: least LATEST_BAND times the best of them answer it about as well, and the latest of them
 #: ranks first (``query_api.retrieval.currency.latest_first``); above 1: off.
 LATEST_BAND = 0.6
+#: Under an embedder with a learned attribute model, a question about the present that the model
+#: reads as about one attribute with at least this probability ("Who is Priya's manager?") is
+#: answered by the latest of the asked person's own statements the model reads as about that
+#: attribute with at least this probability, however its words score ("Had my first review with
+#: Helena today"): ``query_api.retrieval.currency.latest_about``; above 1: off.
+LATEST_ATTRIBUTE = 0.5
 
 
 class ScoreWeights(BaseModel):
@@ -178,6 +184,9 @@ class Params(BaseModel):
     other_subject_penalty: float = Field(default=OTHER_SUBJECT_PENALTY, ge=0.0, le=1.0)
     hearsay_penalty: float = Field(default=HEARSAY_PENALTY, ge=0.0, le=1.0)
     latest_band: float = Field(default=LATEST_BAND, ge=0.0)
+    latest_attribute: float = Field(default=LATEST_ATTRIBUTE, ge=0.0, description="the probability at which the "
+                                    "learned attribute model reads a question, and a person's statement, as about one "
+                                    "attribute, so that the latest such statement answers it; above 1: off")
     top_k: int = 10
     weights: ScoreWeights = ScoreWeights()
     realm: RealmRanking = RealmRanking()

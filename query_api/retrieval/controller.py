@@ -37,7 +37,7 @@ from topology import text
 from topology.params import Params
 from topology.ports import Embedder
 from topology.schemas import MemoryNode, Realm, Scope, TemporalRef, View
-from topology.systemone.attributes import AttributeSpace
+from topology.systemone.attributes import AttributeSpace, before_rows
 from topology.systemone.catalog import ASSESS, ROUTE, SCORE
 from topology.systemone.features import AssessState, ScoreState
 from topology.systemone.port import CountingSystemOne, Item, SystemOne
@@ -158,6 +158,8 @@ class _QueryState:
     qtokens: set[str]
     qnames: set[str]
     route: dict[str, float]
+    #: the question's own vector, before any steering (what the attribute model reads)
+    asked: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.float32))
     anchor_strength: dict[str, float] = field(default_factory=dict)
     bm25: dict[str, float] = field(default_factory=dict)
     vec_rank: dict[str, float] = field(default_factory=dict)
@@ -301,7 +303,7 @@ class RetrievalController:
                 break
         self._subjects(run, question)
         await self._currency(reach, run)
-        self._latest(run)
+        await self._latest(reach, run)
         run.timings["total"] = _ms(run.t0)
         return await self._evidence(reach, run, top_k or self.params.top_k)
 
@@ -319,14 +321,15 @@ class RetrievalController:
         finally:
             _settle(embedding)
         embed_ms = _ms(t0)
-        if self._space is None and p.query_steer > 0.0:  # the prototypes are embedded once, off the loop
+        if self._space is None and (p.query_steer > 0.0 or p.latest_attribute <= 1.0):  # embedded once, off the loop
             await asyncio.to_thread(self.attributes)
+        asked = np.asarray(qvec, dtype=np.float32)
         qvec = self._steered(qvec)
         route = {q.key: route_ans.p(q.key) for q in ROUTE.nouls()}
         views = formulas.active_views(route, p.theta_act)
         budgets = formulas.allocate_budget({v: route[v] for v in views}, p.budget_total, p.budget_min, p.budget_gamma)
         st = _QueryState(question, qvec, np.asarray(qvec, dtype=np.float64), set(text.tokens(question)),
-                         query_names(question), route, dates=qf.question_dates(question))
+                         query_names(question), route, asked=asked, dates=qf.question_dates(question))
         return _Run(so, st, views, budgets, formulas.depth(route["multi_hop"], p.depth_max, p.limits.depth), t0,
                     lex_hits, timings={"embed": embed_ms}, remaining=dict(budgets))
 
@@ -625,19 +628,50 @@ class RetrievalController:
             if subjects.about_someone_else(c.node, asked, question):
                 c.score *= 1.0 - (hearsay if (c.node.speaker or "").lower() in asked else other)
 
-    def _latest(self, run: _Run) -> None:
+    async def _latest(self, reach: Reach, run: _Run) -> None:
         """For a question about the present naming people of the pool: the latest of a named
-        person's own statements that answer it about as well as the best one ranks first
-        (:func:`query_api.retrieval.currency.latest_first`, ``params.latest_band``); a memory
-        already superseded by an edge takes no part."""
+        person's own statements about what it asks ranks first; a memory already superseded by
+        an edge takes no part. What it asks: the attribute the learned attribute model reads the
+        question as about (:meth:`_about`, :func:`query_api.retrieval.currency.latest_about`); failing
+        that, the statements that answer it about as well as the best one
+        (:func:`query_api.retrieval.currency.latest_first`, ``params.latest_band``)."""
         st = run.st
-        if not run.asked or self.params.latest_band > 1.0 or not currency.about_the_present(st.route, st.question):
+        if not run.asked or not currency.about_the_present(st.route, st.question):
             return
         pool = {i: currency.Statement(c.score, i not in run.stale and subjects.own_statement(c.node, run.asked),
                                       (c.node.observed_at or datetime.min.replace(tzinfo=UTC), c.node.seq))
                 for i, c in st.pool.items()}
-        for i, s in currency.latest_first(pool, self.params.latest_band).items():
+        scores = currency.latest_about(pool, await self._about(reach, run, [i for i, s in pool.items() if s.own]))
+        if scores is None and self.params.latest_band <= 1.0:
+            scores = currency.latest_first(pool, self.params.latest_band)
+        for i, s in (scores or {}).items():
             st.pool[i].score = s
+
+    async def _about(self, reach: Reach, run: _Run, own: Sequence[str]) -> list[str]:
+        """Those of ``own`` (pool ids) that the learned attribute model reads as about the
+        attribute it reads the question as about, both with probability ``params.latest_attribute``
+        or more; none without a learned model, or when the question is about no one attribute.
+        A memory is read after the turn its vector was read after (``MemoryNode.after``), as
+        the write path reads it; those turns not in the pool are read from the store at once."""
+        gate, st = self.params.latest_attribute, run.st
+        if gate > 1.0 or len(own) < 2 or not st.asked.size:
+            return []
+        space = self.attributes()
+        asked = space.known(st.asked[None, :])
+        if asked is None or not asked.shape[1] or float(asked[0].max()) < gate:
+            return []
+        attribute = int(asked[0].argmax())
+        rows = np.stack([st.pool[i].info.row for i in own]).astype(np.float32)
+        before = None
+        if space.reads_before:
+            wanted = {a for i in own if (a := st.pool[i].node.after)}
+            found = {i: st.pool[i].info.row for i in wanted if i in st.pool}
+            if missing := sorted(wanted - set(found)):
+                found |= {n.id: info.row for n, info in await self._fetch(reach, missing)}
+            before = before_rows([st.pool[i].node.after or "" for i in own], found, rows.shape[1])
+        read = space.known(rows, before)
+        assert read is not None
+        return [i for i, p in zip(own, read[:, attribute], strict=True) if p >= gate]
 
     async def _currency(self, reach: Reach, run: _Run) -> None:
         """Step 4: read the pool's ``supersedes`` edges; a replacement missing from the pool joins

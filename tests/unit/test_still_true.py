@@ -12,6 +12,7 @@ from jevmem.wiring import Embedded
 from query_api.retrieval import currency, subjects
 from query_api.retrieval.controller import Evidence
 from topology import ids
+from topology.ports import Embedder
 from topology.schemas import EdgeEvent, MemoryNode, Observation, Realm, Scope
 
 T0 = datetime(2024, 5, 1, tzinfo=UTC)
@@ -261,6 +262,51 @@ def test_the_latest_of_a_persons_statements_that_answer_about_as_well_ranks_firs
     # a tie in time is broken by the seq in the conversation
     same_day = {"a": currency.Statement(0.5, True, (T0, 3)), "b": currency.Statement(0.4, True, (T0, 7))}
     assert currency.latest_first(same_day, 0.6)["b"] == 0.5
+
+
+def test_the_latest_statement_about_the_asked_attribute_ranks_first_however_it_scores() -> None:
+    def st(score: float, day: int, own: bool = True) -> currency.Statement:
+        return currency.Statement(score, own, (T0 + timedelta(days=day), 0))
+
+    pool = {"old": st(0.5, 1), "new": st(0.05, 9), "car": st(0.6, 5), "said": st(0.7, 3, own=False)}
+    placed = currency.latest_about(pool, ["old", "new"])
+    assert placed is not None
+    # "new" is the latest statement about the attribute: it takes the best own score (the car's),
+    # and every other own statement as high goes just below it; another speaker's memory is left as it was
+    assert placed["new"] == 0.6 and 0.5 < placed["car"] < 0.6 and placed["old"] == 0.5 and placed["said"] == 0.7
+    assert currency.latest_about(pool, ["old"]) is None  # one statement: nothing to choose between
+    assert currency.latest_about(pool, ["old", "said"]) is None  # "said" is not the person's own
+
+
+async def test_a_later_statement_worded_as_an_activity_answers_a_question_about_the_present(
+        model_embedder: Embedder) -> None:
+    """With the real model and no ``supersedes`` edge, "Dana approved my leave request today" answers
+    "Who is Ana's manager?" above the earlier "My line manager is Marco": the learned attribute
+    model reads both, and the question, as about the manager (``Params.latest_attribute``). A later
+    statement of another attribute, and a later one about someone else's manager, do not. The
+    wordings are in none of our generators."""
+    from jevmem.settings import Settings
+    from jevmem.wiring import build_embedded
+    from topology.params import Params
+
+    turns = [("Ana", "My line manager is Marco, he runs a tight ship."), ("Ben", "Sounds like a good boss."),
+             ("Ana", "Mondays are rough, honestly."), ("Ana", "Dana approved my leave request today."),
+             ("Ben", "Enjoy the time off!"), ("Ana", "I drive a blue Skoda to work."),
+             ("Ana", "My sister's manager is Petra, she is strict.")]
+    order = {}
+    for params in (Params(), Params(latest_attribute=1.5)):
+        mem = build_embedded(Settings(params=params), embedder=model_embedder, data_dir=":memory:")
+        try:
+            await mem.pipeline.ingest([Observation(tenant_id="t1", conversation_id="c1", event_id=f"u{i}", content=t,
+                                                   speaker=s, observed_at=T0 + timedelta(days=i))
+                                       for i, (s, t) in enumerate(turns)])
+            assert not [e for e in await mem.stores.edges.scan(SCOPE) if e.label == currency.SUPERSEDES]
+            evidence = (await mem.controller.retrieve(SCOPE, "Who is Ana's manager?", 5)).evidence
+            order[params.latest_attribute] = [e.event_id for e in evidence]
+        finally:
+            await mem.close()
+    assert order[0.5][0] == "u3" and order[0.5].index("u0") < order[0.5].index("u5")
+    assert order[1.5][0] == "u0" and order[1.5].index("u3") > 0  # off: the words decide
 
 
 def test_an_own_statement_is_said_by_the_asked_person_about_them() -> None:

@@ -15,9 +15,10 @@ none of them spreads its distribution and overlaps little with anything.
 
 Under an embedder with a learned :class:`~topology.systemone.attribute_model.AttributeModel`, a
 *memory's* distribution has two parts: the model's probabilities of the attributes it knows,
-then its probability of none of them spread over the generic prototypes as above. Questions are
-always read against the generic prototypes alone (:meth:`AttributeSpace.question_profiles`): the
-model learned statements, not questions.
+then its probability of none of them spread over the generic prototypes as above. A question's
+vector is steered by its distribution over the generic prototypes alone
+(:meth:`AttributeSpace.question_profiles`); which learned attribute a question is about
+(:meth:`AttributeSpace.known`) tells the read path which of a person's statements answer it.
 """
 
 from __future__ import annotations
@@ -122,6 +123,16 @@ class AttributeSpace:
         none = p[:, self.learned.none: self.learned.none + 1]
         return np.concatenate([p[:, self._known], none * generic], axis=1).astype(np.float32)
 
+    def known(self, vectors: np.ndarray, before: np.ndarray | None = None) -> np.ndarray | None:
+        """The learned model's probability of each attribute it knows (columns in the order of
+        its labels, ``none`` left out) per row of ``vectors``, read as :meth:`profiles` reads
+        memories (``before``: the vectors they were read after); None without a learned model.
+        A question's vector is read the same way (no ``before``): the model places a question
+        about an attribute with the statements of that attribute."""
+        if self.learned is None:
+            return None
+        return self.learned.probabilities(self.learned.inputs(vectors, before))[:, self._known]
+
     def question_profiles(self, vectors: np.ndarray) -> np.ndarray:
         """One distribution over the generic prototypes per row of ``vectors`` (rows sum to 1)."""
         s = np.asarray(vectors, dtype=np.float32) @ self.prototypes.T
@@ -149,7 +160,7 @@ class AttributeSpace:
         return round(float(p[0] @ p[1]), 4)
 
 
-def before_rows(ids: Sequence[str], before: Mapping[str, Sequence[float]], dim: int) -> np.ndarray:
+def before_rows(ids: Sequence[str], before: Mapping[str, Sequence[float] | np.ndarray], dim: int) -> np.ndarray:
     """The ``before`` vector of each of ``ids`` as rows for :meth:`AttributeSpace.profiles` (a
     zero row where it has none, or one of another width)."""
     out = np.zeros((len(ids), dim), dtype=np.float32)
