@@ -632,46 +632,94 @@ class RetrievalController:
         """For a question about the present naming people of the pool: the latest of a named
         person's own statements about what it asks ranks first; a memory already superseded by
         an edge takes no part. What it asks: the attribute the learned attribute model reads the
-        question as about (:meth:`_about`, :func:`query_api.retrieval.currency.latest_about`); failing
+        question as about (:meth:`_asked_attribute`); the person's latest statement about it
+        joins the pool when missing (:meth:`_join_latest`), and the latest of those in the pool
+        ranks first (:meth:`_about`, :func:`query_api.retrieval.currency.latest_about`). Failing
         that, the statements that answer it about as well as the best one
         (:func:`query_api.retrieval.currency.latest_first`, ``params.latest_band``)."""
         st = run.st
         if not run.asked or not currency.about_the_present(st.route, st.question):
             return
+        attribute = self._asked_attribute(run)
+        if attribute is not None:
+            await self._join_latest(reach, run, attribute)
         pool = {i: currency.Statement(c.score, i not in run.stale and subjects.own_statement(c.node, run.asked),
                                       (c.node.observed_at or datetime.min.replace(tzinfo=UTC), c.node.seq))
                 for i, c in st.pool.items()}
-        scores = currency.latest_about(pool, await self._about(reach, run, [i for i, s in pool.items() if s.own]))
+        own = [i for i, s in pool.items() if s.own]
+        about = await self._about(reach, run, own, attribute) if attribute is not None and len(own) > 1 else []
+        scores = currency.latest_about(pool, about)
         if scores is None and self.params.latest_band <= 1.0:
             scores = currency.latest_first(pool, self.params.latest_band)
         for i, s in (scores or {}).items():
             st.pool[i].score = s
 
-    async def _about(self, reach: Reach, run: _Run, own: Sequence[str]) -> list[str]:
-        """Those of ``own`` (pool ids) that the learned attribute model reads as about the
-        attribute it reads the question as about, both with probability ``params.latest_attribute``
-        or more; none without a learned model, or when the question is about no one attribute.
-        A memory is read after the turn its vector was read after (``MemoryNode.after``), as
-        the write path reads it; those turns not in the pool are read from the store at once."""
-        gate, st = self.params.latest_attribute, run.st
-        if gate > 1.0 or len(own) < 2 or not st.asked.size:
-            return []
+    def _asked_attribute(self, run: _Run) -> int | None:
+        """The attribute (column of :meth:`~topology.systemone.attributes.AttributeSpace.known`)
+        the learned attribute model reads the question as about with probability
+        ``params.latest_attribute`` or more; None without a learned model, or when it reads the
+        question as about no one attribute."""
+        gate, asked = self.params.latest_attribute, run.st.asked
+        if gate > 1.0 or not asked.size:
+            return None
+        known = self.attributes().known(asked[None, :])
+        if known is None or not known.shape[1] or float(known[0].max()) < gate:
+            return None
+        return int(known[0].argmax())
+
+    async def _join_latest(self, reach: Reach, run: _Run, attribute: int) -> None:
+        """The asked person's latest own statement about ``attribute`` among the
+        ``params.anchor_pool`` memories nearest to the question moved towards that attribute
+        (:meth:`~topology.systemone.attributes.AttributeSpace.towards`), read as :meth:`_about`
+        reads them, joins the pool when it is not in it (scored in one request, when the
+        controller budget allows): a statement whose words the question does not share ("Had my
+        first review with Helena today") is then ranked by :meth:`_about` like the others."""
+        p, st = self.params, run.st
+        if run.so.calls + run.so.requests_for([len(SCORE.questions)]) > p.limits.controller_calls \
+                or len(st.pool) >= p.limits.visited_nodes:
+            return
         space = self.attributes()
-        asked = space.known(st.asked[None, :])
-        if asked is None or not asked.shape[1] or float(asked[0].max()) < gate:
-            return []
-        attribute = int(asked[0].argmax())
-        rows = np.stack([st.pool[i].info.row for i in own]).astype(np.float32)
+        query = space.towards(st.asked[None, :], attribute)[0]
+        hits = await reach.vectors([float(x) for x in query], p.anchor_pool)
+        found = [(n, info) for n, info in await self._fetch(reach, [h.id for h in hits if h.id not in st.pool])
+                 if currency.visible(n, run.as_of) and subjects.own_statement(n, run.asked)]
+        if not found:
+            return
+        read = await self._known(reach, run, {n.id: (n, info) for n, info in found})
+        about = [(n, info) for (n, info), q in zip(found, read[:, attribute], strict=True) if q >= p.latest_attribute]
+        if not about:
+            return
+        n, info = max(about, key=lambda m: (m[0].observed_at or datetime.min.replace(tzinfo=UTC), m[0].seq, m[0].id))
+        joining = _Cand(n, info, "attribute", 1.0, 0.0)
+        st.pool[n.id] = joining
+        st.by_seq.setdefault((n.conversation_id, n.seq), joining)
+        await self._score(run, [joining])
+
+    async def _about(self, reach: Reach, run: _Run, own: Sequence[str], attribute: int) -> list[str]:
+        """Those of ``own`` (pool ids) that the learned attribute model reads as about
+        ``attribute`` with probability ``params.latest_attribute`` or more."""
+        pool = run.st.pool
+        read = await self._known(reach, run, {i: (pool[i].node, pool[i].info) for i in own})
+        return [i for i, p in zip(own, read[:, attribute], strict=True) if p >= self.params.latest_attribute]
+
+    async def _known(self, reach: Reach, run: _Run, nodes: dict[str, tuple[MemoryNode, NodeInfo]]) -> np.ndarray:
+        """The learned attribute model's reading of ``nodes`` (id -> node and info; rows in that
+        order, :meth:`~topology.systemone.attributes.AttributeSpace.known`). A memory is read
+        after the turn its vector was read after (``MemoryNode.after``), as the write path reads
+        it; those turns not in the pool are read from the store at once."""
+        space, pool = self.attributes(), run.st.pool
+        rows = np.stack([info.row for _, info in nodes.values()]).astype(np.float32)
         before = None
         if space.reads_before:
-            wanted = {a for i in own if (a := st.pool[i].node.after)}
-            found = {i: st.pool[i].info.row for i in wanted if i in st.pool}
+            wanted = {a for n, _ in nodes.values() if (a := n.after)}
+            found = {i: pool[i].info.row for i in wanted if i in pool}
+            found |= {i: nodes[i][1].row for i in wanted if i in nodes and i not in found}
             if missing := sorted(wanted - set(found)):
                 found |= {n.id: info.row for n, info in await self._fetch(reach, missing)}
-            before = before_rows([st.pool[i].node.after or "" for i in own], found, rows.shape[1])
+            before = before_rows([n.after or "" for n, _ in nodes.values()], found, rows.shape[1])
         read = space.known(rows, before)
         assert read is not None
-        return [i for i, p in zip(own, read[:, attribute], strict=True) if p >= gate]
+        return read
 
     async def _currency(self, reach: Reach, run: _Run) -> None:
         """Step 4: read the pool's ``supersedes`` edges; a replacement missing from the pool joins

@@ -10,6 +10,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any, cast
 
 import numpy as np
+import pytest
 
 from jevmem.wiring import Embedded
 from topology import ids
@@ -57,6 +58,27 @@ def test_the_learned_model_ties_an_activity_to_the_attribute_it_implies(model_em
     learned = space.profiles(np.stack([boss, leave]))
     assert float(learned[0] @ learned[1]) > 3 * float(generic[0] @ generic[1])
     assert space.similarity(boss, flat) < 0.05
+
+
+def test_a_question_is_read_as_about_an_attribute_and_moved_towards_it(model_embedder: Embedder) -> None:
+    """The learned model reads "Who is Ana's manager?" as about the manager, and the question moved
+    towards that attribute is nearer a statement of it worded as an activity than before, and
+    than a statement of another attribute; without a learned model there is nothing to move towards."""
+    space = AttributeSpace.of(model_embedder)
+    assert space.learned is not None
+    q = np.asarray(model_embedder.embed_query(["Who is Ana's manager?"]), dtype=np.float32)
+    known = space.known(q)
+    assert known is not None
+    manager = [label for label in space.learned.labels if label != "none"].index("manager")
+    assert int(known[0].argmax()) == manager and float(known[0, manager]) >= 0.5
+    leave, car = _vectors(model_embedder, "Dana approved my leave request today.", "I drive a blue Skoda to work.")
+    moved = space.towards(q, manager)[0]
+    assert abs(float(np.linalg.norm(moved)) - 1.0) < 1e-5
+    assert float(moved @ leave) - float(q[0] @ leave) > float(moved @ car) - float(q[0] @ car)
+    generic = AttributeSpace(space.prototypes)
+    assert generic.known(q) is None
+    with pytest.raises(ValueError, match="learned attribute model"):
+        generic.towards(q, 0)
 
 
 def test_steering_moves_a_statement_towards_its_attribute(model_embedder: Embedder) -> None:

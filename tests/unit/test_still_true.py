@@ -309,6 +309,35 @@ async def test_a_later_statement_worded_as_an_activity_answers_a_question_about_
     assert order[1.5][0] == "u0" and order[1.5].index("u3") > 0  # off: the words decide
 
 
+async def test_the_latest_statement_about_the_asked_attribute_joins_the_pool(model_embedder: Embedder) -> None:
+    """Without expansion and with two anchors, "Dana approved my leave request today" is not among
+    the memories the words of "Who is Ana's manager?" reach; the search by the question moved
+    towards the manager brings it into the pool (``via`` "attribute"), first."""
+    from jevmem.bench.locomo import no_graph
+    from jevmem.settings import Settings
+    from jevmem.wiring import build_embedded
+    from topology.params import Params
+
+    turns = [("Ana", "My line manager is Marco, he runs a tight ship."), ("Ben", "Sounds like a good boss."),
+             ("Ana", "Mondays are rough, honestly."), ("Ana", "Dana approved my leave request today."),
+             ("Ben", "Enjoy the time off!"), ("Ana", "I drive a blue Skoda to work."),
+             ("Ana", "My sister's manager is Petra, she is strict.")]
+    found = {}
+    for gate in (0.5, 1.5):
+        params = no_graph(Params(anchor_pool=4, anchors=2, latest_attribute=gate))
+        mem = build_embedded(Settings(params=params), embedder=model_embedder, data_dir=":memory:")
+        try:
+            await mem.pipeline.ingest([Observation(tenant_id="t1", conversation_id="c1", event_id=f"u{i}", content=t,
+                                                   speaker=s, observed_at=T0 + timedelta(days=i))
+                                       for i, (s, t) in enumerate(turns)])
+            evidence = (await mem.controller.retrieve(SCOPE, "Who is Ana's manager?", 5)).evidence
+            found[gate] = [(e.event_id, e.via) for e in evidence]
+        finally:
+            await mem.close()
+    assert found[0.5][0] == ("u3", "attribute") and ("u0", "anchor") in found[0.5]
+    assert "u3" not in [i for i, _ in found[1.5]]  # off: the words alone do not reach it
+
+
 def test_an_own_statement_is_said_by_the_asked_person_about_them() -> None:
     def node(speaker: str, text: str) -> MemoryNode:
         return MemoryNode.model_validate({"id": "n", "tenant_id": "t1", "conversation_id": "c1", "seq": 0,

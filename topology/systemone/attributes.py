@@ -133,6 +133,17 @@ class AttributeSpace:
             return None
         return self.learned.probabilities(self.learned.inputs(vectors, before))[:, self._known]
 
+    def towards(self, vectors: np.ndarray, attribute: int, weight: float = 1.0) -> np.ndarray:
+        """``vectors`` (rows, normalised first) plus ``weight`` times the learned direction of
+        the known attribute ``attribute`` (a column of :meth:`known`), normalised again: a search
+        by the result prefers memories about that attribute. Needs a learned model."""
+        if self.learned is None:
+            raise ValueError("moving towards a learned attribute needs a learned attribute model")
+        v = np.asarray(vectors, dtype=np.float32)
+        v = v / np.maximum(np.linalg.norm(v, axis=1, keepdims=True), 1e-12)
+        out = v + weight * self.learned.directions[self._known[attribute]].astype(np.float32)
+        return out / np.maximum(np.linalg.norm(out, axis=1, keepdims=True), 1e-12)  # type: ignore[no-any-return]
+
     def question_profiles(self, vectors: np.ndarray) -> np.ndarray:
         """One distribution over the generic prototypes per row of ``vectors`` (rows sum to 1)."""
         s = np.asarray(vectors, dtype=np.float32) @ self.prototypes.T
