@@ -80,8 +80,8 @@ LATEST_BAND = 0.6
 #: Under an embedder with a learned attribute model, a question about the present that the model
 #: reads as about one attribute with at least this probability ("Who is Priya's manager?") is
 #: answered by the latest of the asked person's own statements the model reads as about that
-#: attribute with at least this probability, however its words score ("Had my first review with
-#: Helena today"): ``query_api.retrieval.currency.latest_about``; above 1: off.
+#: attribute with at least this probability, however its words score ("Dana approved my leave
+#: request today"): ``query_api.retrieval.currency.latest_about``; above 1: off.
 LATEST_ATTRIBUTE = 0.5
 
 

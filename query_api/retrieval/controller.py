@@ -672,8 +672,8 @@ class RetrievalController:
         ``params.anchor_pool`` memories nearest to the question moved towards that attribute
         (:meth:`~topology.systemone.attributes.AttributeSpace.towards`), read as :meth:`_about`
         reads them, joins the pool when it is not in it (scored in one request, when the
-        controller budget allows): a statement whose words the question does not share ("Had my
-        first review with Helena today") is then ranked by :meth:`_about` like the others."""
+        controller budget allows): a statement whose words the question does not share ("Dana
+        approved my leave request today") is then ranked by :meth:`_about` like the others."""
         p, st = self.params, run.st
         if run.so.calls + run.so.requests_for([len(SCORE.questions)]) > p.limits.controller_calls \
                 or len(st.pool) >= p.limits.visited_nodes:
