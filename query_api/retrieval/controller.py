@@ -634,9 +634,10 @@ class RetrievalController:
         an edge takes no part. What it asks: the attribute the learned attribute model reads the
         question as about (:meth:`_asked_attribute`); the person's latest statement about it
         joins the pool when missing (:meth:`_join_latest`), and the latest of those in the pool
-        ranks first (:meth:`_about`, :func:`query_api.retrieval.currency.latest_about`). Failing
-        that, the statements that answer it about as well as the best one
-        (:func:`query_api.retrieval.currency.latest_first`, ``params.latest_band``)."""
+        ranks first of the whole pool (:meth:`_about`,
+        :func:`query_api.retrieval.currency.latest_about`). Failing that, the statements that
+        answer it about as well as the best one (:func:`query_api.retrieval.currency.latest_first`,
+        ``params.latest_band``)."""
         st = run.st
         if not run.asked or not currency.about_the_present(st.route, st.question):
             return
@@ -647,7 +648,7 @@ class RetrievalController:
                                       (c.node.observed_at or datetime.min.replace(tzinfo=UTC), c.node.seq))
                 for i, c in st.pool.items()}
         own = [i for i, s in pool.items() if s.own]
-        about = await self._about(reach, run, own, attribute) if attribute is not None and len(own) > 1 else []
+        about = await self._about(reach, run, own, attribute) if attribute is not None and own else []
         scores = currency.latest_about(pool, about)
         if scores is None and self.params.latest_band <= 1.0:
             scores = currency.latest_first(pool, self.params.latest_band)

@@ -160,19 +160,20 @@ def latest_first(pool: Mapping[str, Statement], band: float) -> dict[str, float]
 def latest_about(pool: Mapping[str, Statement], about: Iterable[str]) -> dict[str, float] | None:
     """For a question about the present that asks about one attribute of a person: ``about`` are
     the ids of the person's own statements (``own`` in ``pool``) read as about that attribute.
-    The latest of them says what is true now, however its words score: it takes the best score
-    of the person's own statements, and every other own statement scoring as high goes
-    :data:`BELOW_MARGIN` below it. Returns the scores of ``pool`` so changed, or None when fewer
-    than two own statements are about the attribute (nothing to choose between)."""
+    The latest of them says what is true now and answers the question first, however its words
+    score: it takes the best score of the pool, and every other memory scoring as high goes
+    :data:`BELOW_MARGIN` below it (a look-alike about someone else, a reply naming the value, an
+    earlier statement). Returns the scores of ``pool`` so changed, or None when no own statement
+    is about the attribute."""
     same = [i for i in dict.fromkeys(about) if i in pool and pool[i].own]
-    if len(same) < 2:
+    if not same:
         return None
     out = {i: s.score for i, s in pool.items()}
-    top = max(s.score for s in pool.values() if s.own)
+    top = max(s.score for s in pool.values())
     latest = max(same, key=lambda i: (pool[i].said, i))
     below = top * (1.0 - BELOW_MARGIN)
     out[latest] = top
     for i, s in pool.items():
-        if s.own and i != latest and s.score >= below:
+        if i != latest and s.score >= below:
             out[i] = below
     return out

@@ -268,14 +268,18 @@ def test_the_latest_statement_about_the_asked_attribute_ranks_first_however_it_s
     def st(score: float, day: int, own: bool = True) -> currency.Statement:
         return currency.Statement(score, own, (T0 + timedelta(days=day), 0))
 
-    pool = {"old": st(0.5, 1), "new": st(0.05, 9), "car": st(0.6, 5), "said": st(0.7, 3, own=False)}
+    pool = {"old": st(0.5, 1), "new": st(0.05, 9), "car": st(0.6, 5), "said": st(0.7, 3, own=False),
+            "weak": st(0.1, 4, own=False)}
     placed = currency.latest_about(pool, ["old", "new"])
     assert placed is not None
-    # "new" is the latest statement about the attribute: it takes the best own score (the car's),
-    # and every other own statement as high goes just below it; another speaker's memory is left as it was
-    assert placed["new"] == 0.6 and 0.5 < placed["car"] < 0.6 and placed["old"] == 0.5 and placed["said"] == 0.7
-    assert currency.latest_about(pool, ["old"]) is None  # one statement: nothing to choose between
-    assert currency.latest_about(pool, ["old", "said"]) is None  # "said" is not the person's own
+    # "new" is the latest statement about the attribute: it takes the best score of the pool
+    # (another speaker's), which goes just below it; the rest keep their scores
+    assert placed["new"] == 0.7 and 0.6 < placed["said"] < 0.7
+    assert placed["car"] == 0.6 and placed["old"] == 0.5 and placed["weak"] == 0.1
+    alone = currency.latest_about(pool, ["old"])  # the one statement about it answers first
+    assert alone is not None and alone["old"] == 0.7 and alone["said"] < 0.7
+    assert currency.latest_about(pool, ["said"]) is None  # "said" is not the person's own
+    assert currency.latest_about(pool, []) is None
 
 
 async def test_a_later_statement_worded_as_an_activity_answers_a_question_about_the_present(
