@@ -634,8 +634,8 @@ class RetrievalController:
         an edge takes no part. What it asks: the attribute the learned attribute model reads the
         question as about (:meth:`_asked_attribute`); the person's latest statement about it
         joins the pool when missing (:meth:`_join_latest`), and the latest of those in the pool
-        ranks first of the whole pool (:meth:`_about`,
-        :func:`query_api.retrieval.currency.latest_about`). Failing that, the statements that
+        ranks first of the person's statements, or of the whole pool with ``params.latest_alone``
+        (:meth:`_about`, :func:`query_api.retrieval.currency.latest_about`). Failing that, the statements that
         answer it about as well as the best one (:func:`query_api.retrieval.currency.latest_first`,
         ``params.latest_band``)."""
         st = run.st
@@ -648,8 +648,10 @@ class RetrievalController:
                                       (c.node.observed_at or datetime.min.replace(tzinfo=UTC), c.node.seq))
                 for i, c in st.pool.items()}
         own = [i for i, s in pool.items() if s.own]
-        about = await self._about(reach, run, own, attribute) if attribute is not None and own else []
-        scores = currency.latest_about(pool, about)
+        alone = self.params.latest_alone
+        about = await self._about(reach, run, own, attribute) if attribute is not None and len(own) > (0 if alone else 1) \
+            else []
+        scores = currency.latest_about(pool, about, alone)
         if scores is None and self.params.latest_band <= 1.0:
             scores = currency.latest_first(pool, self.params.latest_band)
         for i, s in (scores or {}).items():

@@ -157,23 +157,25 @@ def latest_first(pool: Mapping[str, Statement], band: float) -> dict[str, float]
     return out
 
 
-def latest_about(pool: Mapping[str, Statement], about: Iterable[str]) -> dict[str, float] | None:
+def latest_about(pool: Mapping[str, Statement], about: Iterable[str], alone: bool = False) -> dict[str, float] | None:
     """For a question about the present that asks about one attribute of a person: ``about`` are
     the ids of the person's own statements (``own`` in ``pool``) read as about that attribute.
-    The latest of them says what is true now and answers the question first, however its words
-    score: it takes the best score of the pool, and every other memory scoring as high goes
-    :data:`BELOW_MARGIN` below it (a look-alike about someone else, a reply naming the value, an
-    earlier statement). Returns the scores of ``pool`` so changed, or None when no own statement
-    is about the attribute."""
+    The latest of them says what is true now, however its words score: it takes the best score
+    of the person's own statements, and every other own statement scoring as high goes
+    :data:`BELOW_MARGIN` below it. With ``alone``, it answers first of the whole pool instead
+    (the best score of the pool; every other memory as high goes just below it: a look-alike
+    about someone else, a reply naming the value), and one such statement is enough. Returns
+    the scores of ``pool`` so changed, or None when fewer than two own statements (one with
+    ``alone``) are about the attribute."""
     same = [i for i in dict.fromkeys(about) if i in pool and pool[i].own]
-    if not same:
+    if len(same) < (1 if alone else 2):
         return None
     out = {i: s.score for i, s in pool.items()}
-    top = max(s.score for s in pool.values())
+    top = max(s.score for s in pool.values() if s.own or alone)
     latest = max(same, key=lambda i: (pool[i].said, i))
     below = top * (1.0 - BELOW_MARGIN)
     out[latest] = top
     for i, s in pool.items():
-        if i != latest and s.score >= below:
+        if i != latest and s.score >= below and (s.own or alone):
             out[i] = below
     return out

@@ -272,13 +272,17 @@ def test_the_latest_statement_about_the_asked_attribute_ranks_first_however_it_s
             "weak": st(0.1, 4, own=False)}
     placed = currency.latest_about(pool, ["old", "new"])
     assert placed is not None
-    # "new" is the latest statement about the attribute: it takes the best score of the pool
-    # (another speaker's), which goes just below it; the rest keep their scores
-    assert placed["new"] == 0.7 and 0.6 < placed["said"] < 0.7
-    assert placed["car"] == 0.6 and placed["old"] == 0.5 and placed["weak"] == 0.1
-    alone = currency.latest_about(pool, ["old"])  # the one statement about it answers first
-    assert alone is not None and alone["old"] == 0.7 and alone["said"] < 0.7
-    assert currency.latest_about(pool, ["said"]) is None  # "said" is not the person's own
+    # "new" is the latest statement about the attribute: it takes the best own score (the car's),
+    # and every other own statement as high goes just below it; another speaker's memory is left as it was
+    assert placed["new"] == 0.6 and 0.5 < placed["car"] < 0.6 and placed["old"] == 0.5 and placed["said"] == 0.7
+    assert currency.latest_about(pool, ["old"]) is None  # one statement: nothing to choose between
+    # alone: first of the whole pool, also as the only statement about the attribute
+    whole = currency.latest_about(pool, ["old", "new"], alone=True)
+    assert whole is not None and whole["new"] == 0.7 and 0.6 < whole["said"] < 0.7
+    assert whole["car"] == 0.6 and whole["old"] == 0.5 and whole["weak"] == 0.1
+    single = currency.latest_about(pool, ["old"], alone=True)
+    assert single is not None and single["old"] == 0.7 and single["said"] < 0.7
+    assert currency.latest_about(pool, ["said"], alone=True) is None  # "said" is not the person's own
     assert currency.latest_about(pool, []) is None
 
 
