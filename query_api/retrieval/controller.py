@@ -160,6 +160,8 @@ class _QueryState:
     route: dict[str, float]
     #: the question's own vector, before any steering (what the attribute model reads)
     asked: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.float32))
+    #: per node, the attribute model's reading of it (:meth:`RetrievalController._known`, once a query)
+    attribute_reads: dict[str, np.ndarray] = field(default_factory=dict)
     anchor_strength: dict[str, float] = field(default_factory=dict)
     bm25: dict[str, float] = field(default_factory=dict)
     vec_rank: dict[str, float] = field(default_factory=dict)
@@ -707,22 +709,25 @@ class RetrievalController:
 
     async def _known(self, reach: Reach, run: _Run, nodes: dict[str, tuple[MemoryNode, NodeInfo]]) -> np.ndarray:
         """The learned attribute model's reading of ``nodes`` (id -> node and info; rows in that
-        order, :meth:`~topology.systemone.attributes.AttributeSpace.known`). A memory is read
-        after the turn its vector was read after (``MemoryNode.after``), as the write path reads
-        it; those turns not in the pool are read from the store at once."""
-        space, pool = self.attributes(), run.st.pool
-        rows = np.stack([info.row for _, info in nodes.values()]).astype(np.float32)
-        before = None
-        if space.reads_before:
-            wanted = {a for n, _ in nodes.values() if (a := n.after)}
-            found = {i: pool[i].info.row for i in wanted if i in pool}
-            found |= {i: nodes[i][1].row for i in wanted if i in nodes and i not in found}
-            if missing := sorted(wanted - set(found)):
-                found |= {n.id: info.row for n, info in await self._fetch(reach, missing)}
-            before = before_rows([n.after or "" for n, _ in nodes.values()], found, rows.shape[1])
-        read = space.known(rows, before)
-        assert read is not None
-        return read
+        order, :meth:`~topology.systemone.attributes.AttributeSpace.known`), each node read once a
+        query. A memory is read after the turn its vector was read after (``MemoryNode.after``),
+        as the write path reads it; those turns not in the pool are read from the store at once."""
+        space, pool, reads = self.attributes(), run.st.pool, run.st.attribute_reads
+        new = {i: v for i, v in nodes.items() if i not in reads}
+        if new:
+            rows = np.stack([info.row for _, info in new.values()]).astype(np.float32)
+            before = None
+            if space.reads_before:
+                wanted = {a for n, _ in new.values() if (a := n.after)}
+                found = {i: pool[i].info.row for i in wanted if i in pool}
+                found |= {i: nodes[i][1].row for i in wanted if i in nodes and i not in found}
+                if missing := sorted(wanted - set(found)):
+                    found |= {n.id: info.row for n, info in await self._fetch(reach, missing)}
+                before = before_rows([n.after or "" for n, _ in new.values()], found, rows.shape[1])
+            read = space.known(rows, before)
+            assert read is not None
+            reads.update(zip(new, read, strict=True))
+        return np.stack([reads[i] for i in nodes])
 
     async def _currency(self, reach: Reach, run: _Run) -> None:
         """Step 4: read the pool's ``supersedes`` edges; a replacement missing from the pool joins

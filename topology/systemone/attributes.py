@@ -140,9 +140,9 @@ class AttributeSpace:
         if self.learned is None:
             raise ValueError("moving towards a learned attribute needs a learned attribute model")
         v = np.asarray(vectors, dtype=np.float32)
-        v = v / np.maximum(np.linalg.norm(v, axis=1, keepdims=True), 1e-12)
-        out = v + weight * self.learned.directions[self._known[attribute]].astype(np.float32)
-        return out / np.maximum(np.linalg.norm(out, axis=1, keepdims=True), 1e-12)  # type: ignore[no-any-return]
+        one = np.zeros((len(v), len(self._basis)), dtype=np.float32)
+        one[:, attribute] = 1.0  # the learned directions come first in the basis, in ``known``'s order
+        return self.steer(v / np.maximum(np.linalg.norm(v, axis=1, keepdims=True), 1e-12), weight, one)
 
     def question_profiles(self, vectors: np.ndarray) -> np.ndarray:
         """One distribution over the generic prototypes per row of ``vectors`` (rows sum to 1)."""
