@@ -83,11 +83,11 @@ LATEST_BAND = 0.6
 #: attribute with at least this probability, however its words score ("Dana approved my leave
 #: request today"): ``query_api.retrieval.currency.latest_about``; above 1: off.
 LATEST_ATTRIBUTE = 0.5
-#: With LATEST_ALONE, that latest statement answers first of the whole pool, also when it is the
-#: person's only statement about the attribute: a look-alike about someone else or a reply
-#: naming the value no longer ranks above it (``bench updates``: current first and stable facts
-#: first much higher), at the cost of two LoCoMo leave-one-out questions of 460 (docs/benchmarks.md).
-LATEST_ALONE = False
+#: With LATEST_ALONE, for a question that asks for a value (who, what, which, where:
+#: ``query_api.retrieval.currency.asks_value``), that latest statement answers first of the whole
+#: pool, also when it is the person's only statement about the attribute: a look-alike about
+#: someone else, a reply naming the value or small talk no longer ranks above it.
+LATEST_ALONE = True
 
 
 class ScoreWeights(BaseModel):
@@ -192,8 +192,9 @@ class Params(BaseModel):
     latest_attribute: float = Field(default=LATEST_ATTRIBUTE, ge=0.0, description="the probability at which the "
                                     "learned attribute model reads a question, and a person's statement, as about one "
                                     "attribute, so that the latest such statement answers it; above 1: off")
-    latest_alone: bool = Field(default=LATEST_ALONE, description="that latest statement answers first of the whole "
-                               "pool, also when it is the person's only statement about the attribute")
+    latest_alone: bool = Field(default=LATEST_ALONE, description="for a question that asks for a value, that latest "
+                               "statement answers first of the whole pool, also when it is the person's only "
+                               "statement about the attribute")
     top_k: int = 10
     weights: ScoreWeights = ScoreWeights()
     realm: RealmRanking = RealmRanking()

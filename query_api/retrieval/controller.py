@@ -650,7 +650,7 @@ class RetrievalController:
                                       (c.node.observed_at or datetime.min.replace(tzinfo=UTC), c.node.seq))
                 for i, c in st.pool.items()}
         own = [i for i, s in pool.items() if s.own]
-        alone = self.params.latest_alone
+        alone = self.params.latest_alone and currency.asks_value(st.question)
         about = await self._about(reach, run, own, attribute) if attribute is not None and len(own) > (0 if alone else 1) \
             else []
         scores = currency.latest_about(pool, about, alone)

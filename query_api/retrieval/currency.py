@@ -73,6 +73,17 @@ PRESENT_TENSE = re.compile(r"\b(?:is|are|am|does|do|has|have|'s|'re)\b", re.IGNO
 PAST_TENSE = re.compile(r"\b(?:did|was|were|had|used to)\b", re.IGNORECASE)
 
 
+#: A question that asks for a value ("Who is Ana's manager?", "Where does she live now?",
+#: "Remind me, which car ...?"): it opens with who, whom, whose, what, which or where, after at
+#: most a few words of address. "How often does ...", "Why did ..." and "When ..." ask something else.
+ASKS_VALUE = re.compile(r"^\W*(?:[\w']+[ ,]+){0,3}?(?:who|whom|whose|what|what's|which|where)\b", re.IGNORECASE)
+
+
+def asks_value(question: str) -> bool:
+    """Whether ``question`` asks for the value of something (:data:`ASKS_VALUE`)."""
+    return bool(ASKS_VALUE.match(question))
+
+
 def about_the_present(route: Mapping[str, float], question: str) -> bool:
     """Whether ``question``, routed ``route``, asks what is true now: the route's ``past`` is
     under :data:`PAST_BELOW`, and its ``recency`` is at least :data:`PRESENT_CUE` ("now",

@@ -200,9 +200,9 @@ async def test_forgetting_the_replaced_memory_removes_the_edge_kept_in_the_later
     assert any(e.label == "next" for e in await memory.stores.edges.scan(later))  # the rest of s1 stays
 
 
-async def test_a_new_statement_supersedes_at_most_one_memory_and_only_a_persons(memory: Embedded) -> None:
-    """One supersedes edge per new turn (its most probable update); questions and an assistant's
-    turns ask no update question."""
+async def test_a_new_statement_supersedes_each_pair_once_and_only_a_persons(memory: Embedded) -> None:
+    """A new statement supersedes the earlier statements it updates, each once; questions and an
+    assistant's turns ask no update question."""
     await memory.pipeline.ingest([
         _said("c9", 0, "I live in Porto, near the old bridge."),
         _said("c9", 1, "I live in Porto, by the river, in a small flat."),
@@ -210,11 +210,50 @@ async def test_a_new_statement_supersedes_at_most_one_memory_and_only_a_persons(
         _said("c9", 3, "You live in Lisbon now, I believe.", "assistant", "assistant"),
         _said("c9", 4, "I moved to Lisbon last month, I live there now."),
     ])
-    edges = [e for e in await memory.stores.edges.scan(Scope(tenant_id="t1", conversation_id="c9"))
+    edges = [(e.source, e.target) for e in await memory.stores.edges.scan(Scope(tenant_id="t1", conversation_id="c9"))
              if e.label == currency.SUPERSEDES]
-    sources = [e.source for e in edges]
-    assert len(sources) == len(set(sources)) and ids.node_id("t1", "c9", "c9-4") in sources
+    sources = {source for source, _ in edges}
+    assert len(edges) == len(set(edges)) and ids.node_id("t1", "c9", "c9-4") in sources
     assert ids.node_id("t1", "c9", "c9-3") not in sources and ids.node_id("t1", "c9", "c9-2") not in sources
+
+
+async def test_the_latest_value_supersedes_every_earlier_value_of_the_attribute(model_memory: Embedded) -> None:
+    """With the real model, the third gym of a person supersedes both earlier ones (a chain's
+    older link too), and no statement of another attribute of the same person."""
+    await model_memory.pipeline.ingest([
+        _said("g1", 0, "My gym is Harbour Leisure Centre, it's never too busy."),
+        _said("g1", 1, "I drive a blue Skoda to work."),
+        _said("g1", 2, "I switched gyms, I go to Core Collective now."),
+        _said("g1", 3, "The weather was lovely on the beach today.", "Ben"),
+        _said("g1", 4, "I cancelled Core Collective, I'm a member at PulseFit now."),
+    ])
+    edges = {(e.source, e.target) for e in await model_memory.stores.edges.scan(Scope(tenant_id="t1", conversation_id="g1"))
+             if e.label == currency.SUPERSEDES}
+    node = {d: ids.node_id("t1", "g1", f"g1-{d}") for d in range(5)}
+    assert {(node[2], node[0]), (node[4], node[2]), (node[4], node[0])} <= edges
+    assert node[1] not in {target for _, target in edges}
+
+
+def test_a_new_turn_supersedes_the_pairs_about_the_attribute_it_is_most_about() -> None:
+    from topology.stages.relations import SAME_ATTRIBUTE, same_attribute
+
+    def older(i: str) -> MemoryNode:
+        return MemoryNode(id=i, tenant_id="t1", conversation_id="c1", event_id=i, kind="observation", content=i, seq=0)
+
+    pairs = [((0.9, 0.95), older("a")), ((0.9 * SAME_ATTRIBUTE, 0.99), older("b")), ((0.5, 0.99), older("c"))]
+    assert [n.id for _, n in same_attribute(pairs)] == ["a", "b"]
+    # overlaps unknown (-1) or none: only the best pair, by answer
+    assert [n.id for _, n in same_attribute([((-1.0, 0.9), older("a")), ((-1.0, 0.95), older("b"))])] == ["b"]
+    assert same_attribute([]) == []
+
+
+def test_only_a_question_that_asks_for_a_value_lets_one_statement_answer_alone() -> None:
+    for asked in ("Who is Ana's manager?", "Remind me, which city are you in?", "What's Kwame's favourite dish now?",
+                  "where does she live these days"):
+        assert currency.asks_value(asked), asked
+    for other in ("How often does Ana take her dogs to the park?", "When did Ana move to Lisbon?",
+                  "Why did she quit her job?", "Is Ana still in Porto?", "How do they describe their life together?"):
+        assert not currency.asks_value(other), other
 
 
 def test_a_fact_about_someone_else_is_told_apart_from_the_asked_persons() -> None:

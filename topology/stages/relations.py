@@ -191,6 +191,25 @@ def closest_incoming(edges: Sequence[EdgeEvent]) -> dict[str, EdgeEvent]:
     return best
 
 
+#: A new turn supersedes each earlier statement judged an update whose attribute overlap is at
+#: least this fraction of the best one's (:func:`same_attribute`).
+SAME_ATTRIBUTE = 0.9
+
+
+def same_attribute(pairs: Sequence[tuple[tuple[float, float], MemoryNode]]) -> list[tuple[tuple[float, float], MemoryNode]]:
+    """Of one new turn's pairs judged updates, ``((attribute overlap, -1 when unknown; p), older
+    memory)``, those it supersedes, in ``pairs`` order: each whose overlap is at least
+    :data:`SAME_ATTRIBUTE` times the best overlap; when the best overlap is unknown or not
+    positive, only the best pair (the highest overlap, then answer, then older id)."""
+    if not pairs:
+        return []
+    best = max(pairs, key=lambda kp: (kp[0], kp[1].id))
+    top = best[0][0]
+    if top <= 0.0:
+        return [best]
+    return [kp for kp in pairs if kp[0][0] >= SAME_ATTRIBUTE * top]
+
+
 async def judge(csets: Sequence[CandidateSet], earlier: dict[str, MemoryNode], so: SystemOne,
                 params: Params, updates_only: Mapping[str, Sequence[tuple[MemoryNode, CandidateFeatures]]] | None = None,
                 attributes: Attributes | None = None) -> tuple[list[RelationJudgment], list[EdgeEvent]]:
@@ -202,11 +221,13 @@ async def judge(csets: Sequence[CandidateSet], earlier: dict[str, MemoryNode], s
     turn (the ``theta_rel`` gate would leave about 2 edges a turn), and each edge carries the judge's
     probability. The turn's most similar candidate (:func:`nearest`) is linked too, labelled
     :data:`NEAREST`, as consolidation's pair. Causal and alias edges exist at or above
-    ``params.theta_rel``. A new turn supersedes at most one earlier memory: a ``supersedes`` edge
-    (temporal, newer -> older) to the pair most about the same attribute (``attributes``; then
-    the highest answer) among those whose ``updates`` answer is at or above
-    ``params.theta_update`` (the judge's answers saturate near 1 on statements of one person; the
-    attribute tells which of them the new one replaces), when both turns are statements
+    ``params.theta_rel``. A new turn supersedes the earlier memories about the attribute it
+    replaces: a ``supersedes`` edge (temporal, newer -> older) to each pair whose ``updates``
+    answer is at or above ``params.theta_update`` and whose attribute overlap (``attributes``) is
+    at least :data:`SAME_ATTRIBUTE` times the best such pair's (the judge's answers saturate near
+    1 on statements of one person; the attribute tells which of them the new one replaces: every
+    earlier value of it, a chain's older links too; without attribute overlaps, the single pair
+    with the highest answer), when both turns are statements
     (:func:`topology.stages.updates.statement`: a question, tool turn, advice or chatter neither
     replaces a fact nor states one to replace, whatever the pair's answer), among its candidates and its
     ``updates_only`` pairs (node id -> the
@@ -238,8 +259,8 @@ async def judge(csets: Sequence[CandidateSet], earlier: dict[str, MemoryNode], s
         return [], []
     answers = await so.ask(items)
     judgments, edges = [], []
-    # new turn -> ((attribute similarity, -1 when unknown; p), the memory it replaces)
-    replaced: dict[str, tuple[tuple[float, float], MemoryNode]] = {}
+    # new turn -> ((attribute similarity, -1 when unknown; p), a memory it may replace), each pair once
+    replaced: dict[str, dict[str, tuple[tuple[float, float], MemoryNode]]] = {}
     stating = {cs.node.id for cs in csets if statement(cs.node)}
 
     def supersedes(node: MemoryNode, other: MemoryNode, p: float) -> None:
@@ -247,8 +268,9 @@ async def judge(csets: Sequence[CandidateSet], earlier: dict[str, MemoryNode], s
             return
         similarity = attributes.similarity(other.id, node.id)
         key = (-1.0 if similarity is None else similarity, p)
-        if node.id not in replaced or key > replaced[node.id][0]:
-            replaced[node.id] = (key, other)
+        pairs = replaced.setdefault(node.id, {})
+        if other.id not in pairs or key > pairs[other.id][0]:
+            pairs[other.id] = (key, other)
 
     for (kind, cset, other, pair), ans in zip(keys, answers, strict=True):
         node = cset.node
@@ -272,8 +294,9 @@ async def judge(csets: Sequence[CandidateSet], earlier: dict[str, MemoryNode], s
         if j.causes >= theta_rel:
             edges.append(_edge(node, "causal", node.id, other.id, j.causes, "causes", "system_one", True))
     nodes = {cs.node.id: cs.node for cs in csets}
-    for target, ((_, p), replaced_node) in sorted(replaced.items()):
-        edges.append(_edge(nodes[target], "temporal", target, replaced_node.id, p, SUPERSEDES, "system_one", True))
+    for target, pairs in sorted(replaced.items()):
+        for (_, p), replaced_node in same_attribute(list(pairs.values())):
+            edges.append(_edge(nodes[target], "temporal", target, replaced_node.id, p, SUPERSEDES, "system_one", True))
     keep = strongest(judgments, params.semantic_per_turn, params.theta_semantic)
     close = nearest(csets, earlier)
     edges += [_edge(nodes[j.target], "semantic", j.source, j.target, j.semantic,
