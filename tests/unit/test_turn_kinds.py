@@ -117,6 +117,16 @@ def test_clear_examples_of_each_kind() -> None:
         assert max(dist, key=lambda k: dist[k]) == kind, (text, dist)
 
 
+def test_a_relative_clause_asks_nothing() -> None:
+    """A question word after a comma in a text with no question mark opens a relative clause:
+    the turn states a fact; the same word after a comma of a request still asks."""
+    model = TurnKindModel.shipped()
+    told, asked = model.answer([("I answer to Claire, who heads our team.", "user"),
+                                ("Remind me, where did we park", "user")])
+    assert max(told, key=lambda k: told[k]) == "statement", told
+    assert max(asked, key=lambda k: asked[k]) == "question", asked
+
+
 def test_the_role_is_a_feature_not_the_answer() -> None:
     model = TurnKindModel.shipped()
     pasted, chatty, told = model.answer([

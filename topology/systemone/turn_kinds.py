@@ -80,6 +80,7 @@ _ROLE_TOOL = frozenset({"tool", "function", "tool_result", "function_call", "ipy
 
 
 _CLAUSES = re.compile(r"[.!?;,:\n]+")
+_SENTENCES = re.compile(r"[.!?;:\n]+")
 _FILLERS = cue(r"^(?:(?:so|and|ok|okay|oh|hey|also|btw|um|uh|wait|hmm|well|but|anyway|sorry|quick question|"
                r"maybe|perhaps|just|please|honestly|personally|i think|i guess|i'd say)\b\s*)+")
 _WH = cue(r"^(?:what|what's|whats|when|where|who|whom|whose|why|which|how|how's)\b")
@@ -158,6 +159,20 @@ def _hit(pattern: re.Pattern[str], text: str) -> float:
     return 1.0 if pattern.search(text) else 0.0
 
 
+#: A clause after a comma that opens with one of these, in a text with no question mark, is a
+#: relative clause ("I answer to Claire, who heads our team."), not a question.
+_RELATIVE = cue(r"^(?:who|whom|whose|which|where)\b")
+
+
+def _asking_starts(text: str, starts: Sequence[str]) -> list[str]:
+    """``starts`` less the relative clauses of ``text`` (:data:`_RELATIVE`): where a
+    question word at a clause start asks something."""
+    if "?" in text:
+        return list(starts)
+    sentences = {c for clause in _SENTENCES.split(text) if (c := _FILLERS.sub("", clause.strip()).strip())}
+    return [s for s in starts if s in sentences or not _RELATIVE.match(s)]
+
+
 def _any_start(pattern: re.Pattern[str], starts: Sequence[str]) -> float:
     return 1.0 if any(pattern.match(s) for s in starts) else 0.0
 
@@ -180,12 +195,13 @@ def turn_features(text: str, role: str) -> tuple[float, ...]:
     key_values = len(_KEY_VALUE.findall(t))
     code = {"function_call": _hit(_CALL, t), "json_like": _hit(_JSON, t), "snake_case": _hit(_SNAKE, t),
             "tool_markup": _hit(_MARKUP, low), "path_or_url": _hit(_PATH, t)}
+    asking = _asking_starts(low, starts)
     questioning = "?" in t or not starts or any(p.match(starts[0]) for p in (_WH, _AUX, _IMPERATIVE))
     f = {
         **dict(zip(("role_user", "role_assistant", "role_tool", "role_other"), _role(role), strict=True)),
         "ends_question_mark": 1.0 if last.endswith("?") else 0.0,
         "has_question_mark": 1.0 if "?" in t else 0.0,
-        "wh_start": _any_start(_WH, starts),
+        "wh_start": _any_start(_WH, asking),
         "aux_start": _any_start(_AUX, starts),
         "request": _hit(_REQUEST, low),
         "ends_period": 1.0 if tail.endswith(".") and not tail.endswith("..") else 0.0,
