@@ -327,11 +327,12 @@ def test_the_latest_statement_about_the_asked_attribute_ranks_first_however_it_s
 
 async def test_a_later_statement_worded_as_an_activity_answers_a_question_about_the_present(
         model_embedder: Embedder) -> None:
-    """With the real model and no ``supersedes`` edge, "Dana approved my leave request today" answers
-    "Who is Ana's manager?" above the earlier "My line manager is Marco": the learned attribute
-    model reads both, and the question, as about the manager (``Params.latest_attribute``). A later
-    statement of another attribute, and a later one about someone else's manager, do not. The
-    wordings are in none of our generators."""
+    """With the real model and no ``supersedes`` edge (the write path's own catch is switched off,
+    ``theta_update`` above 1, and checked on its own below), "Dana approved my leave request
+    today" answers "Who is Ana's manager?" above the earlier "My line manager is Marco": the
+    learned attribute model reads both, and the question, as about the manager
+    (``Params.latest_attribute``). A later statement of another attribute, and a later one about
+    someone else's manager, do not. The wordings are in none of our generators."""
     from jevmem.settings import Settings
     from jevmem.wiring import build_embedded
     from topology.params import Params
@@ -341,7 +342,7 @@ async def test_a_later_statement_worded_as_an_activity_answers_a_question_about_
              ("Ben", "Enjoy the time off!"), ("Ana", "I drive a blue Skoda to work."),
              ("Ana", "My sister's manager is Petra, she is strict.")]
     order = {}
-    for params in (Params(), Params(latest_attribute=1.5)):
+    for params in (Params(theta_update=1.1), Params(theta_update=1.1, latest_attribute=1.5)):
         mem = build_embedded(Settings(params=params), embedder=model_embedder, data_dir=":memory:")
         try:
             await mem.pipeline.ingest([Observation(tenant_id="t1", conversation_id="c1", event_id=f"u{i}", content=t,
@@ -354,12 +355,23 @@ async def test_a_later_statement_worded_as_an_activity_answers_a_question_about_
             await mem.close()
     assert order[0.5][0] == "u3" and order[0.5].index("u0") < order[0.5].index("u5")
     assert order[1.5][0] == "u0" and order[1.5].index("u3") > 0  # off: the words decide
+    mem = build_embedded(Settings(params=Params()), embedder=model_embedder, data_dir=":memory:")
+    try:  # the write path links the two itself: the newer statement supersedes the older one only
+        await mem.pipeline.ingest([Observation(tenant_id="t1", conversation_id="c1", event_id=f"u{i}", content=t,
+                                               speaker=s, observed_at=T0 + timedelta(days=i))
+                                   for i, (s, t) in enumerate(turns)])
+        node = {e: ids.node_id("t1", "c1", e) for e in ("u0", "u3")}
+        assert [(e.source, e.target) for e in await mem.stores.edges.scan(SCOPE)
+                if e.label == currency.SUPERSEDES] == [(node["u3"], node["u0"])]
+    finally:
+        await mem.close()
 
 
 async def test_the_latest_statement_about_the_asked_attribute_joins_the_pool(model_embedder: Embedder) -> None:
     """Without expansion and with two anchors, "Dana approved my leave request today" is not among
     the memories the words of "Who is Ana's manager?" reach; the search by the question moved
-    towards the manager brings it into the pool (``via`` "attribute"), first."""
+    towards the manager brings it into the pool (``via`` "attribute"), first. No ``supersedes``
+    edge (``theta_update`` above 1) brings it in instead."""
     from jevmem.bench.locomo import no_graph
     from jevmem.settings import Settings
     from jevmem.wiring import build_embedded
@@ -371,7 +383,7 @@ async def test_the_latest_statement_about_the_asked_attribute_joins_the_pool(mod
              ("Ana", "My sister's manager is Petra, she is strict.")]
     found = {}
     for gate in (0.5, 1.5):
-        params = no_graph(Params(anchor_pool=4, anchors=2, latest_attribute=gate))
+        params = no_graph(Params(anchor_pool=4, anchors=2, latest_attribute=gate, theta_update=1.1))
         mem = build_embedded(Settings(params=params), embedder=model_embedder, data_dir=":memory:")
         try:
             await mem.pipeline.ingest([Observation(tenant_id="t1", conversation_id="c1", event_id=f"u{i}", content=t,

@@ -153,6 +153,20 @@ def test_the_subject_is_the_speaker_a_relative_or_a_name() -> None:
     assert subjects(analyse("Where are you living?"), "assistant") == frozenset()
 
 
+def test_a_name_before_what_it_is_or_what_it_did_is_the_subject() -> None:
+    """"Yusuf is a regular at ..." and "Yusuf lent me ..." are Yusuf's; "Lotte is my partner",
+    "Home is Valencia" and "Kestrel is where I swim" name the speaker's value; a capitalised word
+    inside a thing's name is no subject; a sentence that opens with a verb in the past has none."""
+    assert subjects(analyse("Yusuf is a regular at the climbing wall."), "Ana") == {"person:yusuf"}
+    assert subjects(analyse("Yusuf is crazy about dumplings."), "Ana") == {"person:yusuf"}
+    assert subjects(analyse("Yusuf rented a Fiat Panda for the weekend."), "Ana") == {"person:yusuf"}
+    assert subjects(analyse("Lotte is my partner."), "Ana") == {"person:ana"}
+    assert subjects(analyse("Home is Valencia for me now."), "Ana") == {"person:ana"}
+    assert subjects(analyse("Kestrel is where I swim now."), "Ana") == {"person:ana"}
+    assert subjects(analyse("The Fiat Panda is holding up well."), "Ana") == {"person:ana"}
+    assert subjects(analyse("Booked tickets for the coast."), "Ana") == {"person:ana"}
+
+
 def test_batched_answers_equal_single_ones_and_old_states_still_work() -> None:
     states = [_state("I live in Porto.", "I moved to Lisbon."), _state("I live in Madrid.", "My sister lives in Madrid.")]
     batch = relation_many(states, None)

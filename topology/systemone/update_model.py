@@ -121,14 +121,20 @@ KIN = re.compile(
     rf"({'|'.join(sorted(KIN_WORDS))})\b(?:\s+([A-Z][\w-]+))?(?!\s+(?:is|was)\s+[A-Z])"
 )
 #: A name as a subject: before a verb in the third person or the past ("Piet lives", "Soraya
-#: switched", "Ezra has"), or opening a clause in the possessive ("Soraya's phone ..."). "is"
-#: is left out: "Lotte is my partner" names a value of the speaker's.
+#: switched", "Ezra has"), before "is" or "was" saying what the name is ("Gideon is a member at
+#: ...", "Gideon is obsessed with ..."), or opening a clause in the possessive ("Soraya's phone
+#: ..."). Not before "is" naming the speaker or a value ("Lotte is my partner", "Home is
+#: Valencia", "Ironworks is where I train": a value of the speaker's).
 NAMED = re.compile(
     r"\b([A-Z][a-z]+)\s+(?:(?!is\b|was\b|this\b|its\b|as\b|us\b|yes\b|news\b)[a-z]+(?:s|ed)|has|had|just|got|went|"
-    r"took|left|quit|could|will|would|can|never|also|still)\b|(?:^|[.!?;,:]\s+|\band\s+)([A-Z][a-z]+)'s\b"
+    r"took|left|quit|could|will|would|can|never|also|still|"
+    r"(?:is|was)(?=\s+(?!my\b|our\b|mine\b|me\b|i\b|where\b|how\b|what\b|why\b|when\b|who\b|the\s+one\b)[a-z]))\b"
+    r"|(?:^|[.!?;,:]\s+|\band\s+)([A-Z][a-z]+)'s\b"
 )
-#: Verbs that make a sentence's first word its subject ("Piet lives ..."); elsewhere any verb-like
-#: word does ("Turns out Ezra works ..."): a capitalised first word is often no name ("Big news").
+#: Verbs that make a sentence's first word its subject ("Piet lives ..."), as does "is"/"was"
+#: (see :data:`NAMED`) or a word in the past ("Gideon borrowed ...") after a first word that is no
+#: verb itself ("Started classes", "Booked flights"); elsewhere any verb-like word does ("Turns out
+#: Ezra works ..."): a capitalised first word is often no name ("Big news").
 OPENING_VERBS = frozenset(
     """lives works drives has had loves likes uses owns trains goes does says thinks plays wants
     prefers reports rents dates texts teaches spends moved got went took left quit just could will would can never
@@ -139,6 +145,9 @@ AFTER_PREPOSITION = re.compile(
     r"\b(?:[Ii]n|[Aa]t|[Tt]o|[Ff]rom|[Nn]ear|[Ff]or|[Ww]ith|[Oo]n|[Bb]y|[Oo]f|[Aa]round|[Tt]hrough)\s+(?:the\s+)?"
     r"(?:[A-Z][\w-]*\s+)*$"
 )
+#: A capitalised word after an article or a possessive and other capitalised words is part of a
+#: thing's name, not a subject ("The Honda Civic is going strong", "my Pixel 8").
+IN_A_THING = re.compile(r"\b(?:[Tt]he|[Aa]n?|[Mm]y|[Oo]ur|[Tt]his|[Tt]hat)\s+(?:[A-Z][\w-]*\s+)*$")
 NAME_LIKE = re.compile(r"\b\w*[A-Z0-9][\w-]*")
 NAME_GOES_ON = re.compile(r"(?:'s\b|\s+(?:[A-Z]|is\b|and\b|isn't\b|was\b))")
 PRONOUN = cue(r"(?:^|[.!?;,]\s+)(?:he|she|they)\b")
@@ -261,7 +270,8 @@ def analyse(text: str) -> Text:
             for m in NAMED.finditer(t)
             if (m.group(1) or m.group(2)) not in _NOT_NAMES
             and not AFTER_PREPOSITION.search(t, 0, m.start())
-            and (m.group(2) or not _opens(t, m.start()) or t[m.end(1) : m.end()].split()[0] in OPENING_VERBS)
+            and not IN_A_THING.search(t, 0, m.start())
+            and (m.group(2) or not _opens(t, m.start()) or _opening_verb(m.group(1), t[m.end(1) : m.end()].split()[0]))
         ),
         None,
     ):
@@ -285,6 +295,14 @@ def analyse(text: str) -> Text:
         values=value_words(t),
         caps=caps,
     )
+
+
+def _opening_verb(first: str, verb: str) -> bool:
+    """Whether ``verb`` after a sentence's first word ``first`` makes ``first`` its subject
+    (:data:`OPENING_VERBS`)."""
+    if verb in OPENING_VERBS or verb in ("is", "was"):
+        return True
+    return verb.endswith("ed") and not first.lower().endswith(("ed", "ing", "s"))
 
 
 def _opens(text: str, at: int) -> bool:
