@@ -152,7 +152,7 @@ async def test_evidence_for_system_two_carries_grounded_event_dates(memory: Embe
     line = res.evidence[0].for_prompt()
     assert line.startswith('[recorded 2023-05-10; event 2023-05-09 ("yesterday")] Ana: He chews everything')
     plain = res.evidence[0].model_copy(update={"observed_at": None, "temporal_refs": [], "speaker": None,
-                                                "superseded_by": ["I moved"]})
+                                                "superseded_by": ["I moved"], "valid_until": None})
     assert plain.for_prompt() == f"{plain.content} (superseded by: I moved)"
 
 
