@@ -6,12 +6,15 @@ user's sessions."""
 
 from __future__ import annotations
 
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from datetime import UTC, datetime, timedelta
 
 from jevmem.wiring import Embedded
 from query_api.retrieval import currency, subjects
 from query_api.retrieval.controller import Evidence
 from topology import ids
+from topology.params import Params
 from topology.ports import Embedder
 from topology.schemas import EdgeEvent, MemoryNode, Observation, Realm, Scope
 
@@ -325,6 +328,29 @@ def test_the_latest_statement_about_the_asked_attribute_ranks_first_however_it_s
     assert currency.latest_about(pool, []) is None
 
 
+#: Ana's manager stated, then changed in an activity's words, among other turns (events u0..u6).
+MANAGER_TURNS = [("Ana", "My line manager is Marco, he runs a tight ship."), ("Ben", "Sounds like a good boss."),
+                 ("Ana", "Mondays are rough, honestly."), ("Ana", "Dana approved my leave request today."),
+                 ("Ben", "Enjoy the time off!"), ("Ana", "I drive a blue Skoda to work."),
+                 ("Ana", "My sister's manager is Petra, she is strict.")]
+
+
+@asynccontextmanager
+async def _manager_turns(embedder: Embedder, params: Params) -> AsyncIterator[Embedded]:
+    """An in-memory stack under ``params`` holding :data:`MANAGER_TURNS` in ``SCOPE``, a day apart."""
+    from jevmem.settings import Settings
+    from jevmem.wiring import build_embedded
+
+    mem = build_embedded(Settings(params=params), embedder=embedder, data_dir=":memory:")
+    try:
+        await mem.pipeline.ingest([Observation(tenant_id="t1", conversation_id="c1", event_id=f"u{i}", content=t,
+                                               speaker=s, observed_at=T0 + timedelta(days=i))
+                                   for i, (s, t) in enumerate(MANAGER_TURNS)])
+        yield mem
+    finally:
+        await mem.close()
+
+
 async def test_a_later_statement_worded_as_an_activity_answers_a_question_about_the_present(
         model_embedder: Embedder) -> None:
     """With the real model and no ``supersedes`` edge (the write path's own catch is switched off,
@@ -333,38 +359,19 @@ async def test_a_later_statement_worded_as_an_activity_answers_a_question_about_
     learned attribute model reads both, and the question, as about the manager
     (``Params.latest_attribute``). A later statement of another attribute, and a later one about
     someone else's manager, do not. The wordings are in none of our generators."""
-    from jevmem.settings import Settings
-    from jevmem.wiring import build_embedded
-    from topology.params import Params
-
-    turns = [("Ana", "My line manager is Marco, he runs a tight ship."), ("Ben", "Sounds like a good boss."),
-             ("Ana", "Mondays are rough, honestly."), ("Ana", "Dana approved my leave request today."),
-             ("Ben", "Enjoy the time off!"), ("Ana", "I drive a blue Skoda to work."),
-             ("Ana", "My sister's manager is Petra, she is strict.")]
     order = {}
     for params in (Params(theta_update=1.1), Params(theta_update=1.1, latest_attribute=1.5)):
-        mem = build_embedded(Settings(params=params), embedder=model_embedder, data_dir=":memory:")
-        try:
-            await mem.pipeline.ingest([Observation(tenant_id="t1", conversation_id="c1", event_id=f"u{i}", content=t,
-                                                   speaker=s, observed_at=T0 + timedelta(days=i))
-                                       for i, (s, t) in enumerate(turns)])
+        async with _manager_turns(model_embedder, params) as mem:
             assert not [e for e in await mem.stores.edges.scan(SCOPE) if e.label == currency.SUPERSEDES]
             evidence = (await mem.controller.retrieve(SCOPE, "Who is Ana's manager?", 5)).evidence
             order[params.latest_attribute] = [e.event_id for e in evidence]
-        finally:
-            await mem.close()
     assert order[0.5][0] == "u3" and order[0.5].index("u0") < order[0.5].index("u5")
     assert order[1.5][0] == "u0" and order[1.5].index("u3") > 0  # off: the words decide
-    mem = build_embedded(Settings(params=Params()), embedder=model_embedder, data_dir=":memory:")
-    try:  # the write path links the two itself: the newer statement supersedes the older one only
-        await mem.pipeline.ingest([Observation(tenant_id="t1", conversation_id="c1", event_id=f"u{i}", content=t,
-                                               speaker=s, observed_at=T0 + timedelta(days=i))
-                                   for i, (s, t) in enumerate(turns)])
+    async with _manager_turns(model_embedder, Params()) as mem:
+        # the write path links the two itself: the newer statement supersedes the older one only
         node = {e: ids.node_id("t1", "c1", e) for e in ("u0", "u3")}
         assert [(e.source, e.target) for e in await mem.stores.edges.scan(SCOPE)
                 if e.label == currency.SUPERSEDES] == [(node["u3"], node["u0"])]
-    finally:
-        await mem.close()
 
 
 async def test_the_latest_statement_about_the_asked_attribute_joins_the_pool(model_embedder: Embedder) -> None:
@@ -373,26 +380,13 @@ async def test_the_latest_statement_about_the_asked_attribute_joins_the_pool(mod
     towards the manager brings it into the pool (``via`` "attribute"), first. No ``supersedes``
     edge (``theta_update`` above 1) brings it in instead."""
     from jevmem.bench.locomo import no_graph
-    from jevmem.settings import Settings
-    from jevmem.wiring import build_embedded
-    from topology.params import Params
 
-    turns = [("Ana", "My line manager is Marco, he runs a tight ship."), ("Ben", "Sounds like a good boss."),
-             ("Ana", "Mondays are rough, honestly."), ("Ana", "Dana approved my leave request today."),
-             ("Ben", "Enjoy the time off!"), ("Ana", "I drive a blue Skoda to work."),
-             ("Ana", "My sister's manager is Petra, she is strict.")]
     found = {}
     for gate in (0.5, 1.5):
         params = no_graph(Params(anchor_pool=4, anchors=2, latest_attribute=gate, theta_update=1.1))
-        mem = build_embedded(Settings(params=params), embedder=model_embedder, data_dir=":memory:")
-        try:
-            await mem.pipeline.ingest([Observation(tenant_id="t1", conversation_id="c1", event_id=f"u{i}", content=t,
-                                                   speaker=s, observed_at=T0 + timedelta(days=i))
-                                       for i, (s, t) in enumerate(turns)])
+        async with _manager_turns(model_embedder, params) as mem:
             evidence = (await mem.controller.retrieve(SCOPE, "Who is Ana's manager?", 5)).evidence
             found[gate] = [(e.event_id, e.via) for e in evidence]
-        finally:
-            await mem.close()
     assert found[0.5][0] == ("u3", "attribute") and ("u0", "anchor") in found[0.5]
     assert "u3" not in [i for i, _ in found[1.5]]  # off: the words alone do not reach it
 

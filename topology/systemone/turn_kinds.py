@@ -167,7 +167,7 @@ _RELATIVE = cue(r"^(?:who|whom|whose|which|where)\b")
 def _asking_starts(text: str, starts: Sequence[str]) -> list[str]:
     """``starts`` less the relative clauses of ``text`` (:data:`_RELATIVE`): where a
     question word at a clause start asks something."""
-    if "?" in text:
+    if "?" in text or not any(_RELATIVE.match(s) for s in starts):
         return list(starts)
     sentences = {c for clause in _SENTENCES.split(text) if (c := _FILLERS.sub("", clause.strip()).strip())}
     return [s for s in starts if s in sentences or not _RELATIVE.match(s)]

@@ -140,14 +140,13 @@ OPENING_VERBS = frozenset(
     prefers reports rents dates texts teaches spends moved got went took left quit just could will would can never
     also still""".split()
 )
-#: A name right after a preposition is a place or a venue, not a subject ("living in Cork has ...").
-AFTER_PREPOSITION = re.compile(
-    r"\b(?:[Ii]n|[Aa]t|[Tt]o|[Ff]rom|[Nn]ear|[Ff]or|[Ww]ith|[Oo]n|[Bb]y|[Oo]f|[Aa]round|[Tt]hrough)\s+(?:the\s+)?"
-    r"(?:[A-Z][\w-]*\s+)*$"
+#: A capitalised word where no subject stands: right after a preposition it is a place or a
+#: venue ("living in Cork has ..."); after an article or a possessive (and other capitalised
+#: words) it is part of a thing's name ("The Honda Civic is going strong", "my Pixel 8").
+NO_SUBJECT_BEFORE = re.compile(
+    r"\b(?:(?:[Ii]n|[Aa]t|[Tt]o|[Ff]rom|[Nn]ear|[Ff]or|[Ww]ith|[Oo]n|[Bb]y|[Oo]f|[Aa]round|[Tt]hrough)\s+(?:the\s+)?"
+    r"|(?:[Tt]he|[Aa]n?|[Mm]y|[Oo]ur|[Tt]his|[Tt]hat)\s+)(?:[A-Z][\w-]*\s+)*$"
 )
-#: A capitalised word after an article or a possessive and other capitalised words is part of a
-#: thing's name, not a subject ("The Honda Civic is going strong", "my Pixel 8").
-IN_A_THING = re.compile(r"\b(?:[Tt]he|[Aa]n?|[Mm]y|[Oo]ur|[Tt]his|[Tt]hat)\s+(?:[A-Z][\w-]*\s+)*$")
 NAME_LIKE = re.compile(r"\b\w*[A-Z0-9][\w-]*")
 NAME_GOES_ON = re.compile(r"(?:'s\b|\s+(?:[A-Z]|is\b|and\b|isn't\b|was\b))")
 PRONOUN = cue(r"(?:^|[.!?;,]\s+)(?:he|she|they)\b")
@@ -269,8 +268,7 @@ def analyse(text: str) -> Text:
             m
             for m in NAMED.finditer(t)
             if (m.group(1) or m.group(2)) not in _NOT_NAMES
-            and not AFTER_PREPOSITION.search(t, 0, m.start())
-            and not IN_A_THING.search(t, 0, m.start())
+            and not NO_SUBJECT_BEFORE.search(t, 0, m.start())
             and (m.group(2) or not _opens(t, m.start()) or _opening_verb(m.group(1), t[m.end(1) : m.end()].split()[0]))
         ),
         None,
