@@ -239,7 +239,7 @@ def paths(settings: Settings, stores: Stores, embedder: Embedder, *, embedded: b
     if writes:
         reader = ScopeCache(stores.nodes, settings.memory(embedder.dim, embedded=embedded).write_nodes, embedder.dim)
         stores.attach(reader)
-        facts = speaker_facts(stores.vectors, stores.nodes) if embedded or settings.qdrant_url else None
+        facts = speaker_facts(stores.vectors, stores.nodes, reader) if embedded or settings.qdrant_url else None
         write_path = WritePath(embedder, so, reader, settings.params, summariser=system_two(settings), facts=facts)
     controller = RetrievalController(embedder, inner, stores.vectors, stores.lexical, stores.nodes, stores.edges,
                                      settings.params, scorer=scorer)

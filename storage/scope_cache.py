@@ -314,6 +314,45 @@ class ScopeCache:
         end = bisect.bisect_left(conv.observations, (before_seq, ""))
         return [nid for _, nid in reversed(conv.observations[max(0, end - limit): end])] if limit > 0 else []
 
+    async def speaker_before(self, nodes: Sequence[MemoryNode], limit: int,
+                             queries: Sequence[Sequence[float]]) -> list[list[tuple[MemoryNode, float]]]:
+        """For each of ``nodes`` (same order): at most ``limit`` observations of its own
+        conversation with an embedding, said by its speaker before it (a lower seq), with their
+        dot product with ``queries[i]`` (float64 over the float32-exact embeddings), most similar
+        first, ties by node id; the nodes without their embeddings (:meth:`embeddings` has them).
+        A score depends only on the two vectors, not on what else the conversation holds or in
+        which order it was loaded. This is what :class:`storage.speaker_facts.RealmSpeakerFacts`
+        answers when a node's realm is its own conversation (its scores are the vector index's,
+        which may differ in the last bits of the sum), read from memory instead of through a
+        vector index and a node store."""
+        out: list[list[tuple[MemoryNode, float]]] = []
+        rows: dict[Scope, tuple[_Conversation, list[str], np.ndarray, np.ndarray, dict[str, np.ndarray]]] = {}
+        for n, query in zip(nodes, queries, strict=True):
+            if limit <= 0 or not len(query):
+                out.append([])
+                continue
+            if n.scope not in rows:
+                conv = await self._conv(n.scope)
+                ids, m, seqs = conv.index(len(query))
+                speakers: dict[str, list[int]] = {}
+                for r, nid in enumerate(ids):
+                    held = conv.nodes[nid]
+                    if held.kind == "observation" and held.speaker and m[r].any():
+                        speakers.setdefault(held.speaker, []).append(r)
+                rows[n.scope] = (conv, ids, m.astype(np.float64), seqs,
+                                 {k: np.asarray(v, dtype=np.int64) for k, v in speakers.items()})
+            conv, ids, m64, seqs, by_speaker = rows[n.scope]
+            mine = by_speaker.get(n.speaker or "")
+            if mine is None:
+                out.append([])
+                continue
+            mine = mine[seqs[mine] < n.seq]
+            # each row's products summed on their own: a score does not depend on the row's place
+            scores = (m64[mine] * np.asarray(query, dtype=np.float64)).sum(axis=1).tolist()
+            best = sorted(zip(scores, mine.tolist(), strict=True), key=lambda sr: (-sr[0], ids[sr[1]]))[:limit]
+            out.append([(conv.nodes[ids[r]], score) for score, r in best])
+        return out
+
     async def get_nodes(self, scope: Scope, ids: Sequence[str]) -> list[MemoryNode]:
         """The nodes without their embeddings (:meth:`embeddings` has them)."""
         conv = await self._conv(scope)

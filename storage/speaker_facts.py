@@ -2,7 +2,8 @@
 question (:class:`topology.stages.updates.SpeakerFacts`), over any vector index that searches a
 realm and any node store: the batch's realm searches in one request where the index takes many
 (:class:`~storage.ports.RealmSearches`), else one per node (concurrently), and one node read per
-conversation the hits name."""
+conversation the hits name. :class:`ConversationFirst` answers a node without a user, whose
+realm is its own conversation, from the writer's in-memory conversation instead."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ import asyncio
 from collections.abc import Sequence
 
 from storage.ports import NodeHeads, NodeReader, RealmSearch, searches_realm, searches_realms
+from storage.scope_cache import ScopeCache
 from topology.schemas import MemoryNode, Realm, Scope
 from topology.stages.updates import earlier
 
@@ -29,10 +31,43 @@ def realm_of(node: MemoryNode) -> Realm:
     return Realm(tenant_id=node.tenant_id, conversation_ids=(node.conversation_id,))
 
 
-def speaker_facts(vectors: object, nodes: NodeReader) -> RealmSpeakerFacts | None:
+def speaker_facts(vectors: object, nodes: NodeReader, memory: ScopeCache | None = None
+                  ) -> RealmSpeakerFacts | ConversationFirst | None:
     """:class:`RealmSpeakerFacts` over ``vectors`` when it searches a realm (None otherwise: the
-    write path then asks the update question of a turn's candidates alone)."""
-    return RealmSpeakerFacts(vectors, nodes) if searches_realm(vectors) else None
+    write path then asks the update question of a turn's candidates alone); with ``memory``, the
+    writer's in-memory conversations, wrapped in :class:`ConversationFirst`."""
+    if not searches_realm(vectors):
+        return None
+    realm = RealmSpeakerFacts(vectors, nodes)
+    return realm if memory is None else ConversationFirst(realm, memory)
+
+
+class ConversationFirst:
+    """:class:`~topology.stages.updates.SpeakerFacts` that answers a node without a user (its
+    realm is its own conversation, which its writer holds in memory) from ``memory``
+    (:meth:`storage.scope_cache.ScopeCache.speaker_before`: the same memories, scores and order
+    as ``realm`` gives, without a vector search and a node read through the stores), and a
+    node with a user from ``realm`` (its user's other conversations may have other writers)."""
+
+    def __init__(self, realm: RealmSpeakerFacts, memory: ScopeCache) -> None:
+        self.realm, self.memory = realm, memory
+
+    async def earlier_by_speaker(self, nodes: Sequence[MemoryNode], limit: int,
+                                 queries: Sequence[Sequence[float]] | None = None) -> list[list[tuple[MemoryNode, float]]]:
+        """As the protocol says."""
+        vectors = [n.embedding or [] for n in nodes] if queries is None else list(queries)
+        out: list[list[tuple[MemoryNode, float]]] = [[] for _ in nodes]
+        own = [i for i, n in enumerate(nodes) if n.user_id is None]
+        users = [i for i, n in enumerate(nodes) if n.user_id is not None]
+        if own:
+            got = await self.memory.speaker_before([nodes[i] for i in own], limit, [vectors[i] for i in own])
+            for i, row in zip(own, got, strict=True):
+                out[i] = row
+        if users:
+            got = await self.realm.earlier_by_speaker([nodes[i] for i in users], limit, [vectors[i] for i in users])
+            for i, row in zip(users, got, strict=True):
+                out[i] = row
+        return out
 
 
 class RealmSpeakerFacts:
