@@ -326,9 +326,11 @@ class ScopeCache:
         which may differ in the last bits of the sum), read from memory instead of through a
         vector index and a node store."""
         out: list[list[tuple[MemoryNode, float]]] = []
+        if limit <= 0:
+            return [[] for _ in nodes]
         rows: dict[Scope, tuple[_Conversation, list[str], np.ndarray, np.ndarray, dict[str, np.ndarray]]] = {}
         for n, query in zip(nodes, queries, strict=True):
-            if limit <= 0 or not len(query):
+            if not len(query):
                 out.append([])
                 continue
             if n.scope not in rows:

@@ -57,16 +57,12 @@ class ConversationFirst:
         """As the protocol says."""
         vectors = [n.embedding or [] for n in nodes] if queries is None else list(queries)
         out: list[list[tuple[MemoryNode, float]]] = [[] for _ in nodes]
-        own = [i for i, n in enumerate(nodes) if n.user_id is None]
-        users = [i for i, n in enumerate(nodes) if n.user_id is not None]
-        if own:
-            got = await self.memory.speaker_before([nodes[i] for i in own], limit, [vectors[i] for i in own])
-            for i, row in zip(own, got, strict=True):
-                out[i] = row
-        if users:
-            got = await self.realm.earlier_by_speaker([nodes[i] for i in users], limit, [vectors[i] for i in users])
-            for i, row in zip(users, got, strict=True):
-                out[i] = row
+        for has_user, answer in ((False, self.memory.speaker_before), (True, self.realm.earlier_by_speaker)):
+            picked = [i for i, n in enumerate(nodes) if (n.user_id is not None) == has_user]
+            if picked:
+                got = await answer([nodes[i] for i in picked], limit, [vectors[i] for i in picked])
+                for i, row in zip(picked, got, strict=True):
+                    out[i] = row
         return out
 
 

@@ -12,7 +12,7 @@ from collections.abc import Sequence
 from jevmem.settings import Settings
 from jevmem.wiring import Embedded, build_embedded
 from storage.scope_cache import ScopeCache
-from storage.speaker_facts import ConversationFirst, RealmSpeakerFacts
+from storage.speaker_facts import ConversationFirst, RealmSpeakerFacts, speaker_facts
 from topology.ports import Embedder
 from topology.schemas import MemoryNode, Observation, Scope
 
@@ -41,6 +41,13 @@ async def _built(embedder: Embedder, user: str | None = None) -> tuple[Embedded,
     return mem, nodes
 
 
+def _realm(mem: Embedded) -> RealmSpeakerFacts:
+    """The realm search the write path would use over ``mem``'s stores."""
+    realm = speaker_facts(mem.stores.vectors, mem.stores.nodes)
+    assert isinstance(realm, RealmSpeakerFacts)
+    return realm
+
+
 def _ranked(rows: Sequence[Sequence[tuple[MemoryNode, float]]]) -> list[list[tuple[str, float]]]:
     """Ids and scores, the scores to 12 places (a vector index may sum a dot product in another order)."""
     return [[(n.id, round(s, 12)) for n, s in row] for row in rows]
@@ -50,7 +57,7 @@ async def test_a_node_without_a_user_gets_from_memory_what_the_realm_search_give
     mem, nodes = await _built(embedder)
     try:
         memory = ScopeCache(mem.stores.nodes, dim=embedder.dim)
-        realm = RealmSpeakerFacts(mem.stores.vectors, mem.stores.nodes)  # type: ignore[arg-type]
+        realm = _realm(mem)
         first = ConversationFirst(realm, memory)
         moved = [[-x for x in n.embedding or []] for n in nodes]  # a query that is not the node's own vector
         for limit in (1, 3, 20):
@@ -74,7 +81,7 @@ async def test_a_node_with_a_user_is_asked_of_its_realm(embedder: Embedder) -> N
                                      queries: Sequence[Sequence[float]]) -> list[list[tuple[MemoryNode, float]]]:
                 raise AssertionError("a user's node is not answered from one conversation")
 
-        realm = RealmSpeakerFacts(mem.stores.vectors, mem.stores.nodes)  # type: ignore[arg-type]
+        realm = _realm(mem)
         first = ConversationFirst(realm, NoMemory(mem.stores.nodes, dim=embedder.dim))
         got = _ranked(await first.earlier_by_speaker(nodes, 3))
         assert got == _ranked(await realm.earlier_by_speaker(nodes, 3))
