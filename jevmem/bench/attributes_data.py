@@ -34,6 +34,49 @@ SLOTS = {"who": "My sister", "who_l": "my sister", "name": "Ana", "span": "week"
          "when": "yesterday", "water": "river", "day": "Sunday", "friend": "Bo", "t": "Sam"}
 
 
+#: Training-only wordings: what people do with an attribute's value rather than what they say it
+#: is ("Took the {v} for its service this morning" of a car). Never drawn by a benchmark
+#: conversation and never held out; they widen what the model has seen of each attribute.
+ACTIVITIES: dict[str, tuple[str, ...]] = {
+    "city": ("The tram from my place to the centre of {v} takes ten minutes.",
+             "I finally registered with a doctor here in {v}.", "I got a parking permit for my street in {v}.",
+             "Winters in {v} are milder than I expected.", "The post office near my flat in {v} is always packed.",
+             "My commute across {v} is mostly by bus.", "Rent in {v} is steep, but I like my neighbourhood."),
+    "employer": ("Our team at {v} ships a release every Friday.", "The office at {v} has a rooftop terrace.",
+                 "I got my {v} badge and laptop on Monday.", "{v} pays for my train pass, which is nice.",
+                 "My colleagues at {v} are a friendly bunch.", "The all-hands at {v} ran over again today.",
+                 "I'm presenting at the {v} quarterly review next week."),
+    "manager": ("{v} gave me really useful feedback on my report.", "{v} put me forward for a promotion.",
+                "I have to run the budget past {v} before I spend anything.",
+                "{v} assigns our tasks every Monday morning.", "{v} called me in to talk about my targets.",
+                "My goals for the year were set by {v}.", "{v} sat in on my client call and took notes."),
+    "car": ("Filled up the {v} on the way home, fuel is pricey.", "The {v} needs new tyres before winter.",
+            "Took the {v} for its service this morning.", "My {v} barely fits in the garage.",
+            "I washed the {v} on Sunday, it looks brand new.", "The boot of my {v} fits all our camping gear.",
+            "Insurance on the {v} went up this year."),
+    "food": ("I order {v} every time we eat out.", "Made {v} from scratch for dinner tonight.",
+             "Payday means {v} at my favourite spot.", "Found a place near me that does amazing {v}.",
+             "I'm learning to cook {v} properly.", "My fridge is always stocked for {v} night.",
+             "Nothing cheers me up like a plate of {v}."),
+    "partner": ("{v} and I just got back from a weekend away.", "{v} surprised me with flowers at work today.",
+                "Date night with {v} at the new Thai place.", "{v} is moving in with me next month.",
+                "I'm cooking {v}'s favourite dinner for our anniversary.",
+                "{v} held my hand through the whole horror film.", "{v} and I are saving up for a flat together."),
+    "phone": ("The battery on my {v} lasts two days.", "I dropped my {v} in the sink, it survived.",
+              "Just updated the software on my {v}.", "My {v} is always running out of storage.",
+              "I bought a case for my {v} today.", "Face unlock on my {v} is so fast.",
+              "I charge my {v} every night by the bed."),
+    "gym": ("Leg day at {v} wrecked me.", "I renewed my {v} card for another year.",
+            "{v} opens at six, so I train before work.", "I do my stretching in the studio at {v} after work.",
+            "The squat racks at {v} are always busy after work.", "I swim laps in the {v} pool twice a week.",
+            "I left my water bottle in a locker at {v} again."),
+    "hobby": ("I spent the evening on {v} and lost track of time.", "I bought new gear for {v} this week.",
+              "Watching {v} videos every night to get better.", "My weekend plan is just {v}, nothing else.",
+              "I'm getting better at {v} every week.", "{v} is my way to switch off after work.",
+              "My friends tease me about how much {v} I do."),
+}
+
+
 class _Slots(dict[str, str]):
     def __missing__(self, key: str) -> str:
         return SLOTS.get(key, "it")
@@ -59,6 +102,9 @@ def examples(seed: int = SEED, repeats: int = REPEATS) -> list[Example]:
         values = [{"v": v, "old": rng.choice([o for o in a.values if o != v])} for v in a.values]
         for part in UPDATES_PARTS:
             add(getattr(a, part), a.name, part, values)
+        for template in ACTIVITIES.get(a.name, ()):
+            for _ in range(repeats):
+                out.append((fmt.vformat(template, (), _Slots(rng.choice(values))), a.name, "activity", False))
     for f in (*users_data.FACTS, users_data.LOCKER):
         for part in USERS_PARTS:
             add(getattr(f, part), f.name, part, [dict(v) for v in f.values])

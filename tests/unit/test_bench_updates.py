@@ -156,3 +156,17 @@ async def test_several_seeds_pool_their_questions(embedder: Embedder) -> None:
     assert out["figures"]["query_ms"]["p95"] == max(one["query_ms"]["p95"], two["query_ms"]["p95"])
     with pytest.raises(ValueError):
         await run_updates(Settings(), embedder, conversations=3, turns=60, seeds=0)
+
+
+def test_the_attribute_models_activity_wordings_are_training_only() -> None:
+    """The attribute model's own activity wordings label their attribute, are never held out,
+    and no benchmark conversation says them (whatever the split)."""
+    from jevmem.bench.attributes_data import ACTIVITIES, examples
+
+    assert set(ACTIVITIES) <= {a.name for a in ATTRIBUTES}
+    rows = [r for r in examples() if r[2] == "activity"]
+    assert len(rows) == sum(len(t) for t in ACTIVITIES.values()) * 3
+    assert all(not held and label in ACTIVITIES for _, label, _, held in rows)
+    said = {t.content for w in ("train", "heldout") for t in generate(6, wordings=w, seed=3).turns()}
+    assert not said & {text for text, _, _, _ in rows}
+    assert not {t for ts in ACTIVITIES.values() for t in ts} & {t for ts in tables().values() for t in ts}

@@ -153,6 +153,17 @@ def test_the_subject_is_the_speaker_a_relative_or_a_name() -> None:
     assert subjects(analyse("Where are you living?"), "assistant") == frozenset()
 
 
+def test_the_listener_is_a_subject_only_where_a_clause_opens_with_them() -> None:
+    """"You" after a verb or a preposition is an object, often the generic one: the text is
+    still the speaker's; "your", "you're" and a clause opening with "you" are about the listener."""
+    assert subjects(analyse("The coaches at Kestrel really push you."), "Ana") == {"person:ana"}
+    assert subjects(analyse("Thank you, the flat in Porto is lovely."), "Ana") == {"person:ana"}
+    assert subjects(analyse("Your flat in Porto sounds lovely."), "Ana") == frozenset()
+    assert subjects(analyse("So you moved to Lyon."), "Ana") == frozenset()
+    assert subjects(analyse("Do you still drive the Golf?"), "Ana") == frozenset()
+    assert subjects(analyse("I told you I moved to Lyon."), "Ana") == {"person:ana"}
+
+
 def test_a_name_before_what_it_is_or_what_it_did_is_the_subject() -> None:
     """"Yusuf is a regular at ..." and "Yusuf lent me ..." are Yusuf's; "Lotte is my partner",
     "Home is Valencia" and "Kestrel is where I swim" name the speaker's value; a capitalised word

@@ -107,7 +107,11 @@ FIRST_SUBJECT = cue(r"\b(?:i|i'm|i've|i'd|i'll|my|we|we're|we've|our)\b")
 SINGULAR_FIRST = cue(r"\b(?:i|i'm|i've|i'd|i'll|my|me)\b")
 #: Continuity: the newer text says the old state holds ("still", "as usual", "same ... as").
 STILL = cue(r"\b(?:still|as usual|as always|as ever|same|again|another|remains?|nothing new|never lets)\b")
-SECOND_PERSON = cue(r"\b(?:you|your|you're|you've|yours)\b")
+#: The listener as whose a text may state something: "your", "you're", ..., or "you" opening a
+#: clause ("You live in Lisbon", "and you said"). "You" after a verb or a preposition is an object,
+#: often the generic one ("the trainers there really push you"), and says nothing of whose it is.
+SECOND_PERSON = cue(r"\b(?:your|yours|you're|you've|you'd|you'll)\b|(?:^|[.!?;:,]\s*|\b(?:and|but|so|or|if|when|because|"
+                    r"that|do|did|are|were|have|had|can|could|will|would|should)\s+)you\b")
 #: Relatives and acquaintances a speaker talks about by relation.
 KIN_WORDS = frozenset(
     """sister brother dad father mum mom mother parents cousin aunt uncle friend colleague coworker
