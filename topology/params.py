@@ -31,6 +31,10 @@ THETA_UPDATE = 0.8
 #: The update question's own candidates per new statement (:mod:`topology.stages.updates`): the
 #: speaker's most similar earlier memories across the user's conversations, beyond the candidates.
 K_UPDATE = 4
+#: Earlier statements of the speaker searched per new statement, of which the ``K_UPDATE`` most
+#: about its attribute are asked the update question (under a learned attribute model; without
+#: one, the ``K_UPDATE`` most similar).
+UPDATE_POOL = 32
 #: The update question's own candidates are searched by the new statement's vector moved towards
 #: the attributes it is about (:meth:`topology.systemone.attributes.AttributeSpace.steer`) by this
 #: much: the same person's statement of the same attribute, not their small talk (0: unmoved).
@@ -165,6 +169,8 @@ class Params(BaseModel):
     theta_update: float = THETA_UPDATE
     k_update: int = Field(default=K_UPDATE, ge=0, description="earlier memories of the same speaker (across the "
                           "user's conversations) asked the update question per new statement; 0: candidates only")
+    update_pool: int = Field(default=UPDATE_POOL, ge=0, description="earlier statements of the speaker searched "
+                             "per new statement, of which the k_update most about its attribute are asked")
     update_steer: float = Field(default=UPDATE_STEER, ge=0.0, description="how far the search for those earlier "
                                 "memories moves towards the statement's attribute; 0: by its vector alone")
     query_steer: float = Field(default=QUERY_STEER, ge=0.0, description="how far a question about one attribute "

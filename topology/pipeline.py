@@ -264,23 +264,67 @@ class WritePath:
             vectors.update(zip(order, await self.reader.embeddings(scope, order, self.embedder.dim), strict=True))
         return vectors
 
-    async def _update_pairs(self, csets: Sequence[CandidateSet], before: Mapping[str, Sequence[float]] | None = None
+    async def _update_pairs(self, csets: Sequence[CandidateSet], before: dict[str, Sequence[float]] | None = None
                             ) -> dict[str, list[tuple[MemoryNode, CandidateFeatures]]]:
         """The update-only pairs of ``csets``' statements (:func:`topology.stages.updates.pairs`);
         ``before``: node id -> the vector of the turn it was read after (:meth:`_before`), which
-        the attribute space reads where it discounts them."""
+        the attribute space reads where it discounts them; the update candidates' are added to it.
+        The candidates are the speaker's :meth:`pool_size` earlier statements most similar to the
+        steered vector, ordered by attribute (:meth:`_by_attribute`) under a learned model."""
         asking = [cs.node for cs in csets if updates.asks(cs.node)]
         if self.facts is None or not asking or self.params.k_update <= 0:
             return {}
         queries = None
-        if self.params.update_steer > 0 and (space := await self.attribute_space()) is not None:
+        space = await self.attribute_space()
+        if self.params.update_steer > 0 and space is not None:
             rows = np.asarray([n.embedding for n in asking], dtype=np.float32)
             profiles = (space.profiles(rows, before_rows([n.id for n in asking], before, rows.shape[1]))
                         if before and space.reads_before else None)
             queries = space.steer(rows, self.params.update_steer, profiles)
-        found = await self.facts.earlier_by_speaker(asking, self.params.k_update + self.params.k_write,
+        found = await self.facts.earlier_by_speaker(asking, self.pool_size(space),
                                                     None if queries is None else queries.tolist())
+        if space is not None and space.learned is not None:
+            found = await self._by_attribute(space, asking, found, before)
         return updates.pairs(csets, {n.id: f for n, f in zip(asking, found, strict=True)}, self.params.k_update)
+
+    def pool_size(self, space: AttributeSpace | None) -> int:
+        """How many of a speaker's earlier statements the update search returns: ``update_pool``
+        under a learned attribute model (which then picks the ``k_update`` asked), else
+        ``k_update + k_write`` (the ``k_update`` most similar that are not candidates already);
+        never fewer than ``k_update + k_write``."""
+        floor = self.params.k_update + self.params.k_write
+        return max(self.params.update_pool, floor) if space is not None and space.learned is not None else floor
+
+    async def _by_attribute(self, space: AttributeSpace, asking: Sequence[MemoryNode],
+                            found: Sequence[Sequence[tuple[MemoryNode, float]]],
+                            before: dict[str, Sequence[float]] | None) -> list[list[tuple[MemoryNode, float]]]:
+        """Each of ``found`` (the update candidates of ``asking``, same order) ordered by
+        :func:`topology.stages.updates.by_attribute` under ``space``'s learned model: every
+        candidate's vector (read once, one read per scope, and kept on the returned node) and,
+        where the model discounts it, the vector of the turn it was read after (added to
+        ``before``)."""
+        nodes = {n.id: n for got in found for n, _ in got}
+        if not nodes:
+            return [list(got) for got in found]
+        vectors: dict[str, Sequence[float]] = {i: n.embedding for i, n in nodes.items() if n.embedding}
+        need: dict[Scope, list[str]] = {}
+        for i, n in nodes.items():
+            if i not in vectors:
+                need.setdefault(n.scope, []).append(i)
+        for scope, ids in need.items():
+            vectors.update(zip(ids, await self.reader.embeddings(scope, ids, self.embedder.dim), strict=True))
+        if space.reads_before and before is not None:
+            before.update(await self._before([n for i, n in nodes.items() if i not in before], vectors))
+        ids = [n.id for n in asking] + list(nodes)
+        rows = np.asarray([asking[k].embedding for k in range(len(asking))] + [vectors[i] for i in nodes],
+                          dtype=np.float32)
+        profiles = space.profiles(rows, before_rows(ids, before, rows.shape[1]) if before else None)
+        at = {i: k for k, i in enumerate(ids[len(asking):], start=len(asking))}
+        full = {i: n if n.embedding else n.model_copy(update={"embedding": [float(x) for x in vectors[i]]})
+                for i, n in nodes.items()}
+        return [updates.by_attribute([(full[n.id], s) for n, s in got],
+                                     [float(profiles[k] @ profiles[at[n.id]]) for n, _ in got])
+                for k, got in enumerate(found)]
 
     async def consolidate(self, scope: Scope, run: int, last_seq: int,
                           neighbours: Callable[[Scope, Sequence[str]], Awaitable[list[EdgeEvent]]]

@@ -18,7 +18,7 @@ from topology.params import Params
 from topology.pipeline import WritePath
 from topology.ports import Embedder
 from topology.schemas import CandidateFeatures, CandidateSet, MemoryNode, Observation, Scope, TypeScores
-from topology.stages import relations
+from topology.stages import relations, updates
 from topology.stages.relations import Attributes
 from topology.systemone.attributes import PROTOTYPES, AttributeSpace
 from topology.systemone.port import Answer, Item
@@ -259,3 +259,51 @@ async def test_the_write_path_reads_the_vector_of_the_turn_each_memory_was_read_
     got = await wp._before([node(1, None), node(2, "n1"), node(3, "n2")], {"n2": [0.5, 0.5]})
     assert {k: [float(x) for x in v] for k, v in got.items()} == {"n2": [1.0, 0.0], "n3": [0.5, 0.5]}
     assert reader.asked == ["n1"]
+
+
+def test_update_candidates_are_ordered_by_attribute_then_similarity() -> None:
+    def node(i: str) -> MemoryNode:
+        return MemoryNode(id=i, tenant_id="t1", conversation_id="c1", event_id=i, seq=1, content=i)
+
+    a, b, c = node("a"), node("b"), node("c")
+    got = updates.by_attribute([(a, 0.95), (b, 0.90), (c, 0.80)], [0.1, 0.7, 0.7])
+    assert [(n.id, s) for n, s in got] == [("b", 0.90), ("c", 0.80), ("a", 0.95)]
+    assert updates.by_attribute([], []) == []
+
+
+class _Facts:
+    """A speaker's earlier statements, most similar first, whatever the query; records the limit."""
+
+    def __init__(self, found: list[tuple[MemoryNode, float]]) -> None:
+        self.found, self.limits = found, []  # type: list[tuple[MemoryNode, float]], list[int]
+
+    async def earlier_by_speaker(self, nodes: Sequence[MemoryNode], limit: int,
+                                 queries: Sequence[Sequence[float]] | None = None) -> list[list[tuple[MemoryNode, float]]]:
+        self.limits.append(limit)
+        return [self.found[:limit] for _ in nodes]
+
+
+async def test_the_update_question_asks_the_earlier_statement_of_the_attribute_not_the_most_similar(
+        model_embedder: Embedder, embedder: Embedder) -> None:
+    """Under a learned attribute model the write path searches ``update_pool`` earlier statements
+    and asks the update question of the ``k_update`` most about the new statement's attribute:
+    the earlier manager, not the small talk that is more similar; without the model, the
+    ``k_update + k_write`` most similar are searched and the most similar is asked."""
+    texts = ["I need a holiday, honestly.", "I finally cleaned out the fridge.", "My manager is Claire, very organised.",
+             "Devan gave me really useful feedback on my report."]
+    params = Params(k_update=1, update_steer=0.0)
+
+    async def asked(model: Embedder) -> tuple[list[str], list[int]]:
+        vec = model.embed(texts)
+
+        def node(seq: int) -> MemoryNode:
+            return MemoryNode(id=f"n{seq}", tenant_id="t1", conversation_id="c1", event_id=f"e{seq}", seq=seq,
+                              content=texts[seq], speaker="Ana", role="user", embedding=[float(x) for x in vec[seq]])
+
+        new, facts = node(3), _Facts([(node(0), 0.93), (node(1), 0.92), (node(2), 0.85)])
+        write = WritePath(model, cast(Any, None), cast(Any, None), params, facts=facts)
+        got = await write._update_pairs([CandidateSet(node=new, candidates=[])], None)
+        return [n.content for n, _ in got[new.id]], facts.limits
+
+    assert await asked(model_embedder) == ([texts[2]], [params.update_pool])
+    assert await asked(embedder) == ([texts[0]], [params.k_update + params.k_write])

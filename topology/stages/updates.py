@@ -63,6 +63,17 @@ def earlier(older: MemoryNode, node: MemoryNode) -> bool:
     return older.observed_at is not None and node.observed_at is not None and older.observed_at < node.observed_at
 
 
+def by_attribute(found: Sequence[tuple[MemoryNode, float]], overlaps: Sequence[float]) -> list[tuple[MemoryNode, float]]:
+    """``found`` (a statement's update candidates with their similarity) ordered by how far each
+    is about the statement's attribute (``overlaps``, one per candidate: the overlap of the two
+    attribute distributions, :meth:`topology.systemone.attributes.AttributeSpace.similarity`),
+    most first, rounded to 4 places; then by similarity, then node id. A speaker's small talk is
+    often as similar to a statement as their earlier value of its attribute is; what it is about
+    tells them apart."""
+    keyed = sorted(zip(found, overlaps, strict=True), key=lambda fo: (-round(fo[1], 4), -fo[0][1], fo[0][0].id))
+    return [f for f, _ in keyed]
+
+
 def pairs(csets: Sequence[CandidateSet], found: Mapping[str, Sequence[tuple[MemoryNode, float]]],
           limit: int) -> dict[str, list[tuple[MemoryNode, CandidateFeatures]]]:
     """Per new node id: the update candidates ``found`` for it (most similar first) that are
