@@ -87,6 +87,11 @@ LATEST_BAND = 0.6
 #: attribute with at least this probability, however its words score ("Dana approved my leave
 #: request today"): ``query_api.retrieval.currency.latest_about``; above 1: off.
 LATEST_ATTRIBUTE = 0.5
+#: The person's latest statement about the asked attribute is searched by the question's vector
+#: plus this many times the attribute's learned direction (normalised again): a statement that
+#: shows the attribute only through what it tells ("Dana approved my leave request today") shares
+#: little of the question's wording, and at 1 is often not among the hits.
+LATEST_STEER = 3.0
 #: With LATEST_ALONE, for a question that asks for a value (who, what, which, where:
 #: ``query_api.retrieval.currency.asks_value``), that latest statement answers first of the whole
 #: pool, also when it is the person's only statement about the attribute: a look-alike about
@@ -198,6 +203,9 @@ class Params(BaseModel):
     latest_attribute: float = Field(default=LATEST_ATTRIBUTE, ge=0.0, description="the probability at which the "
                                     "learned attribute model reads a question, and a person's statement, as about one "
                                     "attribute, so that the latest such statement answers it; above 1: off")
+    latest_steer: float = Field(default=LATEST_STEER, ge=0.0, description="how far the search for the asked "
+                                "person's latest statement about the asked attribute moves from the question "
+                                "towards that attribute's learned direction")
     latest_alone: bool = Field(default=LATEST_ALONE, description="for a question that asks for a value, that latest "
                                "statement answers first of the whole pool, also when it is the person's only "
                                "statement about the attribute")

@@ -675,16 +675,17 @@ class RetrievalController:
     async def _join_latest(self, reach: Reach, run: _Run, attribute: int) -> None:
         """The asked person's latest own statement about ``attribute`` among the
         ``params.anchor_pool`` memories nearest to the question moved towards that attribute
-        (:meth:`~topology.systemone.attributes.AttributeSpace.towards`), read as :meth:`_about`
-        reads them, joins the pool when it is not in it (scored in one request, when the
-        controller budget allows): a statement whose words the question does not share ("Dana
-        approved my leave request today") is then ranked by :meth:`_about` like the others."""
+        (:meth:`~topology.systemone.attributes.AttributeSpace.towards` by ``params.latest_steer``),
+        read as :meth:`_about` reads them, joins the pool when it is not in it (scored in one
+        request, when the controller-call budget allows; also into a pool already holding
+        ``limits.visited_nodes``, which it then exceeds by this one memory): a statement whose
+        words the question does not share ("Dana approved my leave request today") is then ranked
+        by :meth:`_about` like the others."""
         p, st = self.params, run.st
-        if run.so.calls + run.so.requests_for([len(SCORE.questions)]) > p.limits.controller_calls \
-                or len(st.pool) >= p.limits.visited_nodes:
+        if run.so.calls + run.so.requests_for([len(SCORE.questions)]) > p.limits.controller_calls:
             return
         space = self.attributes()
-        query = space.towards(st.asked[None, :], attribute)[0]
+        query = space.towards(st.asked[None, :], attribute, p.latest_steer)[0]
         hits = await reach.vectors([float(x) for x in query], p.anchor_pool)
         found = [(n, info) for n, info in await self._fetch(reach, [h.id for h in hits if h.id not in st.pool])
                  if currency.visible(n, run.as_of) and subjects.own_statement(n, run.asked)]

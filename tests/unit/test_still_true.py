@@ -389,6 +389,12 @@ async def test_the_latest_statement_about_the_asked_attribute_joins_the_pool(mod
             found[gate] = [(e.event_id, e.via) for e in evidence]
     assert found[0.5][0] == ("u3", "attribute") and ("u0", "anchor") in found[0.5]
     assert "u3" not in [i for i, _ in found[1.5]]  # off: the words alone do not reach it
+    # a pool already holding ``limits.visited_nodes`` still takes that one statement in
+    params = no_graph(Params(anchor_pool=4, anchors=2, theta_update=1.1))
+    params = params.model_copy(update={"limits": params.limits.model_copy(update={"visited_nodes": 2})})
+    async with _manager_turns(model_embedder, params) as mem:
+        evidence = (await mem.controller.retrieve(SCOPE, "Who is Ana's manager?", 5)).evidence
+    assert [(e.event_id, e.via) for e in evidence][0] == ("u3", "attribute") and len(evidence) == 3
 
 
 def test_an_own_statement_is_said_by_the_asked_person_about_them() -> None:
