@@ -67,8 +67,10 @@ PAST_BELOW = 0.5
 BELOW_MARGIN = 1e-3
 
 
-#: A question in the present tense ("Where does Ana work?", "Who is her manager?") ...
-PRESENT_TENSE = re.compile(r"\b(?:is|are|am|does|do|has|have|'s|'re)\b", re.IGNORECASE)
+#: A question in the present tense ("Where does Ana work?", "Who is her manager?", a wh-word before
+#: a verb in -s: "Who manages Ana?", "Which company employs her?") ...
+PRESENT_TENSE = re.compile(r"\b(?:is|are|am|does|do|has|have|'s|'re)\b"
+                           r"|^\W*(?:who|what|which|whose)\s+(?:\w+\s+)?(?!was\b)\w+[^\Ws]s\b", re.IGNORECASE)
 #: ... and not in the past ("Where did she work?", "Who was her manager?").
 PAST_TENSE = re.compile(r"\b(?:did|was|were|had|used to)\b", re.IGNORECASE)
 

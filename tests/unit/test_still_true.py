@@ -156,6 +156,10 @@ def test_current_first_lifts_the_replacement_and_puts_the_replaced_just_below() 
     assert currency.about_the_present({"recency": 0.1, "past": 0.1}, "Who is her manager?")
     assert not currency.about_the_present({"recency": 0.9, "past": 0.7}, "Where did she live before?")
     assert not currency.about_the_present({"recency": 0.1, "past": 0.1}, "Where did she go in May?")
+    assert currency.about_the_present({"recency": 0.1, "past": 0.1}, "Who manages her at work?")
+    assert currency.about_the_present({"recency": 0.1, "past": 0.1}, "Which company employs Ana?")
+    assert not currency.about_the_present({"recency": 0.1, "past": 0.1}, "Who was her boss?")
+    assert not currency.about_the_present({"recency": 0.1, "past": 0.1}, "What class Ana took?")
 
 
 def _said(conversation: str, day: int, text: str, speaker: str = "Ana", role: str = "user",
@@ -394,7 +398,8 @@ async def test_the_latest_statement_about_the_asked_attribute_joins_the_pool(mod
     params = params.model_copy(update={"limits": params.limits.model_copy(update={"visited_nodes": 2})})
     async with _manager_turns(model_embedder, params) as mem:
         evidence = (await mem.controller.retrieve(SCOPE, "Who is Ana's manager?", 5)).evidence
-    assert [(e.event_id, e.via) for e in evidence][0] == ("u3", "attribute") and len(evidence) == 3
+    assert (evidence[0].event_id, evidence[0].via) == ("u3", "attribute") and len(evidence) == 3
+
 
 
 def test_an_own_statement_is_said_by_the_asked_person_about_them() -> None:
