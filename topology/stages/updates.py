@@ -6,11 +6,12 @@ user, where nothing links the two but who said them and what they are about. So 
 also asks, for each new statement (:func:`asks`), about a bounded set chosen for the update
 question alone: at most ``Params.k_update`` earlier memories **of the same speaker** in the
 node's realm (its user's conversations when the observation named a user, else its own
-conversation), the most similar first (:class:`SpeakerFacts`) to the statement's vector moved
-towards the attributes it is about (``Params.update_steer``,
-:meth:`topology.systemone.attributes.AttributeSpace.steer`). Those pairs join the relation
-request that already judges the node's candidates, and only its ``updates`` answer is read from
-them (:func:`topology.stages.relations.judge`).
+conversation): of the ``Params.update_pool`` most similar (:class:`SpeakerFacts`) to the
+statement's vector moved towards the attributes it is about (``Params.update_steer``,
+:meth:`topology.systemone.attributes.AttributeSpace.steer`), those most about its attribute
+(:func:`by_attribute`; without a learned attribute model, the most similar). Those pairs join
+the relation request that already judges the node's candidates, and only its ``updates`` answer
+is read from them (:func:`topology.stages.relations.judge`).
 """
 
 from __future__ import annotations
@@ -76,10 +77,11 @@ def by_attribute(found: Sequence[tuple[MemoryNode, float]], overlaps: Sequence[f
 
 def pairs(csets: Sequence[CandidateSet], found: Mapping[str, Sequence[tuple[MemoryNode, float]]],
           limit: int) -> dict[str, list[tuple[MemoryNode, CandidateFeatures]]]:
-    """Per new node id: the update candidates ``found`` for it (most similar first) that are
+    """Per new node id: the update candidates ``found`` for it (in the order given: most about
+    its attribute first, :func:`by_attribute`, or most similar first) that are
     not among its candidates already (those are asked anyway), said before it, and
     :func:`statement` s (a question or chatter states no fact to replace), a text said again
-    counting once (its most similar copy), at most ``limit``, with the pair's features (the
+    counting once (its first copy in that order), at most ``limit``, with the pair's features (the
     similarity; no word, entity or time proximity: only the ``updates`` answer is read)."""
     out: dict[str, list[tuple[MemoryNode, CandidateFeatures]]] = {}
     for cs in csets:
