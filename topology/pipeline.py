@@ -214,8 +214,9 @@ class WritePath:
         if space is not None and space.reads_before:
             before = await self._before([cs.node for cs in csets],
                                         {cs.node.id: cs.node.embedding for cs in csets if cs.node.embedding})
-        update_pairs = await self._update_pairs(csets, before)
-        vectors = await self._vectors(csets, wanted, update_pairs)
+        vectors: dict[str, Sequence[float]] = {cs.node.id: cs.node.embedding for cs in csets if cs.node.embedding}
+        update_pairs = await self._update_pairs(csets, before, vectors)
+        await self._vectors(wanted, update_pairs, vectors)
         if before is not None:
             others = [*earlier.values(), *(n for got in update_pairs.values() for n, _ in got)]
             before.update(await self._before([n for n in others if n.id in vectors and n.id not in before], vectors))
@@ -238,56 +239,62 @@ class WritePath:
             else:
                 need.setdefault(n.scope, set()).add(n.after)
         read: dict[str, Sequence[float]] = {}
-        for scope, ids in need.items():
-            order = sorted(ids)
-            read.update(zip(order, await self.reader.embeddings(scope, order, self.embedder.dim), strict=True))
+        await self._read_vectors(need, read)
         for n in nodes:
             if n.after is not None and n.id not in out and n.after in read:
                 out[n.id] = read[n.after]
         return out
 
-    async def _vectors(self, csets: Sequence[CandidateSet], wanted: Mapping[Scope, set[str]],
-                       update_pairs: Mapping[str, Sequence[tuple[MemoryNode, CandidateFeatures]]]
-                       ) -> dict[str, Sequence[float]]:
-        """The vectors of the batch's nodes, their candidates and their update candidates (by node
-        id; the stores' reads return nodes without them)."""
-        vectors: dict[str, Sequence[float]] = {cs.node.id: cs.node.embedding for cs in csets if cs.node.embedding}
+    async def _vectors(self, wanted: Mapping[Scope, set[str]],
+                       update_pairs: Mapping[str, Sequence[tuple[MemoryNode, CandidateFeatures]]],
+                       vectors: dict[str, Sequence[float]]) -> None:
+        """Add to ``vectors`` (node id -> vector) those of the batch's candidates (``wanted``) and
+        update candidates it lacks (the stores' reads return nodes without them)."""
         need = {scope: set(ids) for scope, ids in wanted.items()}
         for got in update_pairs.values():
             for n, _ in got:
                 if n.embedding:
-                    vectors[n.id] = n.embedding
+                    vectors.setdefault(n.id, n.embedding)
                 else:
                     need.setdefault(n.scope, set()).add(n.id)
-        for scope, ids in need.items():
-            order = sorted(ids)
-            vectors.update(zip(order, await self.reader.embeddings(scope, order, self.embedder.dim), strict=True))
-        return vectors
+        await self._read_vectors(need, vectors)
 
-    async def _update_pairs(self, csets: Sequence[CandidateSet], before: dict[str, Sequence[float]] | None = None
+    async def _read_vectors(self, need: Mapping[Scope, Iterable[str]], into: dict[str, Sequence[float]]) -> None:
+        """Read the vectors of ``need`` (node ids by scope) that ``into`` lacks into it, one read
+        per scope, ids in sorted order."""
+        for scope, ids in need.items():
+            order = sorted(set(ids) - into.keys())
+            if order:
+                into.update(zip(order, await self.reader.embeddings(scope, order, self.embedder.dim), strict=True))
+
+    async def _update_pairs(self, csets: Sequence[CandidateSet], before: dict[str, Sequence[float]] | None = None,
+                            vectors: dict[str, Sequence[float]] | None = None
                             ) -> dict[str, list[tuple[MemoryNode, CandidateFeatures]]]:
         """The update-only pairs of ``csets``' statements (:func:`topology.stages.updates.pairs`);
         ``before``: node id -> the vector of the turn it was read after (:meth:`_before`), which
-        the attribute space reads where it discounts them; the update candidates' are added to it.
-        The candidates are the speaker's :meth:`pool_size` earlier statements most similar to the
-        steered vector, ordered by attribute (:meth:`_by_attribute`) under a learned model."""
+        the attribute space reads where it discounts them. The candidates are the speaker's
+        :meth:`_pool_size` earlier statements most similar to the steered vector, ordered by
+        attribute (:meth:`_by_attribute`) under a learned model, which reads their vectors into
+        ``vectors`` (node id -> vector) and theirs into ``before``."""
         asking = [cs.node for cs in csets if updates.asks(cs.node)]
         if self.facts is None or not asking or self.params.k_update <= 0:
             return {}
         queries = None
         space = await self.attribute_space()
-        if self.params.update_steer > 0 and space is not None:
+        profiles = None  # the asking statements' attribute distributions, for both uses below
+        if space is not None and (self.params.update_steer > 0 or space.learned is not None):
             rows = np.asarray([n.embedding for n in asking], dtype=np.float32)
-            profiles = (space.profiles(rows, before_rows([n.id for n in asking], before, rows.shape[1]))
-                        if before and space.reads_before else None)
-            queries = space.steer(rows, self.params.update_steer, profiles)
-        found = await self.facts.earlier_by_speaker(asking, self.pool_size(space),
+            profiles = space.profiles(rows, before_rows([n.id for n in asking], before, rows.shape[1])
+                                      if before and space.reads_before else None)
+            if self.params.update_steer > 0:
+                queries = space.steer(rows, self.params.update_steer, profiles)
+        found = await self.facts.earlier_by_speaker(asking, self._pool_size(space),
                                                     None if queries is None else queries.tolist())
-        if space is not None and space.learned is not None:
-            found = await self._by_attribute(space, asking, found, before)
+        if space is not None and space.learned is not None and profiles is not None:
+            found = await self._by_attribute(space, profiles, found, before, {} if vectors is None else vectors)
         return updates.pairs(csets, {n.id: f for n, f in zip(asking, found, strict=True)}, self.params.k_update)
 
-    def pool_size(self, space: AttributeSpace | None) -> int:
+    def _pool_size(self, space: AttributeSpace | None) -> int:
         """How many of a speaker's earlier statements the update search returns: ``update_pool``
         under a learned attribute model (which then picks the ``k_update`` asked), else
         ``k_update + k_write`` (the ``k_update`` most similar that are not candidates already);
@@ -295,35 +302,33 @@ class WritePath:
         floor = self.params.k_update + self.params.k_write
         return max(self.params.update_pool, floor) if space is not None and space.learned is not None else floor
 
-    async def _by_attribute(self, space: AttributeSpace, asking: Sequence[MemoryNode],
+    async def _by_attribute(self, space: AttributeSpace, asking: np.ndarray,
                             found: Sequence[Sequence[tuple[MemoryNode, float]]],
-                            before: dict[str, Sequence[float]] | None) -> list[list[tuple[MemoryNode, float]]]:
-        """Each of ``found`` (the update candidates of ``asking``, same order) ordered by
-        :func:`topology.stages.updates.by_attribute` under ``space``'s learned model: every
-        candidate's vector (read once, one read per scope, and kept on the returned node) and,
-        where the model discounts it, the vector of the turn it was read after (added to
-        ``before``)."""
+                            before: dict[str, Sequence[float]] | None,
+                            vectors: dict[str, Sequence[float]]) -> list[list[tuple[MemoryNode, float]]]:
+        """Each of ``found`` (the update candidates of the asking statements, whose attribute
+        distributions are the rows of ``asking``, same order) ordered by
+        :func:`topology.stages.updates.by_attribute` under ``space``'s learned model, each
+        candidate read after the turn it was read after where the model discounts it: the
+        candidates' vectors are read into ``vectors`` and those turns' into ``before``, one read
+        per scope each, for the judge to use again."""
         nodes = {n.id: n for got in found for n, _ in got}
         if not nodes:
             return [list(got) for got in found]
-        vectors: dict[str, Sequence[float]] = {i: n.embedding for i, n in nodes.items() if n.embedding}
         need: dict[Scope, list[str]] = {}
         for i, n in nodes.items():
-            if i not in vectors:
+            if n.embedding:
+                vectors.setdefault(i, n.embedding)
+            else:
                 need.setdefault(n.scope, []).append(i)
-        for scope, ids in need.items():
-            vectors.update(zip(ids, await self.reader.embeddings(scope, ids, self.embedder.dim), strict=True))
+        await self._read_vectors(need, vectors)
         if space.reads_before and before is not None:
             before.update(await self._before([n for i, n in nodes.items() if i not in before], vectors))
-        ids = [n.id for n in asking] + list(nodes)
-        rows = np.asarray([asking[k].embedding for k in range(len(asking))] + [vectors[i] for i in nodes],
-                          dtype=np.float32)
+        ids = list(nodes)
+        rows = np.asarray([vectors[i] for i in ids], dtype=np.float32)
         profiles = space.profiles(rows, before_rows(ids, before, rows.shape[1]) if before else None)
-        at = {i: k for k, i in enumerate(ids[len(asking):], start=len(asking))}
-        full = {i: n if n.embedding else n.model_copy(update={"embedding": [float(x) for x in vectors[i]]})
-                for i, n in nodes.items()}
-        return [updates.by_attribute([(full[n.id], s) for n, s in got],
-                                     [float(profiles[k] @ profiles[at[n.id]]) for n, _ in got])
+        row = {i: k for k, i in enumerate(ids)}
+        return [updates.by_attribute(got, [float(asking[k] @ profiles[row[n.id]]) for n, _ in got])
                 for k, got in enumerate(found)]
 
     async def consolidate(self, scope: Scope, run: int, last_seq: int,

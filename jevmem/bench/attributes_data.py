@@ -92,19 +92,18 @@ def examples(seed: int = SEED, repeats: int = REPEATS) -> list[Example]:
     out: list[Example] = []
     fmt = string.Formatter()
 
-    def add(table: Sequence[str], label: str, part: str, values: Sequence[Mapping[str, str]]) -> None:
+    def add(table: Sequence[str], label: str, part: str, values: Sequence[Mapping[str, str]],
+            training_only: bool = False) -> None:
         for i, template in enumerate(table):
             for _ in range(repeats):
                 slots = _Slots(rng.choice(values) if values else {})
-                out.append((fmt.vformat(template, (), slots), label, part, users_data.held_out(i)))
+                out.append((fmt.vformat(template, (), slots), label, part, not training_only and users_data.held_out(i)))
 
     for a in updates_data.ATTRIBUTES:
         values = [{"v": v, "old": rng.choice([o for o in a.values if o != v])} for v in a.values]
         for part in UPDATES_PARTS:
             add(getattr(a, part), a.name, part, values)
-        for template in ACTIVITIES.get(a.name, ()):
-            for _ in range(repeats):
-                out.append((fmt.vformat(template, (), _Slots(rng.choice(values))), a.name, "activity", False))
+        add(ACTIVITIES.get(a.name, ()), a.name, "activity", values, training_only=True)
     for f in (*users_data.FACTS, users_data.LOCKER):
         for part in USERS_PARTS:
             add(getattr(f, part), f.name, part, [dict(v) for v in f.values])

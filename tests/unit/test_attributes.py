@@ -275,7 +275,8 @@ class _Facts:
     """A speaker's earlier statements, most similar first, whatever the query; records the limit."""
 
     def __init__(self, found: list[tuple[MemoryNode, float]]) -> None:
-        self.found, self.limits = found, []  # type: list[tuple[MemoryNode, float]], list[int]
+        self.found = found
+        self.limits: list[int] = []
 
     async def earlier_by_speaker(self, nodes: Sequence[MemoryNode], limit: int,
                                  queries: Sequence[Sequence[float]] | None = None) -> list[list[tuple[MemoryNode, float]]]:
