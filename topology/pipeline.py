@@ -276,23 +276,33 @@ class WritePath:
         :meth:`_pool_size` earlier statements most similar to the steered vector, ordered by
         attribute (:meth:`_by_attribute`) under a learned model, which reads their vectors into
         ``vectors`` (node id -> vector) and theirs into ``before``."""
-        asking = [cs.node for cs in csets if updates.asks(cs.node)]
-        if self.facts is None or not asking or self.params.k_update <= 0:
+        people = [cs.node for cs in csets if updates.person_turn(cs.node)]
+        if self.facts is None or not people or self.params.k_update <= 0:
             return {}
         queries = None
         space = await self.attribute_space()
         profiles = None  # the asking statements' attribute distributions, for both uses below
+        about: dict[str, float] = {}  # node id -> how far the learned model reads it as about one attribute
         if space is not None and (self.params.update_steer > 0 or space.learned is not None):
-            rows = np.asarray([n.embedding for n in asking], dtype=np.float32)
-            profiles = space.profiles(rows, before_rows([n.id for n in asking], before, rows.shape[1])
+            rows = np.asarray([n.embedding for n in people], dtype=np.float32)
+            profiles = space.profiles(rows, before_rows([n.id for n in people], before, rows.shape[1])
                                       if before and space.reads_before else None)
-            if self.params.update_steer > 0:
+            if (read := space.about(profiles)) is not None:
+                about = {n.id: float(a) for n, a in zip(people, read, strict=True)}
+            keep = [i for i, n in enumerate(people) if updates.statement(n, about.get(n.id))]
+            rows, profiles = rows[keep], profiles[keep]
+            if self.params.update_steer > 0 and keep:
                 queries = space.steer(rows, self.params.update_steer, profiles)
+            asking = [people[i] for i in keep]
+        else:
+            asking = [n for n in people if updates.statement(n)]
+        if not asking:
+            return {}
         found = await self.facts.earlier_by_speaker(asking, self._pool_size(space),
                                                     None if queries is None else queries.tolist())
         if space is not None and space.learned is not None and profiles is not None:
-            found = await self._by_attribute(space, profiles, found, before, {} if vectors is None else vectors)
-        return updates.pairs(csets, {n.id: f for n, f in zip(asking, found, strict=True)}, self.params.k_update)
+            found = await self._by_attribute(space, profiles, found, before, {} if vectors is None else vectors, about)
+        return updates.pairs(csets, {n.id: f for n, f in zip(asking, found, strict=True)}, self.params.k_update, about)
 
     def _pool_size(self, space: AttributeSpace | None) -> int:
         """How many of a speaker's earlier statements the update search returns: ``update_pool``
@@ -305,13 +315,15 @@ class WritePath:
     async def _by_attribute(self, space: AttributeSpace, asking: np.ndarray,
                             found: Sequence[Sequence[tuple[MemoryNode, float]]],
                             before: dict[str, Sequence[float]] | None,
-                            vectors: dict[str, Sequence[float]]) -> list[list[tuple[MemoryNode, float]]]:
+                            vectors: dict[str, Sequence[float]],
+                            about: dict[str, float]) -> list[list[tuple[MemoryNode, float]]]:
         """Each of ``found`` (the update candidates of the asking statements, whose attribute
         distributions are the rows of ``asking``, same order) ordered by
         :func:`topology.stages.updates.by_attribute` under ``space``'s learned model, each
         candidate read after the turn it was read after where the model discounts it: the
         candidates' vectors are read into ``vectors`` and those turns' into ``before``, one read
-        per scope each, for the judge to use again."""
+        per scope each, for the judge to use again; how far the model reads each candidate as
+        about one attribute goes into ``about`` (node id -> probability)."""
         nodes = {n.id: n for got in found for n, _ in got}
         if not nodes:
             return [list(got) for got in found]
@@ -327,6 +339,8 @@ class WritePath:
         ids = list(nodes)
         rows = np.asarray([vectors[i] for i in ids], dtype=np.float32)
         profiles = space.profiles(rows, before_rows(ids, before, rows.shape[1]) if before else None)
+        if (read := space.about(profiles)) is not None:
+            about.update(zip(ids, (float(a) for a in read), strict=True))
         row = {i: k for k, i in enumerate(ids)}
         return [updates.by_attribute(got, [float(asking[k] @ profiles[row[n.id]]) for n, _ in got])
                 for k, got in enumerate(found)]

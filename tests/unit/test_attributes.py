@@ -153,12 +153,15 @@ def test_without_a_space_every_attribute_is_unknown(embedder: Embedder) -> None:
 class _Fixed(Attributes):
     """Attribute similarities by the older node's id (None: unknown)."""
 
-    def __init__(self, by_older: dict[str, float | None]) -> None:
+    def __init__(self, by_older: dict[str, float | None], about: dict[str, float] | None = None) -> None:
         super().__init__()
-        self.by_older = by_older
+        self.by_older, self.read = by_older, about or {}
 
     def similarity(self, a: str, b: str) -> float | None:
         return self.by_older.get(a)
+
+    def about(self, node: str) -> float | None:
+        return self.read.get(node)
 
 
 class _Updates:
@@ -208,6 +211,9 @@ async def test_a_new_statement_supersedes_the_judged_update_most_about_its_attri
     so.p[chat.content] = 0.99
     csets[0], only = CandidateSet(node=new, candidates=[]), {new.id: [(job, f), (chat, f)]}
     assert await replaced(_Fixed({job.id: 0.1, home.id: 0.8})) == [job.id]
+    # unless the attribute model reads it as about one attribute: a fact worded as chatter
+    assert await replaced(_Fixed({job.id: 0.1, home.id: 0.8}, {home.id: updates.MIN_ABOUT})) == [home.id]
+    assert await replaced(_Fixed({job.id: 0.1, home.id: 0.8}, {home.id: updates.MIN_ABOUT - 0.01})) == [job.id]
 
 
 async def test_a_question_about_an_attribute_is_moved_towards_it(model_embedder: Embedder) -> None:

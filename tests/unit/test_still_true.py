@@ -241,6 +241,55 @@ async def test_the_latest_value_supersedes_every_earlier_value_of_the_attribute(
     assert node[1] not in {target for _, target in edges}
 
 
+def test_a_turn_typed_as_chatter_states_a_fact_when_the_attribute_model_reads_one() -> None:
+    """The update question's statement gate: typed a statement, or typed neither a question, a
+    tool turn nor advice and read as about one attribute with ``MIN_ABOUT`` or more."""
+    from topology.schemas import TypeScores
+    from topology.stages.updates import MIN_ABOUT, statement
+
+    def typed(**kind: float) -> MemoryNode:
+        return MemoryNode(id="n", tenant_id="t1", conversation_id="c1", event_id="n", kind="observation",
+                          content="Leg day again, ouch!", seq=0, types=TypeScores(kind=kind))
+
+    chatter = typed(statement=0.3, chatter=0.6, question=0.1)
+    assert not statement(chatter) and not statement(chatter, MIN_ABOUT - 0.01)
+    assert statement(chatter, MIN_ABOUT)
+    asking = typed(statement=0.3, question=0.5, chatter=0.2)
+    assert not statement(asking, 0.99)  # a question states nothing, whatever it is about
+    assert statement(typed(statement=0.9, chatter=0.1), 0.0) and statement(typed(), None)  # untyped: asks
+
+
+async def test_a_fact_worded_as_an_exclamation_is_caught_when_written(model_embedder: Embedder,
+                                                                       monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    """With the real models, "Leg day at Fitbox, ouch!" has the cues of chatter, and the learned
+    attribute model reads it as about the gym: it supersedes the earlier gym when written and
+    answers "Which gym does Ana go to?" first. Without the attribute model's reading
+    (``MIN_ABOUT`` above 1) it asks nothing and the earlier gym ranks first. The wordings are in
+    none of our generators."""
+    from jevmem.settings import Settings
+    from jevmem.wiring import build_embedded
+    from topology.stages import updates
+
+    turns = [_said("g1", 0, "I train at Ironside Gym most mornings."),
+             _said("g1", 1, "Nice, what's the weather like there?", "Ben"),
+             _said("g1", 2, "I drive a blue Skoda to work."), _said("g1", 3, "Cool.", "Ben"),
+             _said("g1", 4, "Leg day at Fitbox, ouch!")]
+    scope, node = Scope(tenant_id="t1", conversation_id="g1"), {d: ids.node_id("t1", "g1", f"g1-{d}") for d in (0, 4)}
+    found, on = {}, updates.MIN_ABOUT
+    for gate in (on, 1.1):
+        monkeypatch.setattr(updates, "MIN_ABOUT", gate)
+        mem = build_embedded(Settings(params=Params()), embedder=model_embedder, data_dir=":memory:")
+        try:
+            await mem.pipeline.ingest(turns)
+            edges = [(e.source, e.target) for e in await mem.stores.edges.scan(scope) if e.label == currency.SUPERSEDES]
+            evidence = (await mem.controller.retrieve(scope, "Which gym does Ana go to?", 5)).evidence
+        finally:
+            await mem.close()
+        found[gate] = edges, [e.event_id for e in evidence]
+    assert found[on][0] == [(node[4], node[0])] and found[on][1][0] == "g1-4"
+    assert found[1.1][0] == [] and found[1.1][1][0] == "g1-0"
+
+
 def test_a_new_turn_supersedes_the_pairs_about_the_attribute_it_is_most_about() -> None:
     from topology.stages.relations import SAME_ATTRIBUTE, same_attribute
 

@@ -133,9 +133,11 @@ class Attributes:
         wanted = {i: v for i, v in (vectors or {}).items() if len(v) and np.any(np.asarray(v))} if space else {}
         self._row = {i: k for k, i in enumerate(wanted)}
         self._profiles = np.zeros((0, 0), dtype=np.float32)
+        self._about: np.ndarray | None = None
         if space is not None and wanted:
             rows = np.asarray(list(wanted.values()), dtype=np.float32)
             self._profiles = space.profiles(rows, before_rows(list(wanted), before, rows.shape[1]) if before else None)
+            self._about = space.about(self._profiles)
 
     def similarity(self, a: str, b: str) -> float | None:
         """How far nodes ``a`` and ``b`` (ids) are about the same attribute (0 to 1, rounded to 4
@@ -144,6 +146,13 @@ class Attributes:
         if ra is None or rb is None:
             return None
         return round(float(self._profiles[ra] @ self._profiles[rb]), 4)
+
+    def about(self, node: str) -> float | None:
+        """How far the learned attribute model reads node ``node`` (an id) as about one attribute
+        (:meth:`~topology.systemone.attributes.AttributeSpace.about`), or None when it has no
+        vector here or the space no learned model."""
+        row = self._row.get(node)
+        return None if row is None or self._about is None else float(self._about[row])
 
 
 def strongest(judgments: Sequence[RelationJudgment], k: int, floor: float) -> set[tuple[str, str]]:
@@ -228,7 +237,8 @@ async def judge(csets: Sequence[CandidateSet], earlier: dict[str, MemoryNode], s
     1 on statements of one person; the attribute tells which of them the new one replaces: every
     earlier value of it, a chain's older links too; without attribute overlaps, the single pair
     with the highest answer), when both turns are statements
-    (:func:`topology.stages.updates.statement`: a question, tool turn, advice or chatter neither
+    (:func:`topology.stages.updates.statement`, given how far the attribute model reads each as
+    about one attribute, :meth:`Attributes.about`: a question, tool turn, advice or chatter neither
     replaces a fact nor states one to replace, whatever the pair's answer), among its candidates and its
     ``updates_only`` pairs (node id -> the
     update candidates of :mod:`topology.stages.updates`, which may be in other conversations of
@@ -261,10 +271,10 @@ async def judge(csets: Sequence[CandidateSet], earlier: dict[str, MemoryNode], s
     judgments, edges = [], []
     # new turn -> ((attribute similarity, -1 when unknown; p), a memory it may replace), each pair once
     replaced: dict[str, dict[str, tuple[tuple[float, float], MemoryNode]]] = {}
-    stating = {cs.node.id for cs in csets if statement(cs.node)}
+    stating = {cs.node.id for cs in csets if statement(cs.node, attributes.about(cs.node.id))}
 
     def supersedes(node: MemoryNode, other: MemoryNode, p: float) -> None:
-        if p < params.theta_update or node.id not in stating or not statement(other):
+        if p < params.theta_update or node.id not in stating or not statement(other, attributes.about(other.id)):
             return
         similarity = attributes.similarity(other.id, node.id)
         key = (-1.0 if similarity is None else similarity, p)

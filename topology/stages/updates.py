@@ -25,6 +25,12 @@ from topology.systemone.turn_kinds import turn_kind
 #: A turn asks the update question when p(statement) of its turn kind is at least this (an
 #: untyped node always asks): questions, tool calls and chatter state no fact to replace one.
 MIN_STATEMENT = 0.5
+#: A turn typed neither a question, a tool turn nor advice (their p together under one half) still
+#: states a fact when the learned attribute model reads it as about one attribute of a person with
+#: at least this probability (:meth:`topology.systemone.attributes.AttributeSpace.about`): the
+#: turn kind reads cues, and a fact worded as an exclamation ("Meeting Mateo's parents this
+#: weekend, nervous!") has the cues of chatter.
+MIN_ABOUT = 0.5
 #: Roles whose turns state facts about a person (an assistant's advice is no fact of the user's).
 PERSON_ROLES = frozenset({"user", "human", "customer"})
 
@@ -42,18 +48,30 @@ class SpeakerFacts(Protocol):
         ...
 
 
-def statement(node: MemoryNode) -> bool:
+def statement(node: MemoryNode, about: float | None = None) -> bool:
     """Whether ``node`` is typed a statement (p(statement) of its turn kind at least
-    :data:`MIN_STATEMENT`), or untyped."""
-    return not node.types.kind or turn_kind(node.types)["statement"] >= MIN_STATEMENT
+    :data:`MIN_STATEMENT`), or untyped; or, given ``about`` (how far the learned attribute model
+    reads it as about one attribute; None: not read), typed no question, tool turn or advice and
+    ``about`` at least :data:`MIN_ABOUT`."""
+    if not node.types.kind:
+        return True
+    kind = turn_kind(node.types)
+    if kind["statement"] >= MIN_STATEMENT:
+        return True
+    return about is not None and about >= MIN_ABOUT and kind["question"] + kind["tool"] + kind["advice"] < 0.5
 
 
-def asks(node: MemoryNode) -> bool:
-    """Whether ``node`` asks the update question: an observation by a named person in a user
-    role, with an embedding, a :func:`statement`."""
-    if node.kind != "observation" or not node.speaker or node.role.lower() not in PERSON_ROLES or not node.embedding:
-        return False
-    return statement(node)
+def person_turn(node: MemoryNode) -> bool:
+    """Whether ``node`` may ask the update question: an observation by a named person in a user
+    role, with an embedding."""
+    return node.kind == "observation" and bool(node.speaker) and node.role.lower() in PERSON_ROLES \
+        and bool(node.embedding)
+
+
+def asks(node: MemoryNode, about: float | None = None) -> bool:
+    """Whether ``node`` asks the update question: a :func:`person_turn` and a :func:`statement`
+    (``about``: as there)."""
+    return person_turn(node) and statement(node, about)
 
 
 def earlier(older: MemoryNode, node: MemoryNode) -> bool:
@@ -76,11 +94,12 @@ def by_attribute(found: Sequence[tuple[MemoryNode, float]], overlaps: Sequence[f
 
 
 def pairs(csets: Sequence[CandidateSet], found: Mapping[str, Sequence[tuple[MemoryNode, float]]],
-          limit: int) -> dict[str, list[tuple[MemoryNode, CandidateFeatures]]]:
+          limit: int, about: Mapping[str, float] | None = None) -> dict[str, list[tuple[MemoryNode, CandidateFeatures]]]:
     """Per new node id: the update candidates ``found`` for it (in the order given: most about
     its attribute first, :func:`by_attribute`, or most similar first) that are
     not among its candidates already (those are asked anyway), said before it, and
-    :func:`statement` s (a question or chatter states no fact to replace), a text said again
+    :func:`statement` s (a question or chatter states no fact to replace; ``about``: node id ->
+    how far the learned attribute model reads it as about one attribute), a text said again
     counting once (its first copy in that order), at most ``limit``, with the pair's features (the
     similarity; no word, entity or time proximity: only the ``updates`` answer is read)."""
     out: dict[str, list[tuple[MemoryNode, CandidateFeatures]]] = {}
@@ -91,7 +110,8 @@ def pairs(csets: Sequence[CandidateSet], found: Mapping[str, Sequence[tuple[Memo
         for n, s in found.get(cs.node.id, ()):
             if len(extra) >= limit:
                 break
-            if n.id in known or n.content in texts or not earlier(n, cs.node) or not statement(n):
+            if n.id in known or n.content in texts or not earlier(n, cs.node) \
+                    or not statement(n, (about or {}).get(n.id)):
                 continue
             texts.add(n.content)
             extra.append((n, CandidateFeatures(cosine=round(max(-1.0, min(1.0, s)), 6), lexical=0.0, entity=0.0,

@@ -133,6 +133,15 @@ class AttributeSpace:
             return None
         return self.learned.probabilities(self.learned.inputs(vectors, before))[:, self._known]
 
+    def about(self, profiles: np.ndarray) -> np.ndarray | None:
+        """The highest probability of one learned attribute in each row of ``profiles`` (rows of
+        :meth:`profiles`): how far the learned model reads each memory as about one attribute of
+        a person; None without a learned model."""
+        if self.learned is None:
+            return None
+        known = np.asarray(profiles)[:, : len(self._known)]
+        return known.max(axis=1) if known.shape[1] else np.zeros(len(known), dtype=np.float32)
+
     def towards(self, vectors: np.ndarray, attribute: int, weight: float = 1.0) -> np.ndarray:
         """``vectors`` (rows, normalised first) plus ``weight`` times the learned direction of
         the known attribute ``attribute`` (a column of :meth:`known`), normalised again: a search
