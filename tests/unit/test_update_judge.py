@@ -150,6 +150,12 @@ def test_the_subject_is_the_speaker_a_relative_or_a_name() -> None:
     assert subjects(analyse("Piet drives a Clio."), "Ana") == {"person:piet"}
     assert subjects(analyse("Marisol moved on, so Claire is my boss."), "Ana") == {"person:marisol", "person:ana"}
     assert subjects(analyse("Living in Cork has its perks."), "Ana") == {"person:ana"}  # a place is no subject
+    # beside a relative as the subject, "me" is its object: the relative's attribute alone
+    assert subjects(analyse("My uncle phones me from his new Nokia."), "Ana") == {"kin:uncle@ana"}
+    assert subjects(analyse("Same as me, my brother Tom loves ramen."), "Ana") == {"person:tom"}
+    # a name beside "me" may be the value of an attribute of the speaker (a manager): about both
+    assert subjects(analyse("Dana wants the slides from me by noon."), "Ana") == {"person:dana", "person:ana"}
+    assert subjects(analyse("My uncle lent me his car, so I drive a Fiat now."), "Ana") == {"kin:uncle@ana", "person:ana"}
     assert subjects(analyse("Where are you living?"), "assistant") == frozenset()
 
 

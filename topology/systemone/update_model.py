@@ -105,6 +105,10 @@ FIRST_SUBJECT = cue(r"\b(?:i|i'm|i've|i'd|i'll|my|we|we're|we've|our)\b")
 #: The speaker alone (not "we"): a first-person subject beside a third party makes a text about
 #: the speaker too ("Rufus signed off my holiday"; not "my cousin orders it when we go out").
 SINGULAR_FIRST = cue(r"\b(?:i|i'm|i've|i'd|i'll|my|me)\b")
+#: The speaker as a subject or an owner, not as an object: beside a relative named by relation
+#: ("my mum texts me from a Xperia", "just like me, my sister adores dumplings") "me" is the
+#: relative's object, and the text states the relative's attribute, not the speaker's.
+SPEAKER_SUBJECT = cue(r"\b(?:i|i'm|i've|i'd|i'll|my)\b")
 #: Continuity: the newer text says the old state holds ("still", "as usual", "same ... as").
 STILL = cue(r"\b(?:still|as usual|as always|as ever|same|again|another|remains?|nothing new|never lets)\b")
 #: The listener as whose a text may state something: "your", "you're", ..., or "you" opening a
@@ -280,12 +284,15 @@ def analyse(text: str) -> Text:
         found.append((named.start(), 2, (named.group(1) or named.group(2)).lower()))
     if pronoun := PRONOUN.search(low):
         found.append((pronoun.start(), 3, "pronoun"))
-    other = min(found)[2] if found else ""
+    first_found = min(found) if found else None
+    other = first_found[2] if first_found else ""
+    # beside a relative as the subject, "me" is its object (see SPEAKER_SUBJECT)
+    speaker_cue = SPEAKER_SUBJECT if first_found is not None and first_found[1] == 0 else SINGULAR_FIRST
     caps = names(t)
     return Text(
         first=bool(FIRST_PERSON.search(low)),
         other=other,
-        also_first=bool(other) and any(not (kin and kin.start() <= m.start() < kin.end()) for m in SINGULAR_FIRST.finditer(low)),
+        also_first=bool(other) and any(not (kin and kin.start() <= m.start() < kin.end()) for m in speaker_cue.finditer(low)),
         second=bool(SECOND_PERSON.search(low)),
         question=bool(QUESTION.search(low)),
         negated=bool(NEGATION.search(low)),
