@@ -8,9 +8,12 @@ turns its reads (anchor searches, node fetches, edge reads) into store calls:
 * A realm: anchors come from *one* vector search and *one* lexical search over the realm
   (:class:`~storage.ports.RealmSearch`), so candidates of every conversation compete in one
   ranking; a node's conversation is learned from the hit that found it (or from the edge that
-  led to it: edges never cross conversations), and fetches and edge reads go to each node's own
-  conversation, concurrently. Conversations without a candidate are never read, so a realm may
-  hold any number of conversations.
+  led to it: an edge is kept with its source's conversation), and fetches and edge reads go to
+  each node's own conversation, concurrently. The one edge that may cross conversations is a
+  ``supersedes`` edge from a user's later session to a memory of an earlier one, kept with the
+  later session: a labelled read (:meth:`RealmReach.labelled`) asks every conversation of the
+  given nodes about all of them. Conversations without a candidate are never read, so a realm
+  may hold any number of conversations.
 """
 
 from __future__ import annotations
@@ -145,6 +148,9 @@ class RealmReach(_Reads):
     async def _edges_by_conversation(self, node_ids: Sequence[str], views: Sequence[View], limit: int,
                                      label: str | None) -> list[EdgeEvent]:
         groups = self._by_conversation(node_ids)
+        if label is not None:  # an edge kept with a later session may end at a memory of another one
+            every = [i for got in groups.values() for i in got]
+            groups = {conv: every for conv in groups}
 
         async def one(conv: str, ids: list[str]) -> list[EdgeEvent]:
             if label is None:
@@ -153,7 +159,7 @@ class RealmReach(_Reads):
 
         parts = await asyncio.gather(*(one(c, got) for c, got in groups.items()))
         edges = [e for part in parts for e in part]
-        for e in edges:  # an edge joins two nodes of one conversation
+        for e in edges:  # an edge is kept with its source's conversation; a node already placed stays there
             self.conversation_of.setdefault(e.source, e.conversation_id)
             self.conversation_of.setdefault(e.target, e.conversation_id)
         edges.sort(key=lambda e: -e.probability)
@@ -163,4 +169,8 @@ class RealmReach(_Reads):
         return await self._edges_by_conversation(node_ids, views, limit, None)
 
     async def labelled(self, node_ids: Sequence[str], views: Sequence[View], limit: int, label: str) -> list[EdgeEvent]:
+        """The edges labelled ``label`` at any of ``node_ids`` kept in any of their conversations
+        (one read per conversation, with every id): a ``supersedes`` edge kept with a later
+        session is found from the earlier memory it ends at when the pool holds a memory of that
+        session."""
         return await self._edges_by_conversation(node_ids, views, limit, label)

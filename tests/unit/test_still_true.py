@@ -88,6 +88,28 @@ async def test_across_a_users_sessions_the_replacement_joins_the_pool(memory: Em
     assert {e.conversation_id for e in res.evidence} == {"s1"}
 
 
+async def test_a_replacement_kept_with_a_later_session_joins_a_users_pool(memory: Embedded) -> None:
+    """A ``supersedes`` edge kept with a later session is read from the earlier memory it ends at
+    (the pool holds a memory of that session, not the replacement): the replacement joins the
+    pool and ranks first, the older memory marked."""
+    moved = "Found a loft across the river in Lisbon, the move is done."
+    await memory.pipeline.ingest([_said("s0", 0, OLD, event="e0"),
+                                  _said("s0", 1, "We watched a film about space travel.", event="e1")])
+    await memory.pipeline.ingest([_said("s1", 30, "The weather in Porto was lovely on the beach.", event="e2"),
+                                  _said("s1", 31, moved, event="e3")])
+    old, new = ids.node_id("t1", "s0", "e0"), ids.node_id("t1", "s1", "e3")
+    await memory.stores.edges.upsert([EdgeEvent(
+        id=ids.edge_id("temporal", new, old, currency.SUPERSEDES), tenant_id="t1", conversation_id="s1",
+        view="temporal", source=new, target=old, direction="directed", probability=0.9, label=currency.SUPERSEDES,
+        created_by="system_one")])
+    p = memory.controller.params
+    memory.controller.params = p.model_copy(update={"anchors": 2, "limits": p.limits.model_copy(update={"depth": 0})})
+    realm = Realm(tenant_id="t1", user_id="ana")
+    got = _by_event((await memory.controller.retrieve_realm(realm, "Does Ana live in Porto now?", 10)).evidence)
+    assert got["e3"][0] < got["e0"][0] and got["e3"][1].via == "supersedes"
+    assert got["e0"][1].superseded_by == [moved] and "e2" in got
+
+
 async def test_a_replacement_missing_from_the_pool_joins_it(memory: Embedded) -> None:
     await memory.pipeline.ingest(_turns())
     await _supersede(memory, SCOPE, "e4", "e0")
