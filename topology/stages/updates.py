@@ -3,10 +3,10 @@
 Candidate discovery (:mod:`topology.stages.candidates`) proposes a turn's most related earlier
 turns of its conversation; a fact often changes much later, or in another session of the same
 user, where nothing links the two but who said them and what they are about. So the write path
-also asks, for each new statement (:func:`asks`), about a bounded set chosen for the update
-question alone: at most ``Params.k_update`` earlier memories **of the same speaker** in the
-node's realm (its user's conversations when the observation named a user, else its own
-conversation): of the ``Params.update_pool`` most similar (:class:`SpeakerFacts`) to the
+also asks, for each new statement (a :func:`person_turn` that is a :func:`statement`), about a
+bounded set chosen for the update question alone: at most ``Params.k_update`` earlier memories
+**of the same speaker** in the node's realm (its user's conversations when the observation named
+a user, else its own conversation): of the ``Params.update_pool`` most similar (:class:`SpeakerFacts`) to the
 statement's vector moved towards the attributes it is about (``Params.update_steer``,
 :meth:`topology.systemone.attributes.AttributeSpace.steer`), those most about its attribute
 (:func:`by_attribute`; without a learned attribute model, the most similar). Those pairs join
@@ -66,12 +66,6 @@ def person_turn(node: MemoryNode) -> bool:
     role, with an embedding."""
     return node.kind == "observation" and bool(node.speaker) and node.role.lower() in PERSON_ROLES \
         and bool(node.embedding)
-
-
-def asks(node: MemoryNode, about: float | None = None) -> bool:
-    """Whether ``node`` asks the update question: a :func:`person_turn` and a :func:`statement`
-    (``about``: as there)."""
-    return person_turn(node) and statement(node, about)
 
 
 def earlier(older: MemoryNode, node: MemoryNode) -> bool:
