@@ -362,7 +362,20 @@ class WritePath:
         olders = {n.id: n for n in await self.reader.get_nodes(scope, sorted({src for _, src in chosen}))}
         pairs = [(window[nid], olders[src]) for nid, src in chosen if src in olders]
         pairs = await self._embedded(scope, pairs)
-        return await consolidation.consolidate(run, pairs, self.so, self.params, self.summariser)
+        return await consolidation.consolidate(run, pairs, self.so, self.params, self.summariser,
+                                               await self._pair_attributes(pairs))
+
+    async def _pair_attributes(self, pairs: Sequence[tuple[MemoryNode, MemoryNode]]) -> relations.Attributes:
+        """The attribute readings of the consolidation pairs' memories (each read after the turn it
+        was read after, where the space discounts it), as the write path reads them; empty without
+        an attribute space."""
+        space = await self.attribute_space()
+        nodes = {n.id: n for pair in pairs for n in pair}
+        vectors: dict[str, Sequence[float]] = {i: n.embedding for i, n in nodes.items() if n.embedding}
+        if space is None or not vectors:
+            return relations.Attributes()
+        before = await self._before(list(nodes.values()), vectors) if space.reads_before else None
+        return relations.Attributes(space, vectors, before)
 
     async def _embedded(self, scope: Scope, pairs: list[tuple[MemoryNode, MemoryNode]]
                         ) -> list[tuple[MemoryNode, MemoryNode]]:

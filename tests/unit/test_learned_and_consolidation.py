@@ -140,3 +140,32 @@ async def test_consolidation_writes_supersedes_edges_and_gated_derived_nodes(mod
     assert decisions[1].derived_node_id == derived[0].id
     assert {(e.source, e.target) for e in edges if e.label == "summarises"} == {(derived[0].id, puppy.id),
                                                                                (derived[0].id, again.id)}
+
+
+@pytest.mark.model
+async def test_consolidation_supersedes_only_where_the_update_judge_agrees(model_embedder: Embedder) -> None:
+    """The consolidation answer reads change cues; its ``supersedes`` edge also needs the learned
+    update judge's answer, asked in the same request: the same pair, judged an update by the
+    consolidation answer, gets the edge when the judge agrees and none when it does not."""
+    from topology.systemone.catalog import RELATION
+    from topology.systemone.port import Answer, Item
+
+    class _Judge:
+        """The local backend, with the relation question's ``updates`` answer set by the newer text."""
+
+        def __init__(self, p: dict[str, float]) -> None:
+            self.inner, self.p, self.requests = LocalSystemOne(), p, 0
+
+        async def ask(self, items: list[Item]) -> list[Answer]:
+            self.requests += 1
+            answers = await self.inner.ask(items)
+            return [Answer({**a.nouls, "updates": self.p[it.state["newer"]]}, a.choices) if it.task is RELATION else a
+                    for it, a in zip(items, answers, strict=True)]
+
+    denver = _node(model_embedder, 0, "I live in Denver with my two cats.")
+    boston = _node(model_embedder, 1, "I moved to Boston last month, I love the harbour.")
+    for p_update, edge in ((0.95, True), (0.2, False)):
+        so = _Judge({boston.content: p_update})
+        decisions, edges, _ = await consolidation.consolidate(1, [(boston, denver)], so, Params())
+        assert consolidation.superseded(decisions[0], Params())  # the consolidation answer alone says update
+        assert so.requests == 1 and any(e.label == "supersedes" for e in edges) is edge

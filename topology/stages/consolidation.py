@@ -1,12 +1,17 @@
 """Consolidation: every ``consolidate_every`` writes, judge a bounded set of pairs.
 
 Pairs are each recent node with its best earlier candidate. One System One request asks the four
-Nouls and the ``representation`` Choice per pair. Decisions and links are recorded; raw
-observations are never replaced. A summariser (System Two) may add a derived node only behind the
-gates: merge/promote >= theta_summary and contradiction < theta_contradiction; it is linked to
-both sources by ``summarises`` edges. An update (obsolete >= theta_obsolete, no contradiction)
-adds a ``supersedes`` temporal edge from the newer memory to the older one, which the read path
-shows next to the older memory.
+Nouls and the ``representation`` Choice per pair, and, in the same request, the relation
+question whose ``updates`` answer is the learned update judge's
+(:mod:`topology.systemone.update_model`). Decisions and links are recorded; raw observations are
+never replaced. A summariser (System Two) may add a derived node only behind the gates:
+merge/promote >= theta_summary and contradiction < theta_contradiction; it is linked to both
+sources by ``summarises`` edges. An update adds a ``supersedes`` temporal edge from the newer
+memory to the older one, which the read path shows next to the older memory, when both answers
+say so (:func:`superseded`: obsolete >= theta_obsolete, no contradiction, no restatement; and
+:func:`replaces`: the update judge at theta_update or more, both memories statements): the
+consolidation answer reads change cues, and two chat turns about one pastime carry them without
+one replacing the other.
 """
 
 from __future__ import annotations
@@ -18,7 +23,9 @@ from topology import ids
 from topology.params import Params
 from topology.schemas import CandidateSet, ConsolidationDecision, EdgeEvent, MemoryNode
 from topology.stages.candidates import features
-from topology.systemone.catalog import CONSOLIDATION
+from topology.stages.relations import Attributes, relation_state
+from topology.stages.updates import statement
+from topology.systemone.catalog import CONSOLIDATION, RELATION
 from topology.systemone.features import ConsolidationState
 from topology.systemone.folded import fold
 from topology.systemone.local import NEGATION, STATE, UPDATE
@@ -64,6 +71,16 @@ def superseded(decision: ConsolidationDecision, params: Params) -> bool:
             and decision.redundant < 0.5)
 
 
+def replaces(newer: MemoryNode, older: MemoryNode, p_update: float, params: Params,
+             attributes: Attributes) -> bool:
+    """Does the update judge say that ``newer`` replaces ``older``: its ``updates`` answer
+    ``p_update`` at ``params.theta_update`` or more, and both memories statements
+    (:func:`topology.stages.updates.statement`, with the attribute model's reading in
+    ``attributes``), as the write path asks of a ``supersedes`` edge?"""
+    return (p_update >= params.theta_update and statement(newer, attributes.about(newer.id))
+            and statement(older, attributes.about(older.id)))
+
+
 def gate(decision: ConsolidationDecision, params: Params) -> bool:
     """May System Two write a derived node for this decision?"""
     best = max(decision.representation.get("merge", 0.0), decision.representation.get("promote", 0.0))
@@ -72,15 +89,22 @@ def gate(decision: ConsolidationDecision, params: Params) -> bool:
 
 async def consolidate(
     run: int, pairs: Sequence[tuple[MemoryNode, MemoryNode]], so: SystemOne, params: Params,
-    summariser: Summariser | None = None,
+    summariser: Summariser | None = None, attributes: Attributes | None = None,
 ) -> tuple[list[ConsolidationDecision], list[EdgeEvent], list[MemoryNode]]:
-    """Judge ``pairs`` (newer, older) in one request; return decisions, link edges, derived nodes."""
+    """Judge ``pairs`` (newer, older) in one request (the consolidation question and the relation
+    question per pair); return decisions, link and ``supersedes`` edges, derived nodes.
+    ``attributes``: the pairs' attribute readings (:class:`~topology.stages.relations.Attributes`;
+    default: none, every similarity unknown)."""
     if not pairs:
         return [], [], []
+    attributes = attributes or Attributes()
     items = [Item(CONSOLIDATION, pair_state(newer, older).model_dump()) for newer, older in pairs]
+    items += [Item(RELATION, relation_state(newer, older, features(newer, older), attributes.similarity(older.id, newer.id)))
+              for newer, older in pairs]
     answers = await so.ask(items)
+    judged = answers[len(pairs):]
     decisions, edges, derived = [], [], []
-    for (newer, older), ans in zip(pairs, answers, strict=True):
+    for (newer, older), ans, rel in zip(pairs, answers[: len(pairs)], judged, strict=True):
         dist = {k: round(v, 6) for k, v in ans.choices["representation"].items()}
         chosen = cast(Representation, max(sorted(dist), key=lambda k: dist[k]))
         d = ConsolidationDecision(
@@ -96,7 +120,7 @@ async def consolidate(
                 tenant_id=newer.tenant_id, conversation_id=newer.conversation_id, view="semantic",
                 source=older.id, target=newer.id, direction="undirected", probability=d.link_useful,
                 label="consolidation_link", created_by="system_one"))
-        if superseded(d, params):
+        if superseded(d, params) and replaces(newer, older, rel.p("updates"), params, attributes):
             # the read path shows an obsolete memory together with what superseded it
             edges.append(EdgeEvent(
                 id=ids.edge_id("temporal", newer.id, older.id, "supersedes"),
