@@ -289,15 +289,14 @@ class WritePath:
                                       if before and space.reads_before else None)
             if (read := space.about(profiles)) is not None:
                 about = {n.id: float(a) for n, a in zip(people, read, strict=True)}
-            keep = [i for i, n in enumerate(people) if updates.statement(n, about.get(n.id))]
-            rows, profiles = rows[keep], profiles[keep]
-            if self.params.update_steer > 0 and keep:
-                queries = space.steer(rows, self.params.update_steer, profiles)
-            asking = [people[i] for i in keep]
-        else:
-            asking = [n for n in people if updates.statement(n)]
-        if not asking:
+        keep = [i for i, n in enumerate(people) if updates.statement(n, about.get(n.id))]
+        if not keep:
             return {}
+        asking = [people[i] for i in keep]
+        if space is not None and profiles is not None:
+            profiles = profiles[keep]
+            if self.params.update_steer > 0:
+                queries = space.steer(rows[keep], self.params.update_steer, profiles)
         found = await self.facts.earlier_by_speaker(asking, self._pool_size(space),
                                                     None if queries is None else queries.tolist())
         if space is not None and space.learned is not None and profiles is not None:

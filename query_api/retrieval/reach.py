@@ -145,12 +145,10 @@ class RealmReach(_Reads):
         matrix = np.stack([r for _, r in kept if r is not None]) if kept else np.zeros((0, dim), dtype=np.float32)
         return nodes_out, matrix.astype(np.float32, copy=False)
 
-    async def _edges_by_conversation(self, node_ids: Sequence[str], views: Sequence[View], limit: int,
+    async def _edges_by_conversation(self, groups: dict[str, list[str]], views: Sequence[View], limit: int,
                                      label: str | None) -> list[EdgeEvent]:
-        groups = self._by_conversation(node_ids)
-        if label is not None:  # an edge kept with a later session may end at a memory of another one
-            every = [i for got in groups.values() for i in got]
-            groups = {conv: every for conv in groups}
+        """The edges of ``views`` (labelled ``label`` unless None) at the node ids of ``groups``
+        (conversation -> ids read there), one read per conversation, most probable first."""
 
         async def one(conv: str, ids: list[str]) -> list[EdgeEvent]:
             if label is None:
@@ -166,11 +164,13 @@ class RealmReach(_Reads):
         return edges[:limit]
 
     async def neighbours(self, node_ids: Sequence[str], views: Sequence[View], limit: int) -> list[EdgeEvent]:
-        return await self._edges_by_conversation(node_ids, views, limit, None)
+        return await self._edges_by_conversation(self._by_conversation(node_ids), views, limit, None)
 
     async def labelled(self, node_ids: Sequence[str], views: Sequence[View], limit: int, label: str) -> list[EdgeEvent]:
         """The edges labelled ``label`` at any of ``node_ids`` kept in any of their conversations
         (one read per conversation, with every id): a ``supersedes`` edge kept with a later
         session is found from the earlier memory it ends at when the pool holds a memory of that
         session."""
-        return await self._edges_by_conversation(node_ids, views, limit, label)
+        conversations = self._by_conversation(node_ids)
+        every = [i for got in conversations.values() for i in got]
+        return await self._edges_by_conversation({conv: every for conv in conversations}, views, limit, label)

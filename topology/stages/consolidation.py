@@ -21,10 +21,9 @@ from typing import Literal, Protocol, cast
 
 from topology import ids
 from topology.params import Params
-from topology.schemas import CandidateSet, ConsolidationDecision, EdgeEvent, MemoryNode
+from topology.schemas import CandidateFeatures, CandidateSet, ConsolidationDecision, EdgeEvent, MemoryNode
 from topology.stages.candidates import features
 from topology.stages.relations import Attributes, relation_state
-from topology.stages.updates import statement
 from topology.systemone.catalog import CONSOLIDATION, RELATION
 from topology.systemone.features import ConsolidationState
 from topology.systemone.folded import fold
@@ -51,10 +50,11 @@ def select_pairs(recent: Sequence[CandidateSet], limit: int) -> list[tuple[Memor
     return pairs[:limit]
 
 
-def pair_state(newer: MemoryNode, older: MemoryNode) -> ConsolidationState:
+def pair_state(newer: MemoryNode, older: MemoryNode, f: CandidateFeatures | None = None) -> ConsolidationState:
     """The consolidation features of a pair (pure): cosine, entity overlap, whether exactly one
-    text is negated, whether the newer one announces a change, same speaker, token overlap."""
-    f = features(newer, older)
+    text is negated, whether the newer one announces a change, same speaker, token overlap.
+    ``f``: the pair's :func:`~topology.stages.candidates.features` when already computed."""
+    f = f or features(newer, older)
     new, old = fold(newer.content), fold(older.content)  # the cues are case-insensitive
     return ConsolidationState(
         newer=newer.content, older=older.content, cosine=f.cosine, entity=f.entity,
@@ -75,10 +75,9 @@ def replaces(newer: MemoryNode, older: MemoryNode, p_update: float, params: Para
              attributes: Attributes) -> bool:
     """Does the update judge say that ``newer`` replaces ``older``: its ``updates`` answer
     ``p_update`` at ``params.theta_update`` or more, and both memories statements
-    (:func:`topology.stages.updates.statement`, with the attribute model's reading in
-    ``attributes``), as the write path asks of a ``supersedes`` edge?"""
-    return (p_update >= params.theta_update and statement(newer, attributes.about(newer.id))
-            and statement(older, attributes.about(older.id)))
+    (:meth:`~topology.stages.relations.Attributes.statement`), as the write path asks of a
+    ``supersedes`` edge?"""
+    return p_update >= params.theta_update and attributes.statement(newer) and attributes.statement(older)
 
 
 def gate(decision: ConsolidationDecision, params: Params) -> bool:
@@ -98,13 +97,15 @@ async def consolidate(
     if not pairs:
         return [], [], []
     attributes = attributes or Attributes()
-    items = [Item(CONSOLIDATION, pair_state(newer, older).model_dump()) for newer, older in pairs]
-    items += [Item(RELATION, relation_state(newer, older, features(newer, older), attributes.similarity(older.id, newer.id)))
-              for newer, older in pairs]
+    pair_features = [features(newer, older) for newer, older in pairs]
+    items = [Item(CONSOLIDATION, pair_state(newer, older, f).model_dump())
+             for (newer, older), f in zip(pairs, pair_features, strict=True)]
+    items += [Item(RELATION, relation_state(newer, older, f, attributes.similarity(older.id, newer.id)))
+              for (newer, older), f in zip(pairs, pair_features, strict=True)]
     answers = await so.ask(items)
-    judged = answers[len(pairs):]
+    decided, judged = answers[: len(pairs)], answers[len(pairs):]
     decisions, edges, derived = [], [], []
-    for (newer, older), ans, rel in zip(pairs, answers[: len(pairs)], judged, strict=True):
+    for (newer, older), ans, rel in zip(pairs, decided, judged, strict=True):
         dist = {k: round(v, 6) for k, v in ans.choices["representation"].items()}
         chosen = cast(Representation, max(sorted(dist), key=lambda k: dist[k]))
         d = ConsolidationDecision(

@@ -154,6 +154,11 @@ class Attributes:
         row = self._row.get(node)
         return None if row is None or self._about is None else float(self._about[row])
 
+    def statement(self, node: MemoryNode) -> bool:
+        """:func:`topology.stages.updates.statement` of ``node`` with its reading here
+        (:meth:`about`): whether it states a fact an update may replace or be."""
+        return statement(node, self.about(node.id))
+
 
 def strongest(judgments: Sequence[RelationJudgment], k: int, floor: float) -> set[tuple[str, str]]:
     """The (source, target) pairs of the ``k`` most probably related candidates of each new turn
@@ -237,8 +242,7 @@ async def judge(csets: Sequence[CandidateSet], earlier: dict[str, MemoryNode], s
     1 on statements of one person; the attribute tells which of them the new one replaces: every
     earlier value of it, a chain's older links too; without attribute overlaps, the single pair
     with the highest answer), when both turns are statements
-    (:func:`topology.stages.updates.statement`, given how far the attribute model reads each as
-    about one attribute, :meth:`Attributes.about`: a question, tool turn, advice or chatter neither
+    (:meth:`Attributes.statement`: a question, tool turn, advice or chatter neither
     replaces a fact nor states one to replace, whatever the pair's answer), among its candidates and its
     ``updates_only`` pairs (node id -> the
     update candidates of :mod:`topology.stages.updates`, which may be in other conversations of
@@ -271,10 +275,10 @@ async def judge(csets: Sequence[CandidateSet], earlier: dict[str, MemoryNode], s
     judgments, edges = [], []
     # new turn -> ((attribute similarity, -1 when unknown; p), a memory it may replace), each pair once
     replaced: dict[str, dict[str, tuple[tuple[float, float], MemoryNode]]] = {}
-    stating = {cs.node.id for cs in csets if statement(cs.node, attributes.about(cs.node.id))}
+    stating = {cs.node.id for cs in csets if attributes.statement(cs.node)}
 
     def supersedes(node: MemoryNode, other: MemoryNode, p: float) -> None:
-        if p < params.theta_update or node.id not in stating or not statement(other, attributes.about(other.id)):
+        if p < params.theta_update or node.id not in stating or not attributes.statement(other):
             return
         similarity = attributes.similarity(other.id, node.id)
         key = (-1.0 if similarity is None else similarity, p)
