@@ -23,6 +23,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 
 from jevmem import assembly, cli_errors
+from jevmem.cli_bench import bench_longmemeval
 from jevmem.cli_encryption import encryption_app
 from jevmem.cli_keys import keys_app
 from jevmem.cli_models import models_app, require_model
@@ -791,6 +792,9 @@ def bench_chaos(directory: Annotated[Path, typer.Argument(metavar="DIR", help="L
         sys.stdout.write(orjson.dumps(out).decode() + "\n")
     else:
         Console().print({k: v for k, v in out.items() if k != "results"})
+
+
+bench_app.command("longmemeval")(bench_longmemeval)
 
 
 def main() -> None:

@@ -143,6 +143,11 @@ class RealmRanking(BaseModel):
 
     relevance_weight: float = 0.5
     kind_penalty: KindPenalties = KindPenalties()
+    #: The least cosine span the pool's cosines are spread over (``formulas.spread_cosine``) when
+    #: the realm holds fewer memories than ``Params.anchors``: a handful of memories a few
+    #: hundredths apart stay close instead of becoming best and worst. A larger realm's anchors
+    #: set the span themselves.
+    min_spread: float = Field(default=0.1, ge=0.0)
 
 
 class HardLimits(BaseModel):

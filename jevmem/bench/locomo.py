@@ -15,6 +15,7 @@ from typing import Any
 import orjson
 
 from jevmem import locomo, tokens
+from jevmem.bench.dense import DenseSearch
 from jevmem.settings import Settings
 from jevmem.wiring import build_embedded
 from query_api.recall import PromptEvidence
@@ -29,7 +30,9 @@ from topology.stages import context
 from topology.stages.memory_nodes import embedding_text
 
 KS = (5, 10, 20)
-METHODS = ("jevmem", "bm25", "vector", "hybrid_rrf")
+METHODS = ("jevmem", "dense", "bm25", "vector", "hybrid_rrf")
+"""``dense``: each turn embedded alone (:mod:`jevmem.bench.dense`), the floor; ``vector``: the
+stored vectors (each turn read after the one before it) through the store's vector index."""
 #: The ablation method: the same controller (same System One, same anchors and scoring) with
 #: graph expansion rounds off (hard depth limit 0), run on the same memory in the same run.
 NO_GRAPH = "jevmem_no_graph"
@@ -132,6 +135,8 @@ async def run_locomo(directory: Path, settings: Settings, embedder: Embedder,
                 flat = RetrievalController(mem.embedder, mem.controller.so, mem.stores.vectors, mem.stores.lexical,
                                            mem.stores.nodes, mem.stores.edges, no_graph(settings.params),
                                            scorer=mem.controller.scorer)
+                dense = await DenseSearch.over(mem.embedder, [o.event_id for o in obs],
+                                               [embedding_text(o.speaker, o.content) for o in obs])
                 for j, q in enumerate(qs):
                     t1 = time.perf_counter()
                     res = await mem.controller.retrieve(scope, q.question, top_k=max(KS))
@@ -143,6 +148,7 @@ async def run_locomo(directory: Path, settings: Settings, embedder: Embedder,
                     contexts["prompt"].append(PromptEvidence.of(q.question, top).text)
                     got = {"jevmem": [e.event_id for e in res.evidence]}
                     got.update(await static.all(scope, q.question, max(KS)))
+                    got["dense"] = await dense.search(q.question, max(KS))
                     if ablate:
                         got[NO_GRAPH] = [e.event_id for e in
                                          (await flat.retrieve(scope, q.question, top_k=max(KS))).evidence]

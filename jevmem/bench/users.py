@@ -16,7 +16,8 @@ Two product generations are supported, detected at run time:
 
 Scenarios (each in its own fresh store):
 
-- ``users``: fact@1, fact in top 5 / top 10, and for each distractor class (:data:`CLASSES`)
+- ``users``: fact@1, fact in top 5 / top 10 (and the same of plain dense search over the user's
+  turns, :mod:`jevmem.bench.dense`), and for each distractor class (:data:`CLASSES`)
   the fraction of questions where some turn of that class ranks above the stating turn:
   ``above_fact`` counts a fact missing from the top 10 as "above" for every class,
   ``above_fact_recalled`` only classes with a turn actually recalled above it (:func:`above`);
@@ -41,6 +42,7 @@ from collections.abc import AsyncIterator, Callable, Sequence
 from datetime import datetime
 from typing import Any, Protocol
 
+from jevmem.bench.dense import DenseSearch
 from jevmem.bench.locomo import percentile
 from jevmem.bench.users_data import Dataset, Question, Turn, Wordings, generate, many_sessions
 from jevmem.settings import Settings
@@ -48,6 +50,7 @@ from jevmem.wiring import EmbeddedService
 from query_api import service as service_api
 from topology.ports import Embedder
 from topology.schemas import Observation
+from topology.stages.memory_nodes import embedding_text
 
 TOP_K = 10
 """Evidence items asked for per question (the fact must be among them to count as found)."""
@@ -182,9 +185,9 @@ class _Run(SyntheticRun):
     """One fresh embedded service in a temporary directory, fed and asked one dataset."""
 
     def __init__(self, settings: Settings, embedder: Embedder, data: Dataset, progress: Progress | None,
-                 label: str) -> None:
+                 label: str, dense: bool = True) -> None:
         super().__init__(settings, embedder, data, progress, TENANT, label)
-        self.data = data
+        self.data, self.dense = data, dense
         self.turns = {t.event_id: t for t in data.turns()}
 
     async def ask(self, service: EmbeddedService, q: Question) -> tuple[list[str], float, int, int]:
@@ -205,11 +208,19 @@ class _Run(SyntheticRun):
         latencies: list[float] = []
         skipped: list[int] = []
         searched: list[int] = []
+        dense_found = {1: 0, 5: 0, 10: 0}
         async with self.fresh_service("jevmem-users-") as service:
             ingest_s = await self.ingest(service)
             rss_after_ingest = peak_rss_mb()
+            turns = list(self.turns.values())
+            dense = await DenseSearch.over(self.embedder, [t.event_id for t in turns],
+                                           [embedding_text(t.speaker, t.content) for t in turns] if self.dense else [])
             for j, q in enumerate(self.data.questions):
                 ranked, ms, skip, seen = await self.ask(service, q)
+                plain = await dense.search(q.text, TOP_K, [t.event_id for t in turns if t.user_id == q.user_id]) \
+                    if self.dense else []
+                for k in dense_found:
+                    dense_found[k] += q.gold in plain[:k]
                 latencies.append(ms)
                 skipped.append(skip)
                 searched.append(seen)
@@ -228,6 +239,8 @@ class _Run(SyntheticRun):
             "ingest_seconds": round(ingest_s, 2),
             "observations_per_second": round(n / ingest_s, 1) if ingest_s else None,
             "fact_at_1": _frac(found[1], nq), "fact_in_top5": _frac(found[5], nq), "fact_in_top10": _frac(found[10], nq),
+            "dense": {"fact_at_1": _frac(dense_found[1], nq), "fact_in_top5": _frac(dense_found[5], nq),
+                      "fact_in_top10": _frac(dense_found[10], nq)},
             "above_fact": {c: _frac(hits[c], nq) for c in CLASSES},
             "above_fact_recalled": {c: _frac(seen_above[c], nq) for c in CLASSES},
             "other_user_recalled": _frac(foreign, nq),
@@ -268,7 +281,7 @@ async def run_users(settings: Settings, embedder: Embedder, users: int = 6, sess
     if scale_sessions:
         # every fact asked in every question wording the split allows: more recalls for the percentiles
         big = generate(1, scale_sessions, facts, wordings, seed, gap_hours=(1.0, 6.0), every_wording=True)
-        s = await _Run(settings, embedder, big, progress, "scale").run()
+        s = await _Run(settings, embedder, big, progress, "scale", dense=False).run()
         out["scale"] = {k: s[k] for k in ("sessions", "observations", "questions", "ingest_seconds",
                                           "observations_per_second", "fact_at_1", "fact_in_top10", "recall_ms",
                                           "skipped", "searched_mean")}

@@ -209,6 +209,8 @@ class _Run:
     current: dict[str, datetime] = field(default_factory=dict)
     #: the people of the pool the question names (lowercased speakers)
     asked: frozenset[str] = frozenset()
+    #: fewer anchors than asked for: the realm holds fewer memories (``RealmRanking.min_spread``)
+    anchors_short: bool = False
 
 
 #: Called with the states of the final scoring of a query's pool (for training and inspection).
@@ -371,6 +373,7 @@ class RetrievalController:
             st.pool[n.id] = _Cand(n, info, "anchor", 1.0, st.anchor_strength[n.id])
             st.by_seq[(n.conversation_id, n.seq)] = st.pool[n.id]
         run.anchors = len(anchor_ids)
+        run.anchors_short = len(anchor_ids) < min(p.anchors, p.limits.visited_nodes)
         run.timings["anchors"] = _ms(t1)
         await self._score(run, list(st.pool.values()))
 
@@ -607,11 +610,13 @@ class RetrievalController:
             s = formulas.combined_score(
                 z=row.cosine, a=relevance, p_g=c.p_g, l=useful, n=novelty, pi_e=c.pi_e, c=supports, w=w)
             if realm is not None:  # one pool over many conversations (RealmRanking)
-                s = realm.relevance_weight * relevance + (1.0 - realm.relevance_weight) * row.cosine_in_pool
+                # a realm with fewer memories than anchors has no spread of its own to measure
+                z = formulas.spread_cosine(row.cosine, st.cos_range, realm.min_spread if run.anchors_short else 0.0)
+                s = realm.relevance_weight * relevance + (1.0 - realm.relevance_weight) * z
             rho = formulas.recency_rho(run.t_star, c.node.observed_at)
             c.score = formulas.recency_adjust(s, r, rho, self.params.recency_weight)
             if realm is not None and c.node.types.kind:  # an untyped node keeps its score
-                c.score = formulas.kind_adjust(c.score, turn_kind(c.node.types), realm.kind_penalty)
+                c.score = formulas.kind_adjust(c.score, turn_kind(c.node.types), realm.kind_penalty, c.info.states)
             c.relevance = relevance
         if self.recorder is not None and len(cands) == len(st.pool):
             self.recorder(st.question, [c.node for c in cands],

@@ -84,11 +84,24 @@ def recency_adjust(s: float, r: float, rho: float, weight: float) -> float:
     return s * (1.0 + weight * r * rho) / (1.0 + weight * r)
 
 
-def kind_adjust(s: float, kind: Mapping[str, float], penalty: KindPenalties) -> float:
-    """s' = s * (1 - min(1, sum_k penalty_k * p(kind_k))) over the kinds ``penalty`` names
-    (:class:`~topology.params.KindPenalties`; a statement is never penalised)."""
+def spread_cosine(z: float, cos_range: tuple[float, float], min_spread: float) -> float:
+    """``z`` placed in the pool's cosine range ``(lo, hi)``: ``(z - hi + span) / span`` with ``span =
+    max(hi - lo, min_spread)``, so the best anchor is 1 and the worst 0 when the anchors spread over
+    at least ``min_spread``; two memories of nearly the same cosine stay nearly equal in a small pool
+    instead of becoming first and last."""
+    lo, hi = cos_range
+    span = max(hi - lo, min_spread, 1e-6)
+    return (z - hi + span) / span
+
+
+def kind_adjust(s: float, kind: Mapping[str, float], penalty: KindPenalties, states: float = 0.0) -> float:
+    """s' = s * (1 - min(1, (1 - states) * sum_k penalty_k * p(kind_k))) over the kinds ``penalty``
+    names (:class:`~topology.params.KindPenalties`; a statement is never penalised). ``states``, the
+    probability that one of the turn's sentences is a statement
+    (:func:`~topology.systemone.turn_kinds.statement_within`), lifts the penalty in proportion: a
+    question, request or advice that also states something may hold the answer."""
     cut = sum(float(getattr(penalty, k)) * p for k, p in kind.items() if k in KindPenalties.model_fields)
-    return s * (1.0 - min(1.0, max(0.0, cut)))
+    return s * (1.0 - min(1.0, max(0.0, (1.0 - states) * cut)))
 
 
 def stop_reason(assess: Mapping[str, float], params: Params) -> str | None:

@@ -36,6 +36,7 @@ from topology import text
 from topology.schemas import MemoryNode
 from topology.systemone.folded import fold
 from topology.systemone.local import CAUSE_ANSWER, NEGATION
+from topology.systemone.turn_kinds import statement_within
 
 #: Derived entries kept (about 3 KB each: the float32 row and the token sets).
 MAX_ENTRIES = 8_192
@@ -61,6 +62,9 @@ class NodeInfo:
     has_temporal: bool
     dates: tuple[date, ...]
     length: float
+    #: the highest p(statement) of the turn's sentences read alone (0 for one sentence:
+    #: :func:`~topology.systemone.turn_kinds.statement_within`)
+    states: float = 0.0
 
     @functools.cached_property
     def content_tokens(self) -> frozenset[str]:
@@ -80,7 +84,7 @@ def stamp(n: MemoryNode, row: np.ndarray | None = None) -> tuple[object, ...]:
     if row is None and n.embedding:
         row = _row(n)
     emb = (len(row), float(row[0]), float(row[len(row) // 2]), float(row[-1])) if row is not None and row.any() else None
-    return (n.content, n.speaker, n.event_time, tuple(n.tokens), tuple(x.id for x in n.entities),
+    return (n.content, n.speaker, n.role, n.event_time, tuple(n.tokens), tuple(x.id for x in n.entities),
             tuple(n.temporal_refs), emb)
 
 
@@ -102,7 +106,8 @@ def derive(n: MemoryNode, dim: int, row: np.ndarray | None = None) -> NodeInfo:
         stamp=stamp(n, row), content=n.content, row=row, tokens=frozenset(n.tokens), names=frozenset(names),
         speaker=n.speaker.lower() if n.speaker else None, causal=bool(CAUSE_ANSWER.search(folded)),
         is_question=n.content.rstrip().endswith("?"), negated=bool(NEGATION.search(folded)),
-        has_temporal=bool(n.temporal_refs), dates=tuple(dates), length=min(1.0, len(n.tokens) / 30))
+        has_temporal=bool(n.temporal_refs), dates=tuple(dates), length=min(1.0, len(n.tokens) / 30),
+        states=statement_within(n.content, n.role))
 
 
 class NodeInfoCache:

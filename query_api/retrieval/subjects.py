@@ -5,7 +5,8 @@
 the words. The update judge's text analysis (:func:`topology.systemone.update_model.analyse`,
 :func:`~topology.systemone.update_model.subjects`) says whose attribute a text may state; a
 memory whose subjects are known, none of them the asked person, and none named in the question
-itself ("What does Priya's mum do?"), is about someone else. Pure functions.
+itself ("What does Priya's mum do?") nor named by a relation the question asks about ("Where does
+Maya's sister live?" and "My sister Lena lives in Berlin"), is about someone else. Pure functions.
 """
 
 from __future__ import annotations
@@ -35,7 +36,10 @@ def about_someone_else(node: MemoryNode, asked: frozenset[str], question: str) -
     if people & asked:
         return False
     words = {w.strip("?.,!'\"").lower().removesuffix("'s") for w in question.split()}
-    return not (people & words or (people & KIN_WORDS and words & KIN_WORDS))
+    kin = words & KIN_WORDS
+    # "Where does Maya's sister live?" is answered by Maya's "My sister Lena lives in Berlin"
+    told = {w.strip("?.,!'\"").lower() for w in node.content.split()} & kin
+    return not (people & words or (people & KIN_WORDS and kin) or told)
 
 
 def own_statement(node: MemoryNode, asked: frozenset[str]) -> bool:

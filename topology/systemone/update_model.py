@@ -157,6 +157,10 @@ NO_SUBJECT_BEFORE = re.compile(
 )
 NAME_LIKE = re.compile(r"\b\w*[A-Z0-9][\w-]*")
 NAME_GOES_ON = re.compile(r"(?:'s\b|\s+(?:[A-Z]|is\b|and\b|isn't\b|was\b))")
+#: "my <relation> <Name>" before the name a subject reading found ("My bandmate Rosa plays ...",
+#: "our landlord Mr Price has ..."): the "my" belongs to the name's relation to the speaker, so the
+#: name is the subject whatever the relation is called, not only the relatives of KIN_WORDS.
+APPOSITION = re.compile(r"\b(?:[Mm]y|[Oo]ur)\s+(?:[a-z]+\s+){1,2}$")
 PRONOUN = cue(r"(?:^|[.!?;,]\s+)(?:he|she|they)\b")
 QUESTION = cue(r"\?\s*$|^\s*(?:who|what|where|when|which|why|how|do|does|did|are|is|can|could|would|remind)\b")
 NEGATION = cue(r"\b(?:not|no|never|don't|doesn't|didn't|isn't|wasn't|won't|can't|aren't|nor)\b|n't\b")
@@ -266,6 +270,7 @@ def analyse(text: str) -> Text:
     low = fold(t)  # what the case-insensitive cues read (same positions as ``t``)
     # the subject is the one that comes first: the speaker (first person), a relative, a name, a pronoun
     found: list[tuple[int, int, str]] = []
+    apposed: re.Match[str] | None = None
     if kin := KIN.search(t):
         found.append((kin.start(), 0, (kin.group(2) or kin.group(1)).lower()))
     mine = [m.start() for m in FIRST_SUBJECT.finditer(low) if not (kin and kin.start() <= m.start() < kin.end())]
@@ -282,6 +287,10 @@ def analyse(text: str) -> Text:
         None,
     ):
         found.append((named.start(), 2, (named.group(1) or named.group(2)).lower()))
+        if (apposed := APPOSITION.search(t, 0, named.start())) is not None:  # not the speaker's own "my"
+            mine = [p for p in mine if not apposed.start() <= p < apposed.end()]
+            found = [f for f in found if f[1] != 1] + ([(mine[0], 1, "")] if mine else [])
+            kin = kin if kin is not None and not apposed.start() <= kin.start() < apposed.end() else None
     if pronoun := PRONOUN.search(low):
         found.append((pronoun.start(), 3, "pronoun"))
     first_found = min(found) if found else None
@@ -292,7 +301,8 @@ def analyse(text: str) -> Text:
     return Text(
         first=bool(FIRST_PERSON.search(low)),
         other=other,
-        also_first=bool(other) and any(not (kin and kin.start() <= m.start() < kin.end()) for m in speaker_cue.finditer(low)),
+        also_first=bool(other) and any(not (kin and kin.start() <= m.start() < kin.end()) and not (
+            apposed and apposed.start() <= m.start() < apposed.end()) for m in speaker_cue.finditer(low)),
         second=bool(SECOND_PERSON.search(low)),
         question=bool(QUESTION.search(low)),
         negated=bool(NEGATION.search(low)),
