@@ -26,9 +26,14 @@ Contracts:
   mean of the token states of the turn's own tokens and the closing ``[SEP]`` only, so the turn
   is read in its context but described by its own words. The two texts are tokenised apart and
   joined (a BERT tokenizer splits at the space between them, so this is the joint tokenisation);
-  when they exceed :data:`MAX_TOKENS` the start of ``before`` is cut, never the turn (a turn
-  longer than the window keeps its start, as :meth:`~OnnxEmbedder.embed` does). Without a turn
-  before (None) the vector is exactly :meth:`~OnnxEmbedder.embed`'s.
+  when they exceed :data:`MAX_TOKENS` the start of ``before`` is cut, never the turn. Without a
+  turn before (None) the vector is exactly :meth:`~OnnxEmbedder.embed`'s.
+* **A long passage is read in parts.** A turn longer than the model's window is read in windows
+  (:meth:`OnnxEmbedder._parts`: the first as above, each later one after :data:`OVERLAP` tokens
+  of the turn before it), and its vector is the mean of the token states of all the turn's own
+  tokens: what one window would give if the model read that far. A fact late in a long turn
+  counts. Past :data:`MAX_PARTS` windows the rest is cut; a question longer than the window is
+  cut at it.
 """
 
 from __future__ import annotations
@@ -48,8 +53,14 @@ from topology.ports import Embedder
 
 __all__ = ["MODELS", "Embedder", "ModelMissing", "ModelSpec", "OnnxEmbedder", "default_embedder", "load_embedder"]
 
-#: Longest input in tokens (BERT position limit); longer texts are truncated.
+#: Longest input in tokens (BERT position limit); a longer passage is read in parts
+#: (:data:`MAX_PARTS`), a longer question is cut.
 MAX_TOKENS = 512
+#: Windows a long passage is read in: its vector is the mean of the token states of all of them,
+#: so a fact late in a long turn counts; past this many windows (about 3,500 words) the rest is cut.
+MAX_PARTS = 8
+#: Tokens of the text before it that a later window reads as context (not pooled).
+OVERLAP = 64
 #: Parallel single-threaded inference sessions: one per core of the machine we size for.
 SESSIONS = 2
 
@@ -156,7 +167,7 @@ class OnnxEmbedder:
         self.spec, self.name, self.dim = spec, spec.name, spec.dim
         self._tok = Tokenizer.from_file(str(paths["tokenizer"]))
         self._tok.no_padding()
-        self._tok.enable_truncation(MAX_TOKENS)
+        self._tok.no_truncation()  # passages are read in parts (:meth:`_parts`), questions cut (:meth:`_cut`)
         cls, sep = self._tok.token_to_id("[CLS]"), self._tok.token_to_id("[SEP]")
         if cls is None or sep is None:
             raise ModelMissing(f"the tokenizer of {spec.name} has no [CLS] or [SEP] token")
@@ -195,56 +206,100 @@ class OnnxEmbedder:
         v = hidden[start:].mean(axis=0)
         return v / max(float(np.linalg.norm(v)), 1e-12)  # type: ignore[no-any-return]
 
+    def _sum(self, session: Any, ids: Sequence[int], start: int) -> tuple[np.ndarray, int]:
+        """The sum of the token states from position ``start`` on, and how many were summed."""
+        x = np.asarray([ids], dtype=np.int64)
+        feed = {"input_ids": x, "attention_mask": np.ones_like(x)}
+        if "token_type_ids" in self._inputs:
+            feed["token_type_ids"] = np.zeros_like(x)
+        hidden = session.run([self._output], feed)[0][0]
+        return hidden[start:].sum(axis=0), len(hidden) - start
+
+    def _cut(self, ids: list[int]) -> list[int]:
+        """``ids`` ([CLS] ... [SEP]) cut to :data:`MAX_TOKENS`, the closing [SEP] kept."""
+        return ids if len(ids) <= MAX_TOKENS else [*ids[: MAX_TOKENS - 1], self._sep]
+
+    def _parts(self, head: Sequence[int], own: Sequence[int], pool_head: bool) -> list[tuple[list[int], int]]:
+        """The model inputs that read ``own`` (token ids, no special tokens) after ``head``: the
+        first window ``[CLS] head own [SEP]`` (``head``'s start cut to make room; pooled from its
+        start with ``pool_head``, else from ``own``), then, while ``own`` goes on, windows of its
+        next tokens after :data:`OVERLAP` tokens of context, each pooled over its new tokens and
+        its [SEP]; at most :data:`MAX_PARTS` windows."""
+        room = MAX_TOKENS - 2
+        first = list(own[:room])
+        kept = list(head[max(0, len(head) - (room - len(first))):]) if room > len(first) else []
+        out = [([self._cls, *kept, *first, self._sep], 0 if pool_head else 1 + len(kept))]
+        at = len(first)
+        while at < len(own) and len(out) < MAX_PARTS:
+            context = list(own[max(0, at - OVERLAP):at])
+            take = list(own[at:at + room - len(context)])
+            out.append(([self._cls, *context, *take, self._sep], 1 + len(context)))
+            at += len(take)
+        return out
+
     def _run(self, texts: Sequence[str]) -> list[list[float]]:
         if not texts:
             return []
-        return self._pooled([(e.ids, 0) for e in self._tok.encode_batch(list(texts), add_special_tokens=True)])
+        encs = self._tok.encode_batch(list(texts), add_special_tokens=False)
+        return self._pooled([self._parts([], e.ids, pool_head=True) for e in encs])
 
-    def after_ids(self, pairs: Sequence[tuple[str | None, str]]) -> list[tuple[list[int], int]]:
-        """The model inputs of :meth:`embed_after`: each pair's token ids and the position its
-        pooling starts at (0: the whole text, a turn alone)."""
+    def after_ids(self, pairs: Sequence[tuple[str | None, str]]) -> list[list[tuple[list[int], int]]]:
+        """The model inputs of :meth:`embed_after`: per pair, its windows (:meth:`_parts`: one
+        unless the turn is longer than the model's window), each its token ids and the position
+        its pooling starts at (0: the whole text, a turn alone)."""
         alone = [i for i, (before, _) in enumerate(pairs) if before is None]
         after = [i for i, (before, _) in enumerate(pairs) if before is not None]
-        out: list[tuple[list[int], int]] = [([], 0)] * len(pairs)
+        out: list[list[tuple[list[int], int]]] = [[]] * len(pairs)
         prefix = self.spec.passage_prefix
-        for i, e in zip(alone, self._tok.encode_batch([prefix + pairs[i][1] for i in alone], add_special_tokens=True),
+        for i, e in zip(alone, self._tok.encode_batch([prefix + pairs[i][1] for i in alone], add_special_tokens=False),
                         strict=True):
-            out[i] = (e.ids, 0)
+            out[i] = self._parts([], e.ids, pool_head=True)
         texts = [t for i in after for t in (prefix + (pairs[i][0] or ""), pairs[i][1])]
         encs = self._tok.encode_batch(texts, add_special_tokens=False) if texts else []
-        room = MAX_TOKENS - 2
         for k, i in enumerate(after):
-            own = encs[2 * k + 1].ids[:room]
-            head = encs[2 * k].ids
-            head = head[max(0, len(head) - (room - len(own))):] if room > len(own) else []
-            out[i] = ([self._cls, *head, *own, self._sep], 1 + len(head))
+            out[i] = self._parts(encs[2 * k].ids, encs[2 * k + 1].ids, pool_head=False)
         return out
 
-    def _pooled(self, encs: Sequence[tuple[Sequence[int], int]]) -> list[list[float]]:
-        """Each input's pooled vector (:meth:`_one`), the batch spread over the sessions: each
-        session takes the longest input not yet taken, so they finish together."""
+    def _pooled(self, encs: Sequence[Sequence[tuple[Sequence[int], int]]]) -> list[list[float]]:
+        """Each input's pooled vector: the L2-normalised mean of the token states its windows pool
+        (one window: :meth:`_one`'s vector), the windows spread over the sessions: each session
+        takes the longest window not yet taken, so they finish together."""
         if not encs:
             return []
         out = np.empty((len(encs), self.dim), dtype=np.float32)
+        windows = [(i, w) for i, ws in enumerate(encs) for w in range(len(ws))]
+        sums: dict[tuple[int, int], tuple[np.ndarray, int]] = {}
         n = len(self._sessions)
-        order = iter(sorted(range(len(encs)), key=lambda i: -len(encs[i][0])))
+        order = iter(sorted(windows, key=lambda iw: -len(encs[iw[0]][iw[1]][0])))
         taking = threading.Lock()
+
+        def one(k: int, i: int, w: int) -> None:
+            ids, start = encs[i][w]
+            if len(encs[i]) == 1:
+                out[i] = self._one(self._sessions[k], ids, start)
+            else:
+                sums[(i, w)] = self._sum(self._sessions[k], ids, start)
 
         def work(k: int) -> None:
             while True:
                 with taking:
-                    i = next(order, -1)
-                if i < 0:
+                    iw = next(order, None)
+                if iw is None:
                     return
-                out[i] = self._one(self._sessions[k], *encs[i])
+                one(k, *iw)
 
         with self._lock:
-            if n == 1 or len(encs) == 1:
-                for i, (ids, start) in enumerate(encs):
-                    out[i] = self._one(self._sessions[0], ids, start)
+            if n == 1 or len(windows) == 1:
+                for i, w in windows:
+                    one(0, i, w)
             else:
                 for f in [self._pool.submit(work, k) for k in range(n)]:
                     f.result()
+        for i, ws in enumerate(encs):
+            if len(ws) > 1:
+                parts = [sums[(i, w)] for w in range(len(ws))]
+                v = np.sum([p[0] for p in parts], axis=0) / sum(p[1] for p in parts)
+                out[i] = v / max(float(np.linalg.norm(v)), 1e-12)
         return rounded(out)
 
     def embed(self, texts: Sequence[str]) -> list[list[float]]:
@@ -260,8 +315,9 @@ class OnnxEmbedder:
         unit test compares them), so a query does not wait for a write batch holding the batch
         sessions."""
         if len(texts) != 1:
-            return self._run([self.spec.query_prefix + t for t in texts])
-        ids = self._tok.encode(self.spec.query_prefix + texts[0], add_special_tokens=True).ids
+            encs = self._tok.encode_batch([self.spec.query_prefix + t for t in texts], add_special_tokens=True)
+            return self._pooled([[(self._cut(e.ids), 0)] for e in encs])
+        ids = self._cut(self._tok.encode(self.spec.query_prefix + texts[0], add_special_tokens=True).ids)
         with self._query_lock:
             v = self._one(self._query_session, ids)
         return rounded(np.asarray([v], dtype=np.float32))

@@ -1,0 +1,101 @@
+"""Facts about attributes that none of our generators' tables name (a football team, an
+instrument, a dentist, a kind of tea, where a relative lives), recalled across a user's sessions
+as users ask: the stating turn ranks first, above a friend's look-alike, the user's own question
+about it and small talk; and the floor: a re-ranking signal the models are not sure of leaves the
+order to relevance."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+
+import pytest
+
+from jevmem.wiring import Embedded
+from query_api.retrieval import formulas
+from topology.params import KindPenalties
+from topology.schemas import Observation, Realm
+from topology.systemone.turn_kinds import TURN_KINDS, statement_within
+from topology.systemone.update_model import analyse, subjects
+
+T0 = datetime(2024, 3, 1, 9, tzinfo=UTC)
+
+#: (speaker, the user's turns in order, the question, the index of the stating turn)
+CASES = [
+    ("Kai", ["I've supported Celtic since I was a kid.", "My flatmate Rosa supports Rangers, sadly.",
+             "Did you catch the match last night?", "What team do I support again?"],
+     "What football team does Kai support?", 0),
+    ("Kai", ["I play a Fender Telecaster in a covers band.", "Do you know any good guitar shops?",
+             "My bandmate Rosa plays a Gibson Les Paul.", "We rehearse on Thursdays."],
+     "What guitar does Kai play?", 0),
+    ("Maya", ["Morning! Coffee first, then emails.", "My sister Lena lives in Berlin.", "I live in Porto myself.",
+              "I finally fixed the squeaky door."], "Where does Maya's sister live?", 1),
+    ("Omar", ["My favourite tea is a smoky lapsang souchong.", "My friend Jules loves green tea.",
+              "What tea should I buy for the office?", "Rain again, typical."], "What is Omar's favourite tea?", 0),
+    ("Priya", ["My dentist is Dr Okafor on Mill Street.", "My colleague Ben sees Dr Hale for his teeth.",
+               "Which dentist did I say I go to?", "Lunch was a sad sandwich."], "Who is Priya's dentist?", 0),
+]
+
+
+def _turns(speaker: str, texts: list[str]) -> list[Observation]:
+    return [Observation(tenant_id="t", conversation_id=f"session-{i % 2}", event_id=f"e{i}", content=text,
+                        speaker=speaker, user_id="u", observed_at=T0 + timedelta(days=i))
+            for i, text in enumerate(texts)]
+
+
+@pytest.mark.parametrize(("speaker", "texts", "question", "gold"), CASES)
+async def test_a_stated_fact_of_an_unlisted_attribute_ranks_first(
+        model_memory: Embedded, speaker: str, texts: list[str], question: str, gold: int) -> None:
+    await model_memory.pipeline.ingest(_turns(speaker, texts))
+    res = await model_memory.controller.retrieve_realm(Realm(tenant_id="t", user_id="u"), question, 10)
+    assert [e.event_id for e in res.evidence][0] == f"e{gold}", [(e.content, e.score) for e in res.evidence]
+
+
+async def test_two_memories_of_nearly_one_cosine_stay_close_in_a_small_realm(model_memory: Embedded) -> None:
+    # the user's question stored as a memory is not the answer to itself asked again
+    await model_memory.pipeline.ingest(_turns("ana", ["I adopted a golden retriever named Biscuit",
+                                                      "What is my dog called?"]))
+    res = await model_memory.controller.retrieve_realm(Realm(tenant_id="t", user_id="u"), "What is my dog called?", 10)
+    assert [e.event_id for e in res.evidence] == ["e0", "e1"]
+
+
+def test_a_relation_before_a_name_makes_the_name_the_subject_whatever_it_is_called() -> None:
+    assert subjects(analyse("My bandmate Rosa plays a Gibson Les Paul."), "Kai") == {"person:rosa"}
+    assert subjects(analyse("My landlord Dimitri has raised the rent."), "Kai") == {"person:dimitri"}
+    # the speaker's own things stay the speaker's
+    assert subjects(analyse("My old Honda Civic broke down."), "Kai") == {"person:kai"}
+    assert subjects(analyse("I play a Fender Telecaster."), "Kai") == {"person:kai"}
+
+
+def test_a_request_that_also_states_something_holds_a_statement() -> None:
+    assert statement_within("What did I say I'm allergic to?", "user") == 0.0  # one sentence: its own kind says it
+    holds = statement_within("I adopted a puppy named Miso last week. What food should I buy for him?", "user")
+    asks = statement_within("Can you help me? What food is good for puppies?", "user")
+    assert holds > 0.5 > asks
+
+
+# -- the floor: what the models are not sure of leaves the order to relevance ---------------------
+
+def _kind(**p: float) -> dict[str, float]:
+    rest = (1.0 - sum(p.values())) / (len(TURN_KINDS) - len(p))
+    return {k: p.get(k, rest) for k in TURN_KINDS}
+
+
+def test_a_kind_penalty_acts_in_proportion_to_the_reading() -> None:
+    pen = KindPenalties()
+    scores = [0.9, 0.7, 0.5]
+    # a statement, and a question that also states something, keep their scores
+    assert [formulas.kind_adjust(s, _kind(statement=1.0), pen) for s in scores] == scores
+    assert [formulas.kind_adjust(s, _kind(question=1.0), pen, states=1.0) for s in scores] == scores
+    # a reading spread evenly over the kinds moves every score by the same factor: the order stays
+    even = [formulas.kind_adjust(s, _kind(), pen) for s in scores]
+    assert sorted(even, reverse=True) == even
+    # the penalty grows with the probability
+    assert formulas.kind_adjust(1.0, _kind(question=0.9), pen) < formulas.kind_adjust(1.0, _kind(question=0.3), pen)
+
+
+def test_a_small_pools_cosines_are_not_stretched_past_their_span() -> None:
+    assert formulas.spread_cosine(0.80, (0.78, 0.80), 0.1) == pytest.approx(1.0)
+    assert formulas.spread_cosine(0.78, (0.78, 0.80), 0.1) == pytest.approx(0.8)
+    # a pool spread wider than the floor is placed in its own range
+    assert formulas.spread_cosine(0.70, (0.70, 0.90), 0.1) == pytest.approx(0.0)
+    assert formulas.spread_cosine(0.78, (0.78, 0.80), 0.0) == pytest.approx(0.0)
