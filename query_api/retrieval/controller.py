@@ -361,7 +361,10 @@ class RetrievalController:
         top_bm25 = max((h.score for h in lex_hits), default=0.0)
         st.bm25 = {h.id: h.score / top_bm25 for h in lex_hits} if top_bm25 > 0 else {}
         st.vec_rank, st.lex_rank = qf.rank_scores([h.id for h in vec_hits]), qf.rank_scores([h.id for h in lex_hits])
-        anchor_ids = formulas.fused_order(fused)[: min(p.anchors, p.limits.visited_nodes)]
+        # the vector search's first top_k always start the pool (the floor: plain dense search's
+        # answers are candidates whatever BM25 says), then the fused order fills it
+        cap = min(p.anchors, p.limits.visited_nodes)
+        anchor_ids = list(dict.fromkeys([h.id for h in vec_hits[: min(p.top_k, cap)]] + formulas.fused_order(fused)))[:cap]
         best = 2.0 / (p.rrf_kappa + 1)  # the fused score of an id first in both rankings
         st.anchor_strength = {i: fused[i] / best for i in anchor_ids}
         fetched = [(n, i) for n, i in await self._fetch(reach, anchor_ids) if currency.visible(n, run.as_of)]

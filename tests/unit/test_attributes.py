@@ -218,13 +218,16 @@ async def test_a_new_statement_supersedes_the_judged_update_most_about_its_attri
 
 async def test_a_question_about_an_attribute_is_moved_towards_it(model_embedder: Embedder) -> None:
     """The read path moves a question that asks about one attribute of a person towards it
-    (``Params.query_steer``) and leaves one about no attribute, or with steering off, as it is."""
+    (``Params.query_steer``, off by default) and leaves one about no attribute, or with steering off, as
+    it is."""
     from jevmem.settings import Settings
     from jevmem.wiring import build_embedded
 
     space = AttributeSpace.of(model_embedder)
     car, food = _vectors(model_embedder, "I drive a red Toyota Corolla to work.", "My favourite food is ramen.")
-    for params, moved in ((Params(), True), (Params(query_steer=0.0), False), (Params(query_steer_gate=1.0), False)):
+    on = Params(query_steer=0.5)
+    for params, moved in ((on, True), (Params(query_steer=0.0), False), (on.model_copy(update={"query_steer_gate": 1.0}),
+                                                                          False)):
         mem = build_embedded(Settings(params=params), embedder=model_embedder, data_dir=":memory:")
         try:
             asked = model_embedder.embed_query(["What car does Ana drive?"])[0]
