@@ -43,10 +43,7 @@ UPDATE_STEER = 1.0
 #: prototypes peaks at QUERY_STEER_GATE or more: "What car does Ana drive?") is searched and
 #: scored by its vector moved towards that attribute by QUERY_STEER (0: unmoved), so that the
 #: person's statement of it outranks their small talk that the question's words happen to match.
-#: Off (0) by default: it did not pay beyond the wordings it was chosen on (LongMemEval dev split:
-#: share of evidence in the top 10 0.771 off, 0.729 on; bench updates held out: update@1 0.970 off,
-#: 0.964 on; LoCoMo recall@10 equal; bench users one question of 30 better on).
-QUERY_STEER = 0.0
+QUERY_STEER = 0.5
 QUERY_STEER_GATE = 0.8
 #: A relation view takes part in a query when its route probability reaches this.
 THETA_ACT = 0.10

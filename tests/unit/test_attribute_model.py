@@ -123,7 +123,8 @@ def test_the_shipped_weights_are_what_the_training_reproduces(model_embedder: Em
     shipped = AttributeModel.shipped(model_embedder.name)
     assert shipped is not None and model.meta["embedder"] == shipped.meta["embedder"] == model_embedder.name
     assert shipped.labels == model.labels and shipped.meta["script"] == "scripts/train_attributes.py"
-    # the inputs come from the model, whose last float digits may differ between CPUs
+    # the inputs come from the int8 model, whose kernels differ between CPUs (with and without
+    # AVX-512 VNNI: up to 0.009 apart on these probes, the held-out accuracies the same)
     probe = np.asarray(model_embedder.embed(["I report to Marco.", "The soup was salty.", "I drive a Kia."]))
-    assert np.allclose(shipped.probabilities(probe), model.probabilities(probe), atol=1e-3)
+    assert np.allclose(shipped.probabilities(probe), model.probabilities(probe), atol=0.02)
     assert report["heldout"]["accuracy"] >= 0.9 and report["heldout_after_a_line"]["accuracy"] >= 0.8

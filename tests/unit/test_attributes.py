@@ -218,8 +218,7 @@ async def test_a_new_statement_supersedes_the_judged_update_most_about_its_attri
 
 async def test_a_question_about_an_attribute_is_moved_towards_it(model_embedder: Embedder) -> None:
     """The read path moves a question that asks about one attribute of a person towards it
-    (``Params.query_steer``, off by default) and leaves one about no attribute, or with steering off, as
-    it is."""
+    (``Params.query_steer``) and leaves one about no attribute, or with steering off, as it is."""
     from jevmem.settings import Settings
     from jevmem.wiring import build_embedded
 
