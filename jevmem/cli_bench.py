@@ -13,7 +13,6 @@ from rich.console import Console
 from rich.table import Table
 
 
-
 def bench_longmemeval(
         directory: Annotated[Path, typer.Argument(metavar="DIR", help="LongMemEval question files (*.json).")],
         questions: Annotated[int | None, typer.Option(

@@ -47,7 +47,7 @@ async def test_a_stated_fact_of_an_unlisted_attribute_ranks_first(
         model_memory: Embedded, speaker: str, texts: list[str], question: str, gold: int) -> None:
     await model_memory.pipeline.ingest(_turns(speaker, texts))
     res = await model_memory.controller.retrieve_realm(Realm(tenant_id="t", user_id="u"), question, 10)
-    assert [e.event_id for e in res.evidence][0] == f"e{gold}", [(e.content, e.score) for e in res.evidence]
+    assert res.evidence[0].event_id == f"e{gold}", [(e.content, e.score) for e in res.evidence]
 
 
 async def test_two_memories_of_nearly_one_cosine_stay_close_in_a_small_realm(model_memory: Embedded) -> None:
