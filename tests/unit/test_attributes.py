@@ -224,9 +224,7 @@ async def test_a_question_about_an_attribute_is_moved_towards_it(model_embedder:
 
     space = AttributeSpace.of(model_embedder)
     car, food = _vectors(model_embedder, "I drive a red Toyota Corolla to work.", "My favourite food is ramen.")
-    on = Params(query_steer=0.5)
-    for params, moved in ((on, True), (Params(query_steer=0.0), False), (on.model_copy(update={"query_steer_gate": 1.0}),
-                                                                          False)):
+    for params, moved in ((Params(), True), (Params(query_steer=0.0), False), (Params(query_steer_gate=1.0), False)):
         mem = build_embedded(Settings(params=params), embedder=model_embedder, data_dir=":memory:")
         try:
             asked = model_embedder.embed_query(["What car does Ana drive?"])[0]
