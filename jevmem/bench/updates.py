@@ -26,7 +26,9 @@ Figures (fractions in [0, 1]; each over the questions of its kind):
   sessions) for the present questions;
 - ``supersedes_edges``: how many the product wrote and the fraction that link a later statement
   of a person's attribute to an earlier one (``correct``);
-- ``query_ms`` p50/p95 around each question; ingest time and rate.
+- ``query_ms`` p50/p95 around each question; ingest time and rate;
+- ``dense``: the ranking figures of plain dense search over the same turns in the same scope
+  (:data:`DENSE`), the floor.
 """
 
 from __future__ import annotations
@@ -36,6 +38,7 @@ from collections import defaultdict
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
+from jevmem.bench.dense import DenseSearch
 from jevmem.bench.locomo import percentile
 from jevmem.bench.updates_data import TURNS, UPDATE_KINDS, Dataset, Question, Turn, generate
 from jevmem.bench.users import SyntheticRun, user_scoped
@@ -45,6 +48,7 @@ from jevmem.wiring import EmbeddedService
 from query_api import service as service_api
 from topology.ports import Embedder
 from topology.schemas import Scope
+from topology.stages.memory_nodes import embedding_text
 
 TOP_K = 10
 """Evidence items asked for per question (a statement must be among them to count as found)."""
@@ -121,6 +125,7 @@ class _Run(SyntheticRun):
     async def run(self) -> dict[str, Any]:
         """Ingest, read the edges, ask every question: the figures (module docstring)."""
         hits: dict[str, list[bool]] = defaultdict(list)
+        dense_hits: dict[str, list[bool]] = defaultdict(list)
         latencies: list[float] = []
         async with self.fresh_service("jevmem-updates-") as service:
             ingest_s = await self.ingest(service)
@@ -128,10 +133,16 @@ class _Run(SyntheticRun):
             flagged = {older for _, older in edges}
             right = statement_pairs(self.data)
             rightly = {older for newer, older in edges if (newer, older) in right}
+            turns = list(self.turns.values())
+            dense = await DenseSearch.over(self.embedder, [t.event_id for t in turns],
+                                           [embedding_text(t.speaker, t.content) for t in turns])
             for j, q in enumerate(self.data.questions):
                 ranked, marked, ms = await self.ask(service, q)
                 latencies.append(ms)
                 self.score(q, ranked, marked | flagged, hits)
+                among = [t.event_id for t in turns if (t.conversation_id == q.conversation_id
+                                                       if q.conversation_id is not None else t.user_id == q.user_id)]
+                self.score(q, await dense.search(q.text, TOP_K, among), set(), dense_hits)
                 if q.kind == "present":
                     hits["stale_flagged_by_update"].append(q.stale in rightly)
                 if self.progress:
@@ -151,6 +162,7 @@ class _Run(SyntheticRun):
                            | {"questions": len(hits[f"update_at_1:{s}"])} for s in SCOPES}
         out["supersedes_edges"] = {"edges": len(edges), "correct": _mean([e in right for e in edges])}
         out["query_ms"] = {"p50": round(percentile(latencies, 50), 1), "p95": round(percentile(latencies, 95), 1)}
+        out["dense"] = {k: _mean(dense_hits[k]) for k in DENSE}
         return out
 
     @staticmethod
@@ -175,6 +187,9 @@ def _mean(values: Sequence[bool]) -> float:
     return round(sum(values) / len(values), 4) if values else 0.0
 
 
+#: The figures plain dense search (:mod:`jevmem.bench.dense`) gets over the same turns, asked in the
+#: same scope (the question's conversation, or the person's turns): ``dense`` in the output.
+DENSE = ("update_at_1", "current_first", "history_at_10", "history_above_current", "stable_at_1")
 #: Figures that are shares of one kind of question (``questions`` counts each kind).
 SHARES = {"present": ("update_at_1", "current_in_top3", "current_first", "stale_flagged", "stale_flagged_by_update"),
           "past": ("history_at_10", "history_above_current"), "stable": ("stable_at_1", "stable_wrongly_flagged")}
@@ -206,6 +221,8 @@ def pooled(runs: Sequence[dict[str, Any]]) -> dict[str, Any]:
                                "correct": share((e["correct"], e["edges"]) for e in edges)}
     out["query_ms"] = {"p50": round(sum(r["query_ms"]["p50"] for r in runs) / len(runs), 1),
                        "p95": max(r["query_ms"]["p95"] for r in runs)}
+    kinds = {k: kind for kind, keys in SHARES.items() for k in keys}
+    out["dense"] = {k: share((r["dense"][k], r["questions"][kinds[k]]) for r in runs) for k in DENSE}
     return out
 
 

@@ -10,7 +10,7 @@ import orjson
 import pytest
 from typer.testing import CliRunner
 
-from jevmem.bench.updates import SHARES, above, rank, run_updates, scope_of, statement_pairs
+from jevmem.bench.updates import DENSE, SHARES, above, rank, run_updates, scope_of, statement_pairs
 from jevmem.bench.updates_data import ATTRIBUTES, PARTS, SLOTS, UPDATE_KINDS, Dataset, generate, tables, templates
 from jevmem.bench.users_data import held_out
 from jevmem.cli import app
@@ -114,6 +114,7 @@ def _check_sane(out: dict[str, object]) -> None:
     assert sum(v["questions"] for v in figures["by_update_kind"].values()) == figures["questions"]["present"]
     assert 0 < figures["query_ms"]["p50"] <= figures["query_ms"]["p95"]
     assert figures["observations_per_second"] > 0 and figures["supersedes_edges"]["edges"] >= 0
+    assert set(figures["dense"]) == set(DENSE) and all(0.0 <= v <= 1.0 for v in figures["dense"].values())
 
 
 async def test_a_tiny_run_on_the_product(embedder: Embedder) -> None:
@@ -151,6 +152,10 @@ async def test_several_seeds_pool_their_questions(embedder: Embedder) -> None:
         assert out["figures"]["questions"][kind] == n1 + n2
         for k in keys:
             assert out["figures"][k] == pytest.approx((one[k] * n1 + two[k] * n2) / (n1 + n2), abs=1e-4)
+    for k in DENSE:  # the plain dense pair pools the same way
+        n1, n2 = (r["questions"][next(kind for kind, keys in SHARES.items() if k in keys)] for r in (one, two))
+        assert out["figures"]["dense"][k] == pytest.approx((one["dense"][k] * n1 + two["dense"][k] * n2) / (n1 + n2),
+                                                           abs=1e-4)
     edges = out["figures"]["supersedes_edges"]
     assert edges["edges"] == one["supersedes_edges"]["edges"] + two["supersedes_edges"]["edges"]
     assert out["figures"]["query_ms"]["p95"] == max(one["query_ms"]["p95"], two["query_ms"]["p95"])
