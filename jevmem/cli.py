@@ -143,6 +143,18 @@ def _progress() -> Progress:
                     console=console, transient=True)
 
 
+def _labelled(bar: Progress) -> Callable[[str, int, int], None]:
+    """A benchmark's progress callback ``(label, done, total)``: one bar per label, added on first use."""
+    tasks: dict[str, Any] = {}
+
+    def progress(label: str, done: int, total: int) -> None:
+        if label not in tasks:
+            tasks[label] = bar.add_task(label, total=total)
+        bar.update(tasks[label], completed=done)
+
+    return progress
+
+
 def written_summary(written: Counter[tuple[str, str]]) -> str:
     """Where an ingest wrote: each tenant with its conversations and their observation counts,
     e.g. ``tenant 'acme': conversation 'locomo-26' (419 observations)``; at most
@@ -538,13 +550,7 @@ def bench_locomo(directory: Annotated[Path, typer.Argument(metavar="DIR", help="
     settings = _settings()
     require_model(settings)
     with _progress() as bar:
-        tasks: dict[str, Any] = {}
-
-        def progress(label: str, done: int, total: int) -> None:
-            if label not in tasks:
-                tasks[label] = bar.add_task(label, total=total)
-            bar.update(tasks[label], completed=done)
-
+        progress = _labelled(bar)
         out = _run(run_locomo(directory, settings, assembly.load_embedder(settings), progress,
                               ablate=ablate))
     if as_json:
@@ -630,13 +636,7 @@ def bench_users(users: Annotated[int, typer.Option(metavar="N", help="Users.")] 
     settings = _settings()
     require_model(settings)
     with _progress() as bar:
-        tasks: dict[str, Any] = {}
-
-        def progress(label: str, done: int, total: int) -> None:
-            if label not in tasks:
-                tasks[label] = bar.add_task(label, total=total)
-            bar.update(tasks[label], completed=done)
-
+        progress = _labelled(bar)
         out = _run(run_users(settings, assembly.load_embedder(settings), users, sessions, facts, split, seed, many_sessions,
                              repeats, scale_sessions, progress))
     if as_json:
@@ -675,13 +675,7 @@ def bench_updates(conversations: Annotated[int, typer.Option(
     settings = _settings()
     require_model(settings)
     with _progress() as bar:
-        tasks: dict[str, Any] = {}
-
-        def progress(label: str, done: int, total: int) -> None:
-            if label not in tasks:
-                tasks[label] = bar.add_task(label, total=total)
-            bar.update(tasks[label], completed=done)
-
+        progress = _labelled(bar)
         out = _run(run_updates(settings, assembly.load_embedder(settings), conversations, split, seed, turns, progress,
                                seeds))
     if as_json:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated
 
 import orjson
 import typer
@@ -29,7 +29,7 @@ def bench_longmemeval(
     turns; ingest rate against the embedder alone; recall latency."""
     from jevmem import assembly
     from jevmem.bench.longmemeval import METHODS, PARTS, run_longmemeval
-    from jevmem.cli import _progress, _run, _settings
+    from jevmem.cli import _labelled, _progress, _run, _settings
     from jevmem.cli_models import require_model
 
     chosen = PARTS.get(part)
@@ -38,13 +38,7 @@ def bench_longmemeval(
     settings = _settings()
     require_model(settings)
     with _progress() as bar:
-        tasks: dict[str, Any] = {}
-
-        def progress(label: str, done: int, total: int) -> None:
-            if label not in tasks:
-                tasks[label] = bar.add_task(label, total=total)
-            bar.update(tasks[label], completed=done)
-
+        progress = _labelled(bar)
         out = _run(run_longmemeval(directory, settings, assembly.load_embedder(settings), questions, chosen,
                                    data_dir, progress))
     if as_json:

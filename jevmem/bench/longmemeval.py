@@ -36,6 +36,7 @@ from __future__ import annotations
 import hashlib
 import json
 import math
+import tempfile
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -309,8 +310,6 @@ async def run_longmemeval(directory: Path, settings: Settings, embedder: Embedde
     """Ingest (what a kept build lacks) and ask the selected questions; every method's metrics per
     category, head-to-head counts against ``dense``, ingest rate against the embedder alone on the
     same turns, and recall latency (first and second call on a tenant)."""
-    import tempfile
-
     chosen = select(list(directory.glob("*.json")), questions, part)
     tmp = None
     if data_dir is None:

@@ -62,9 +62,14 @@ class NodeInfo:
     has_temporal: bool
     dates: tuple[date, ...]
     length: float
-    #: the highest p(statement) of the turn's sentences read alone (0 for one sentence:
-    #: :func:`~topology.systemone.turn_kinds.statement_within`)
-    states: float = 0.0
+    role: str = "user"
+
+    @functools.cached_property
+    def states(self) -> float:
+        """The highest p(statement) of the turn's sentences read alone (0 for one sentence:
+        :func:`~topology.systemone.turn_kinds.statement_within`); derived on first use, since only
+        a recall's kind penalty reads it (about 1.5 ms for a long turn)."""
+        return statement_within(self.content, self.role)
 
     @functools.cached_property
     def content_tokens(self) -> frozenset[str]:
@@ -106,8 +111,7 @@ def derive(n: MemoryNode, dim: int, row: np.ndarray | None = None) -> NodeInfo:
         stamp=stamp(n, row), content=n.content, row=row, tokens=frozenset(n.tokens), names=frozenset(names),
         speaker=n.speaker.lower() if n.speaker else None, causal=bool(CAUSE_ANSWER.search(folded)),
         is_question=n.content.rstrip().endswith("?"), negated=bool(NEGATION.search(folded)),
-        has_temporal=bool(n.temporal_refs), dates=tuple(dates), length=min(1.0, len(n.tokens) / 30),
-        states=statement_within(n.content, n.role))
+        has_temporal=bool(n.temporal_refs), dates=tuple(dates), length=min(1.0, len(n.tokens) / 30), role=n.role)
 
 
 class NodeInfoCache:
