@@ -84,6 +84,22 @@ async def test_a_turn_is_read_after_the_turn_before_it_in_its_sitting(mem: Embed
         assert h.score == pytest.approx(float(np.dot(by_id[h.id].embedding or [], q)), abs=1e-9)
 
 
+def test_a_short_turn_is_read_after_a_short_turn_only() -> None:
+    """A long turn says what it means itself, and a short turn read after a long one drifts towards
+    that turn's topic: both are read alone; a short reply to a short turn is read after it."""
+    def turn(seq: int, words: int, speaker: str) -> MemoryNode:
+        return MemoryNode(id=f"n{seq}", tenant_id="t", conversation_id="c", event_id=f"e{seq}", seq=seq,
+                          content=" ".join(["word"] * words), speaker=speaker,
+                          observed_at=T0 + timedelta(minutes=seq))
+
+    short_q, short_a = turn(0, 8, "user"), turn(1, 6, "assistant")
+    long_answer, short_after_long = turn(2, context.SELF_CONTAINED_WORDS, "assistant"), turn(3, 10, "user")
+    nodes = [short_q, short_a, long_answer, short_after_long]
+    before = {short_a.id: short_q, long_answer.id: short_a, short_after_long.id: long_answer}
+    read_after = [b.id if b is not None else None for b, _ in context.pairs(nodes, before)]
+    assert read_after == [None, short_q.id, None, None]
+
+
 def test_the_text_before_is_cut_at_its_start() -> None:
     before = MemoryNode(id="a", tenant_id="t", conversation_id="c", event_id="a", seq=0, content="x" * 2000,
                         speaker="Ana")

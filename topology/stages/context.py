@@ -8,10 +8,10 @@ node's ``embedding`` for retrieval, candidate discovery, the relation judge and 
 
 The turn before a turn is the *latest earlier observation* of its conversation (by seq; a
 forgotten turn is not there, so after a forget the turn before it takes its place), and it is
-read only when both were said in one sitting (:func:`in_sitting`) and the turn is short enough to
-need it (:func:`self_contained`); the node records whose text it was read after
-(``MemoryNode.after``). A turn that opens a sitting, a turn of :data:`SELF_CONTAINED_WORDS` words
-or more, and every derived node, is embedded alone. The text read before a turn is the earlier turn's
+read only when both were said in one sitting (:func:`in_sitting`) and both are short
+(:func:`self_contained`: a short reply to a short turn); the node records whose text it was read
+after (``MemoryNode.after``). A turn that opens a sitting, a turn of :data:`SELF_CONTAINED_WORDS`
+words or more, a turn after such a turn, and every derived node, is embedded alone. The text read before a turn is the earlier turn's
 :func:`~topology.stages.memory_nodes.embedding_text`, at most :data:`BEFORE_CHARS` characters of
 its end. Pure, but for the one embedding call of :func:`embed`.
 
@@ -35,10 +35,10 @@ from topology.stages.relations import next_probability
 #: How much of the earlier turn is read before a turn (its end: what the turn answers). A turn's
 #: own text is never cut for it, so the model's 512-token window holds both.
 BEFORE_CHARS = 600
-#: A turn of at least this many words is read alone: the turn before tells what a short turn
-#: means ("Yes, last Friday"), while a long one says it itself, and read after another topic's
-#: end its vector drifts towards that topic (a user's request after the end of an assistant's
-#: long answer).
+#: A turn of at least this many words is read alone, and so is the turn after it: the turn before
+#: tells what a short turn means ("Yes, last Friday" after "Did you go to the support group?"),
+#: while a long turn says what it means itself, and a short turn read after a long one drifts
+#: towards that turn's topic (a user's new request after the end of an assistant's long answer).
 SELF_CONTAINED_WORDS = 48
 
 
@@ -112,7 +112,7 @@ def pairs(nodes: Sequence[MemoryNode], before: Mapping[str, MemoryNode]) -> list
     out: list[tuple[MemoryNode | None, str]] = []
     for n in nodes:
         b = before.get(n.id)
-        read_after = b is not None and in_sitting(b, n) and not self_contained(n)
+        read_after = b is not None and in_sitting(b, n) and not self_contained(n) and not self_contained(b)
         out.append((b if read_after else None, embedding_text(n.speaker, n.content)))
     return out
 

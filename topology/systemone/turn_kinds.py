@@ -310,16 +310,19 @@ def _shipped() -> TurnKindModel:
 #: A turn's sentences read one by one by :func:`statement_within` (the first ones: a long turn's
 #: cost stays bounded, and :data:`MAX_CHARS` bounds what is read of each).
 MAX_SENTENCES = 12
-_SENTENCE_END = re.compile(r"(?<=[.!?])\s+|\n+")
+#: where a turn is cut into the parts read alone: after a sentence's end or a clause's comma,
+#: semicolon or colon, and at line breaks
+_PART_END = re.compile(r"(?<=[.!?,;:])\s+|\n+")
 
 
 def statement_within(text: str, role: str, model: TurnKindModel | None = None) -> float:
-    """The highest p(statement) of a turn's sentences read alone (at most :data:`MAX_SENTENCES`
-    of them, from the turn's first :data:`MAX_CHARS` characters); 0 for a turn of one sentence,
-    whose own kind already says it. A question or request that also states something ("I adopted
-    a puppy last week. What should he eat?") holds a statement; "What did I say I'm allergic to?"
-    does not."""
-    parts = [x for x in (p.strip() for p in _SENTENCE_END.split(text[:MAX_CHARS])) if x][:MAX_SENTENCES]
+    """The highest p(statement) of a turn's sentences and clauses read alone (at most
+    :data:`MAX_SENTENCES` of them, from the turn's first :data:`MAX_CHARS` characters); 0 for a
+    turn of one part, whose own kind already says it. A question or request that also states
+    something ("I adopted a puppy last week. What should he eat?", "I'm visiting my sister Emily in
+    Denver soon, any ideas?") holds a statement; "Remind me, what did I say I'm allergic to?" does
+    not."""
+    parts = [x for x in (p.strip() for p in _PART_END.split(text[:MAX_CHARS])) if x][:MAX_SENTENCES]
     if len(parts) < 2:
         return 0.0
     kinds = (model or TurnKindModel.shipped()).answer([(x, role) for x in parts])
