@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 from collections.abc import Collection, Sequence
 from datetime import UTC, datetime
 from typing import Any
@@ -297,6 +298,7 @@ def run_worker(settings: Settings) -> None:
 
     from jevmem import logs, metrics
     from streams.faust_app import AppConfig, Services, consumer_lag, create_app
+    from streams.purging import Purger
     from streams.stalls import Stalls
 
     stalls = Stalls()
@@ -326,7 +328,9 @@ def run_worker(settings: Settings) -> None:
     output = ObservationProducer(assembly.kafka(settings), settings.topic_prefix, None,
                                  **{"compression.type": settings.kafka_output_compression})
     write_path = assembly.paths(settings, stores, embedder, embedded=False).writer()
-    app = create_app(config, Services(write_path, stores, output.publish, keyring, stalls))
+    purge = stores.purge
+    purger = Purger(functools.partial(purge, [])) if purge is not None else None
+    app = create_app(config, Services(write_path, stores, output.publish, keyring, stalls, purger))
 
     @app.timer(5.0)  # type: ignore[untyped-decorator]
     async def report_lag() -> None:
@@ -339,6 +343,7 @@ def run_worker(settings: Settings) -> None:
     async def report_stalls() -> None:
         stalls.keep((tp.topic, tp.partition) for tp in app.consumer.assignment())
         metrics.report_stalled(stalls.stalled().items())
+        metrics.FORGET_UNPURGED.set(round(purger.oldest_s(), 1) if purger is not None else 0.0)
 
     Worker(app, loglevel=settings.log_level,
            logging_config=logs.config(settings.log_level, settings.log_format)).execute_from_commandline()

@@ -56,6 +56,11 @@ PARTITION_STALLED = Gauge(
     "streams.stalls.STALL_AFTER_ATTEMPTS times); absent when the partition moves.", ["topic", "partition"],
     registry=REGISTRY)
 
+FORGET_UNPURGED = Gauge(
+    "jevmem_forget_unpurged_oldest_seconds",
+    "Seconds since the oldest forget applied by this worker and not yet purged from the stores' files was applied "
+    "(0: none waits); streams.purging.PURGE_DEADLINE_S is the promise.", registry=REGISTRY)
+
 FORGOTTEN_RECORDS = Counter("jevmem_forgotten_records",
                             "Sealed input records skipped because a forget destroyed their key, by origin.", ["origin"],
                             registry=REGISTRY)

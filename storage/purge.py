@@ -15,12 +15,17 @@ A delete in either store leaves the deleted bytes in its files for a while:
   only for documents no retention lease retains (a shard copy's peer-recovery lease retains the
   operations above what it has synced, renewed about every 30 s). :class:`Expunger` sets the
   threshold to 0 on the indices it merges, waits until every peer-recovery lease is past the
-  deletes, and forces a merge that expunges the deleted documents (``_forcemerge?
-  only_expunge_deletes=true``, which flushes, so the translog no longer holds them either), one
-  merge per index with deleted documents, however many forgets came before it.
+  deletes, flushes (a merge also keeps every soft delete above the last commit's local
+  checkpoint: without the flush a merge right after the deletes keeps them all, while ``_stats``
+  already counts 0 deleted), and forces a merge that expunges the deleted documents
+  (``_forcemerge?only_expunge_deletes=true``, which flushes again, so the translog no longer
+  holds them either), one merge per index with deleted documents, however many forgets came
+  before it. Which indices hold deleted documents, before and after, is read from their segments
+  (``_segments``), never from ``_stats``.
 
 Both are called by the drivers through :attr:`streams.write_path.Stores.purge` after a forget's
-deletes (the worker once per batch: a burst of forgets costs one merge per index).
+deletes: the embedded store before the forget returns, the worker in the background
+(:mod:`streams.purging`: a burst of forgets costs one merge per index).
 """
 
 from __future__ import annotations
@@ -56,13 +61,16 @@ class Expunger:
         self._client, self._patterns, self._wait_s = client, list(patterns), wait_s
         self._configured: set[str] = set()
 
-    async def _deleted(self) -> list[str]:
-        """Indices with deleted documents (their primaries')."""
-        with es_errors("purge stats"):
-            stats = await self._client.options(ignore_status=404).indices.stats(
-                index=",".join(self._patterns), metric="docs", expand_wildcards="open")
-        return sorted(name for name, s in stats.body.get("indices", {}).items()
-                      if s.get("primaries", {}).get("docs", {}).get("deleted", 0) > 0)
+    async def _deleted(self, indices: Sequence[str] | None = None) -> list[str]:
+        """Indices (of ``indices``, default every matching one) whose segments hold deleted
+        documents, read from the segments themselves (``_segments``): ``_stats`` counts only what
+        the searcher sees, and says 0 while soft-deleted documents are still in the files."""
+        with es_errors("purge segments"):
+            got = await self._client.options(ignore_status=404).indices.segments(
+                index=",".join(indices or self._patterns), expand_wildcards="open")
+        return sorted(name for name, s in got.body.get("indices", {}).items()
+                      if any(seg.get("deleted_docs", 0) > 0 for copies in s.get("shards", {}).values()
+                             for copy in copies for seg in copy.get("segments", {}).values()))
 
     async def _shards(self, indices: list[str]) -> dict[tuple[str, str], list[dict[str, Any]]]:
         with es_errors("purge stats"):
@@ -70,11 +78,15 @@ class Expunger:
         return {(name, shard): copies for name, s in stats.body.get("indices", {}).items()
                 for shard, copies in s.get("shards", {}).items()}
 
-    async def _leases_past(self, indices: list[str]) -> None:
+    async def _max_seq(self, indices: list[str]) -> dict[tuple[str, str], int]:
+        """Each shard's max seq no (its latest operation)."""
+        return {k: max(int(c.get("seq_no", {}).get("max_seq_no", -1)) for c in copies)
+                for k, copies in (await self._shards(indices)).items()}
+
+    async def _leases_past(self, indices: list[str]) -> dict[tuple[str, str], int]:
         """Wait until every shard copy's peer-recovery lease retains nothing at or below the shard's
-        max seq no as it is now (the deletes already made)."""
-        shards = await self._shards(indices)
-        target = {k: max(int(c.get("seq_no", {}).get("max_seq_no", -1)) for c in copies) for k, copies in shards.items()}
+        max seq no as it is now (the deletes already made); returns those max seq nos."""
+        target = await self._max_seq(indices)
         deadline = time.monotonic() + self._wait_s
         while True:
             behind = []
@@ -84,16 +96,18 @@ class Expunger:
                         if lease.get("source") == "peer recovery" and int(lease["retaining_seq_no"]) <= target.get(key, -1):
                             behind.append(f"{key[0]}[{key[1]}]")
             if not behind:
-                return
+                return target
             if time.monotonic() > deadline:
                 raise StoreUnavailable(f"elasticsearch purge: retention leases of {', '.join(sorted(set(behind)))} still "
                                        f"retain the deleted documents after {self._wait_s:.0f} s (a shard copy missing?)")
             await asyncio.sleep(LEASE_POLL_S)
 
     async def expunge(self) -> list[str]:
-        """Merge away the deleted documents of every matching index that has some; returns those
-        indices. Raises :class:`~topology.errors.StoreUnavailable` when Elasticsearch fails or the
-        retention leases do not move within ``wait_s``."""
+        """Merge away the deleted documents of every matching index whose segments hold some, and
+        check the segments afterwards; returns those indices. Raises
+        :class:`~topology.errors.StoreUnavailable` when Elasticsearch fails, the retention leases do
+        not move within ``wait_s``, or a segment of an index written to by nothing since still holds a
+        deleted document (a retry purges it)."""
         t0 = time.perf_counter()
         indices = await self._deleted()
         if not indices:
@@ -104,8 +118,20 @@ class Expunger:
                 await self._client.indices.put_settings(
                     index=",".join(fresh), settings={"index.merge.policy.expunge_deletes_allowed": EXPUNGE_DELETES_ALLOWED})
             self._configured.update(fresh)
-        await self._leases_past(indices)
+        target = await self._leases_past(indices)
         with es_errors("purge forcemerge"):
+            # the deletes into a commit first: a merge keeps every soft delete above the safe
+            # commit's local checkpoint, so without it the merge leaves them all in the files
+            await self._client.indices.flush(index=",".join(indices))
             await self._client.indices.forcemerge(index=",".join(indices), only_expunge_deletes=True, flush=True)
+        left = await self._deleted(indices)
+        if left:
+            # deleted documents written after the deletes purged here (an update's old version, a
+            # later forget) are the next purge's; any other leftover is a failure, retried
+            moved = await self._max_seq(left)
+            still = sorted({i for (i, shard), seq in moved.items() if seq <= target.get((i, shard), -1)})
+            if still:
+                raise StoreUnavailable(f"elasticsearch purge: segments of {', '.join(still)} still hold deleted "
+                                       "documents after the merge (retried)")
         log.info("expunged deleted documents", extra={"indices": indices, "ms": round(1000 * (time.perf_counter() - t0))})
         return indices

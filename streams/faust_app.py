@@ -10,8 +10,9 @@ applied, then the rest. Applying it: plan (``streams.forget.plan``), log the
 :class:`~topology.schemas.Forgotten` marker on the memories, edges and consolidation topics, then
 delete. Logging first means a crash between the two leaves a marker whose deletion the retry (or a
 rebuild from the derived log) performs; the deletion is idempotent. Once per batch, after its
-forgets, the stores' files are purged of what they deleted (``Stores.purge``: Elasticsearch's
-deleted documents expunged) before the batch is committed and its forgets logged as applied.
+forgets, they are logged applied and the batch is committed; the stores' files are purged of what
+they deleted in the background (:mod:`streams.purging`: Elasticsearch's deleted documents
+expunged, Qdrant's deleted points vacuumed), and each forget is logged purged.
 
 Contracts (what makes a worker's death harmless, see docs/guarantees.md):
 
@@ -64,6 +65,7 @@ from streams import forget as forgetting
 from streams.isolation import Failed, isolate
 from streams.kafka_client import KafkaClient
 from streams.keyring import Keyring, letter_owner, sealed
+from streams.purging import Purger
 from streams.stalls import Partition, Stalls
 from streams.write_path import (
     EventKey,
@@ -121,6 +123,8 @@ class Services:
     keyring: Keyring | None = None
     #: the partitions whose batch keeps failing (the worker's metric and readiness check read it)
     stalls: Stalls = field(default_factory=Stalls)
+    #: purges the stores' files after forgets, in the background (None: the stores need no purge)
+    purger: Purger | None = None
 
 
 async def retrying(what: str, attempt: Callable[[], Awaitable[None]],
@@ -236,7 +240,7 @@ def create_app(config: AppConfig, services: Services) -> faust.App:
     wp, stores, publish, keyring = services.write_path, services.stores, services.publish, services.keyring
     stores.embedder = wp.embedder  # a forget (or an undone record) re-embeds the turn after the forgotten one
     stores.relink = relinker(stores, wp)  # and links it again
-    stalls = services.stalls
+    stalls, purger = services.stalls, services.purger
 
     async def process(values: Sequence[tuple[bytes, str]], trace_ids: Sequence[str],
                       timestamps: Sequence[float]) -> None:
@@ -273,10 +277,10 @@ def create_app(config: AppConfig, services: Services) -> faust.App:
                 applied.append(await forget(part))
             else:
                 await write_isolated(part, event_keys, origins)
-        if applied:  # one purge per batch, however many forgets it held; before the batch is committed
-            await stores.purged([scope for scope, _ in applied])
-            for _, what in applied:
-                log.info("forget applied", extra=what)
+        for _, what in applied:  # applied: deleted and keys destroyed; the files' purge follows (purging)
+            log.info("forget applied", extra=what)
+            if purger is not None:
+                purger.submit(what)
 
     async def reject(letters: Sequence[DeadLetter], origin: str) -> None:
         """Log ``letters`` on the dead-letter topic (each sealed under a key of its own)."""
@@ -309,8 +313,8 @@ def create_app(config: AppConfig, services: Services) -> faust.App:
         await reject(letters, "write")
 
     async def forget(request: Forget) -> tuple[Scope, dict[str, Any]]:
-        """Apply ``request``; returns its scope and what to log once the batch's purge is done
-        (the forget is reported applied only when the files no longer hold what it deleted)."""
+        """Apply ``request``; returns its scope and what its log lines carry (``forget applied``
+        once the batch's forgets are applied, ``forget purged`` once the files are purged)."""
         marker = await forgetting.plan(stores, request)
         key, value = marker.scope.key, encode(marker)
         await publish([(memories, [(key, value)]), (edges, [(key, value)]), (consolidation, [(key, value)])])
@@ -327,7 +331,8 @@ def create_app(config: AppConfig, services: Services) -> faust.App:
         if keyring is not None:  # after the stores are clean: from now on the log's copies are unreadable
             destroyed = await keyring.destroy(marker.scope, None if marker.event_id is None else marker.node_ids,
                                               before=request.requested_at.timestamp())
-        return marker.scope, {"event": marker.event_id, "nodes": len(marker.node_ids), "keys_destroyed": destroyed}
+        return marker.scope, {"event": marker.event_id, "nodes": len(marker.node_ids),
+                              "keys_destroyed": destroyed, "accepted_at": request.requested_at.isoformat()}
 
     async def output_keys(w: Written, event_keys: Mapping[tuple[str, str, str], DataKey]) -> dict[str, DataKey]:
         """The key sealing each output record, by node id: an observation's node (and what was
@@ -398,6 +403,12 @@ def create_app(config: AppConfig, services: Services) -> faust.App:
             await retrying(f"batch from {first} ({len(values)} records)",
                            functools.partial(process, values, trace_ids, stamps), stalls=stalls, partitions=partitions)
             yield None  # the batch's events are acked when the stream moves on
+
+    if purger is not None:
+        @app.task  # type: ignore[untyped-decorator]
+        async def purge_forgotten() -> None:
+            """The background purge of applied forgets (:mod:`streams.purging`), with a sweep at start."""
+            await purger.run()
 
     @app.task  # type: ignore[untyped-decorator]
     async def dump_on_sigusr2() -> None:

@@ -2,6 +2,7 @@
 # Run a real single-node Elasticsearch (server jar + Netty4 from Maven Central) for integration tests.
 #
 #   scripts/elasticsearch/es.sh start|stop|status|restart|logs
+#   scripts/elasticsearch/es.sh scan DIR NEEDLE...   (Lucene's view: deleted documents included)
 #
 # Environment:
 #   ES_PORT        HTTP port (default 9200); transport port is ES_TRANSPORT_PORT (default ES_PORT+100)
@@ -150,11 +151,20 @@ cmd_status() {
     else log "not running"; return 3; fi
 }
 
+# Lucene's own view of index folders (jevmem.es.SegmentScan): every document of every segment,
+# deleted ones included, counted per needle found in its stored fields.
+cmd_scan() {
+    local java cp; java="$(find_java)" || exit 1; cp="$(ensure_built "$java")" || exit 1
+    "$java" --enable-native-access=ALL-UNNAMED --add-modules jdk.incubator.vector -Dlog4j2.disable.jmx=true \
+        $(native_opts) -cp "$cp" jevmem.es.SegmentScan "$@" 2> >(grep -v "WARNING: Using incubator modules" >&2)
+}
+
 case "${1:-}" in
     start) cmd_start ;;
+    scan) shift; cmd_scan "$@" ;;
     stop) cmd_stop ;;
     restart) cmd_stop; cmd_start ;;
     status) cmd_status ;;
     logs) tail -n "${2:-100}" "$LOG_FILE" ;;
-    *) echo "usage: $0 start|stop|restart|status|logs [N]" >&2; exit 2 ;;
+    *) echo "usage: $0 start|stop|restart|status|logs [N]|scan DIR NEEDLE..." >&2; exit 2 ;;
 esac
