@@ -344,6 +344,8 @@ def serve(host: Annotated[str, typer.Option(metavar="HOST", help="Address to lis
     settings, service = _service(settings, distributed)
     from jevmem import logs, metrics
 
+    if settings.mode == "distributed":  # the servers checked before the log is set up: a bad setting is one line
+        _run(cli_errors.preflight(service))
     logs.setup(settings.log_level, settings.log_format)
     keys = key_store(settings)
     sign_in: DevUi | None = None
@@ -529,8 +531,13 @@ def replay(source: Annotated[ReplaySource, typer.Option(
     import time
 
     from jevmem.distributed import replay as do_replay
+    from storage.elastic.store import check_prefix
 
     prefix = to_prefix or f"jevmem-g{int(time.time())}-"
+    try:
+        check_prefix(prefix)
+    except ValueError as exc:
+        raise typer.BadParameter(str(exc), param_hint="--to-prefix") from None
     settings = _settings()
     require_model(settings)
     out = _run(do_replay(settings, source.value, prefix, switch))

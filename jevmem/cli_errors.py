@@ -52,6 +52,20 @@ class StartFailed(Exception):
     the log with its traceback)."""
 
 
+async def preflight(service: Any) -> None:
+    """Start and stop ``service`` (a :class:`~query_api.service.MemoryService`) once, before
+    ``serve`` sets up its log and the server: what its start-up checks (the broker, the stores,
+    the keys) find wrong raises :class:`StartFailed` and ends as one line (no log is set up yet,
+    so librdkafka's own retry lines go nowhere: ``streams.kafka_client.LIBRDKAFKA_LOG``)."""
+    try:
+        try:
+            await service.start()
+        finally:
+            await service.stop()
+    except Exception as exc:
+        raise StartFailed() from exc
+
+
 def _one_line(text: str) -> str:
     return " ".join(part.strip() for part in text.strip().splitlines() if part.strip())
 

@@ -24,6 +24,7 @@ from storage.elastic.store import (
     ElasticLexicalIndex,
     ElasticNodeStore,
     Visibility,
+    check_prefix,
     es_errors,
 )
 from storage.elastic.vectors import ElasticVectorIndex
@@ -34,7 +35,7 @@ from streams.kafka_admin import ensure_topics, read_topic
 from streams.keyring import Keyring
 from streams.producer import ObservationProducer
 from streams.write_path import Stores
-from topology.errors import ModelMismatch
+from topology.errors import ModelMismatch, StoreUnavailable
 from topology.ports import Embedder
 from topology.schemas import (
     ConsolidationDecision,
@@ -95,8 +96,12 @@ async def check_vectors(settings: Settings) -> None:
     """Fail fast at startup: the configured Qdrant server answers and its version is supported
     (:func:`storage.qdrant.index.check_server`); nothing to check for the Elasticsearch fallback."""
     if settings.qdrant_url:
-        await check_server(settings.qdrant_url, assembly.qdrant_key(settings),
-                           str(settings.qdrant_ca_file) if settings.qdrant_ca_file else None)
+        try:
+            await check_server(settings.qdrant_url, assembly.qdrant_key(settings),
+                               str(settings.qdrant_ca_file) if settings.qdrant_ca_file else None)
+        except StoreUnavailable as exc:
+            raise StoreUnavailable(f"qdrant at {settings.qdrant_url}: {exc}; check JEVMEM_QDRANT_URL"
+                                   f"{' and JEVMEM_QDRANT_API_KEY' if assembly.qdrant_key(settings) else ''}") from exc
 
 
 async def prepare_indices(settings: Settings, prefix: str, dim: int) -> None:
@@ -356,6 +361,7 @@ async def replay(settings: Settings, source: str, new_prefix: str, switch: bool)
     from streams.in_process import InProcessWriter
     from streams.replay import Unreadable, rebuild_from_log, recompute, verify
 
+    check_prefix(new_prefix)
     spec = topics(settings.topic_prefix)
     embedder = assembly.load_embedder(settings)
     old_prefix = await resolve_prefix(settings)

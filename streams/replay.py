@@ -71,18 +71,34 @@ class RebuildReport:
     forgets: int = 0
 
 
+def _forgets(marker: Forgotten, item: Any) -> bool:
+    """Whether ``marker`` deletes the logged ``item`` (a node, edge or decision of its scope): all
+    of the scope for a conversation's forget, else the forgotten nodes, their edges and the edges
+    they replaced."""
+    if (item.tenant_id, item.conversation_id) != (marker.scope.tenant_id, marker.scope.conversation_id):
+        return False
+    if marker.event_id is None:
+        return True
+    gone = set(marker.node_ids)
+    touched = {getattr(item, "id", None), getattr(item, "source", None), getattr(item, "target", None)}
+    return bool(gone & touched) or getattr(item, "id", None) in marker.replaced_edges
+
+
 async def _replay_topic(stores: Stores, records: Sequence[Record], cls: type[M], part: forgetting.Part,
                         upsert: Callable[[list[M]], Awaitable[None]]) -> tuple[list[M], list[Forgotten]]:
     """Upsert one derived topic in order, in chunks of :data:`CHUNK`, applying this topic's share
-    of each :class:`Forgotten` marker where it stands; returns what was upserted and the markers."""
-    done: list[M] = []
+    of each :class:`Forgotten` marker where it stands; returns what it stored (the latest record of
+    each id that no later marker deleted, in order) and the markers."""
+    live: dict[str, M] = {}
     markers: list[Forgotten] = []
     pending: list[M] = []
 
     async def flush() -> None:
         if pending:
             await upsert(list(pending))
-            done.extend(pending)
+            for x in pending:
+                live.pop(str(getattr(x, "id", id(x))), None)
+                live[str(getattr(x, "id", id(x)))] = x
             pending.clear()
 
     for raw in records:
@@ -91,12 +107,14 @@ async def _replay_topic(stores: Stores, records: Sequence[Record], cls: type[M],
             await flush()
             await forgetting.apply(stores, item, (part,))
             markers.append(item)
+            for key in [k for k, x in live.items() if _forgets(item, x)]:
+                del live[key]
         else:
             pending.append(item)
             if len(pending) >= CHUNK:
                 await flush()
     await flush()
-    return done, markers
+    return list(live.values()), markers
 
 
 async def rebuild_from_log(stores: Stores, memories: Sequence[Record], edges: Sequence[Record],

@@ -7,9 +7,10 @@ the original kept in a dead letter (``DEAD_LETTER_ORIGINAL_BYTES``).
 
 from __future__ import annotations
 
+import base64
 import math
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, Literal
 
 MAX_ID = 200  # tenant, conversation and event ids (characters)
 MAX_CONTENT = 100_000  # observation content (characters)
@@ -92,11 +93,19 @@ def utc_in_range(value: datetime) -> datetime:
     return aware
 
 
-def bounded_original(original: bytes | str) -> tuple[str, bool, int]:
-    """The text a dead letter keeps of ``original``: at most ``DEAD_LETTER_ORIGINAL_BYTES`` of its
-    UTF-8 (invalid bytes and lone surrogates replaced), whether it was cut, and its full size."""
+def bounded_original(original: bytes | str) -> tuple[str, bool, int, Literal["utf-8", "base64"]]:
+    """What a dead letter keeps of ``original``: its bytes as they came, at most
+    ``DEAD_LETTER_ORIGINAL_BYTES`` of them, as text when they are UTF-8 (without NUL) and in
+    base64 otherwise; whether they were cut, their full size, and which of the two it is."""
     raw = original if isinstance(original, bytes) else original.encode("utf-8", "surrogatepass")
     cut = len(raw) > DEAD_LETTER_ORIGINAL_BYTES
-    text = raw[:DEAD_LETTER_ORIGINAL_BYTES].decode("utf-8", "replace")
-    text = text.encode("utf-8", "replace").decode("utf-8")  # decoded surrogate halves -> U+FFFD
-    return text.replace("\x00", "\ufffd"), cut, len(raw)
+    kept = raw[:DEAD_LETTER_ORIGINAL_BYTES]
+    try:
+        text = kept.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        if not (cut and exc.start >= len(kept) - 3 and exc.reason == "unexpected end of data"):
+            return base64.b64encode(kept).decode("ascii"), cut, len(raw), "base64"
+        text = kept[:exc.start].decode("utf-8")  # the cut fell inside one character
+    if "\x00" in text:
+        return base64.b64encode(kept).decode("ascii"), cut, len(raw), "base64"
+    return text, cut, len(raw), "utf-8"

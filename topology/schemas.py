@@ -357,9 +357,10 @@ class ConsolidationDecision(_Event):
 
 
 class DeadLetter(_Event):
-    """An input that could not be accepted: a bounded copy of the original (UTF-8, invalid bytes
-    replaced, at most ``limits.DEAD_LETTER_ORIGINAL_BYTES``; ``truncated`` tells it was cut and
-    ``original_bytes`` gives the full size), the reason, where it came from, and the tenant it
+    """An input that could not be accepted: a bounded copy of the original's own bytes (at most
+    ``limits.DEAD_LETTER_ORIGINAL_BYTES``: as text when they are UTF-8, in base64 otherwise, which
+    ``original_encoding`` says; ``truncated`` tells it was cut and ``original_bytes`` gives the full
+    size; a record sealed on the topic is kept sealed, as it came), the reason, where it came from, and the tenant it
     belongs to (from the caller's key over HTTP; read from the payload, when it names one, on a
     topic; None when unknown: such letters are listed to no tenant)."""
 
@@ -374,18 +375,19 @@ class DeadLetter(_Event):
     event_id: str | None = None
     truncated: bool = False
     original_bytes: int | None = None
+    original_encoding: Literal["utf-8", "base64"] = "utf-8"
 
     @classmethod
     def of(cls, original: bytes | str, reason: str, source: str, tenant_id: str | None = None) -> DeadLetter:
         """A dead letter for ``original``; ``tenant_id`` None: taken from the payload when it is a
         JSON object with a valid ``tenant_id`` (its ``conversation_id`` and ``event_id`` are
         always taken from it when valid)."""
-        text, cut, size = limits.bounded_original(original)
+        text, cut, size, encoding = limits.bounded_original(original)
         claims = _claims(original)
         return cls(original=text, reason=reason, source=source, received_at=datetime.now(UTC),
                    tenant_id=claims.get("tenant_id") if tenant_id is None else tenant_id,
                    conversation_id=claims.get("conversation_id"), event_id=claims.get("event_id"),
-                   truncated=cut, original_bytes=size)
+                   truncated=cut, original_bytes=size, original_encoding=encoding)
 
     @property
     def scope(self) -> Scope | None:

@@ -57,7 +57,7 @@ CLEAR: dict[str, frozenset[str]] = {
     "edge": frozenset({"schema_version", "id", "tenant_id", "conversation_id", "view", "source", "target",
                        "direction", "probability", "created_by"}),
     "dead_letter": frozenset({"schema_version", "source", "received_at", "tenant_id", "conversation_id",
-                              "event_id", "truncated", "original_bytes"}),
+                              "event_id", "truncated", "original_bytes", "original_encoding"}),
 }
 
 

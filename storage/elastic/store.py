@@ -50,6 +50,7 @@ import base64
 import contextlib
 import hashlib
 import logging
+import re
 from collections.abc import Collection, Iterator, Sequence
 from typing import Any, Self
 
@@ -103,6 +104,21 @@ def encode_vector(vector: Sequence[float], dtype: str = "<f4") -> str:
 def decode_vector(text: str, dtype: str = "<f4") -> list[float]:
     values: list[float] = np.frombuffer(base64.b64decode(text), dtype=dtype).astype(float).tolist()
     return values
+
+
+#: What Elasticsearch accepts at the start of an index name, as a store prefix: lowercase letters,
+#: digits and ``-_.+`` only (no ``\\ / * ? " < > | , #`` or space), not starting with ``-_+.``.
+_PREFIX = re.compile(r"[a-z0-9][a-z0-9._+-]{0,99}")
+
+
+def check_prefix(prefix: str) -> str:
+    """``prefix`` if Elasticsearch index names may start with it (:data:`_PREFIX`), else a
+    :class:`ValueError` saying what it may hold (checked before a rebuild starts, not 9 s later by
+    Elasticsearch)."""
+    if not _PREFIX.fullmatch(prefix):
+        raise ValueError(f"store prefix {prefix!r} cannot start an Elasticsearch index name: use lowercase letters, "
+                         "digits and - _ . + only, at most 100 characters, starting with a letter or a digit")
+    return prefix
 
 
 def memories_index(tenant_id: str) -> str:

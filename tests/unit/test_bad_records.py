@@ -344,3 +344,30 @@ async def test_a_batch_that_keeps_failing_stalls_its_partitions_and_says_so() ->
         metrics.report_stalled(stalls.stalled().items())
         assert c.get("/ready").status_code == 200
         assert "jevmem_partition_stalled_seconds{" not in c.get("/metrics").text
+
+
+def test_a_dead_letter_keeps_the_record_s_own_bytes_and_their_size() -> None:
+    """As they came: a record's own bytes (not a re-serialisation), in base64 when they are not
+    UTF-8; a sealed record is kept sealed; a cut inside a character keeps whole characters."""
+    import base64
+
+    from streams.write_path import decode_batch
+    from topology.limits import DEAD_LETTER_ORIGINAL_BYTES
+    from topology.schemas import DeadLetter
+
+    spaced = b'{"tenant_id": "t1",  "conversation_id": "c1", "event_id": "e1", "content": 7}'
+    _, letters = decode_batch([(spaced, "obs:0:1")])
+    assert letters[0].original == spaced.decode() and letters[0].original_bytes == len(spaced)
+    assert letters[0].original_encoding == "utf-8" and letters[0].conversation_id == "c1"
+    binary = b"\x00\xff\xfe not json"
+    _, letters = decode_batch([(binary, "obs:0:2")])
+    assert letters[0].original_encoding == "base64" and base64.b64decode(letters[0].original) == binary
+    assert letters[0].original_bytes == len(binary)
+    sealed_record = b'{"tenant_id":"t1","conversation_id":"c1","event_id":"e2","sealed":"AAAA"}'
+    opened = {"tenant_id": "t1", "conversation_id": "c1", "event_id": "e2"}  # no content: invalid
+    _, letters = decode_batch([(opened, "obs:0:3")], raws=[sealed_record])
+    assert letters[0].original == sealed_record.decode() and letters[0].original_bytes == len(sealed_record)
+    long = ("é" * DEAD_LETTER_ORIGINAL_BYTES).encode()
+    letter = DeadLetter.of(long, "too long", "http:body")
+    assert letter.truncated and letter.original_encoding == "utf-8" and letter.original_bytes == len(long)
+    assert set(letter.original) == {"é"} and len(letter.original.encode()) <= DEAD_LETTER_ORIGINAL_BYTES

@@ -9,6 +9,7 @@ import hashlib
 import os
 import subprocess
 import sys
+import time
 import zipfile
 from pathlib import Path
 
@@ -205,3 +206,39 @@ def test_librdkafka_s_log_lines_go_to_the_log_not_the_terminal(capfd: pytest.Cap
     assert any(r.name == "librdkafka" and "Connection refused" in r.getMessage() for r in caplog.records)
     out, err = capfd.readouterr()
     assert "Connection refused" not in out + err and "|FAIL|" not in out + err
+
+
+def test_a_distributed_serve_with_a_wrong_broker_says_so_in_one_line_and_nothing_else() -> None:
+    """No broker at the configured address: the start-up checks run before the log is set up, so
+    neither librdkafka's retry lines nor JSON log lines with tracebacks reach the terminal; one
+    line names the address and the setting, without waiting out the broker's retries (about 7 s
+    on an idle 2-core machine, most of it loading the model; the bound leaves room for a busy one)."""
+    kafka, es = f"127.0.0.1:{free_port()}", f"http://127.0.0.1:{free_port()}"
+    t0 = time.monotonic()
+    done = subprocess.run([sys.executable, "-c", "from jevmem.cli import main; main()", "serve", "--distributed",
+                           "--port", str(free_port())],
+                          env={**os.environ, "JEVMEM_KAFKA_BOOTSTRAP": kafka, "JEVMEM_ELASTICSEARCH_URL": es,
+                               "JEVMEM_LOG_FORMAT": "json"},
+                          cwd=ROOT, capture_output=True, text=True, timeout=120, stdin=subprocess.DEVNULL)
+    took = time.monotonic() - t0
+    assert done.returncode == 1, done.stderr
+    lines = [x for x in (done.stdout + done.stderr).splitlines() if x.strip()]
+    assert len(lines) == 1, lines
+    assert lines[0].startswith(f"jevmem: serve did not start: kafka {kafka}") and "JEVMEM_KAFKA_BOOTSTRAP" in lines[0]
+    assert took < 45.0
+
+
+@pytest.mark.parametrize("prefix", ["Upper-", "-dash", "has space-", "a/b-", "x" * 101])
+def test_a_store_prefix_elasticsearch_refuses_is_one_line_before_anything_starts(
+        capsys: pytest.CaptureFixture[str], prefix: str) -> None:
+    t0 = time.monotonic()
+    status, err = run(capsys, "replay", "--to-prefix", prefix)
+    assert status == 2 and len(err) == 1 and time.monotonic() - t0 < 2.0
+    assert err[0].startswith("jevmem: Invalid value for --to-prefix: store prefix") and "lowercase" in err[0]
+
+
+def test_store_prefixes_elasticsearch_accepts_pass() -> None:
+    from storage.elastic.store import check_prefix
+
+    for prefix in ("jevmem-g1796556362-", "fz1a2b3c4d-", "gen.2+b_"):
+        assert check_prefix(prefix) == prefix

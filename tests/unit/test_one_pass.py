@@ -232,9 +232,12 @@ async def test_a_rebuild_from_the_edges_topic_after_a_forget_gives_the_live_edge
     logged_edges += [encode(marker), *(encode(e) for e in rep.relinked)]
     from_log, from_observations = stack(), stack()
     try:
-        await rebuild_from_log(from_log.stores, logged_nodes, logged_edges, [])
+        report = await rebuild_from_log(from_log.stores, logged_nodes, logged_edges, [])
         live = _graph(await mem.stores.edges.scan(A))
         assert _graph(await from_log.stores.edges.scan(A)) == live
+        # what the rebuild stored: e2 logged twice (written, then re-embedded) counts once, e1 not at all
+        stored = await from_log.stores.nodes.get(A, [nid(i) for i in range(len(TURNS))])
+        assert report.nodes == len(stored) == len(TURNS) - 1 and report.edges == len(live)
         await recompute(from_observations.pipeline, [o.model_dump_json().encode() for o in turns()] +
                         [forget.model_dump_json().encode()])
         assert _graph(await from_observations.stores.edges.scan(A)) == live

@@ -45,8 +45,8 @@ async def test_each_submitted_forget_is_purged_by_a_purge_that_started_after_it(
         assert purger.pending == 0 and purger.oldest_s() == 0.0
         assert started[-1] == 2  # one purge covered both
         purged = [r for r in caplog.records if r.getMessage() == "forget purged"]
-        assert [getattr(r, "nodes") for r in purged] == [3, 1]
-        assert all(getattr(r, "purge_s") >= 0.0 and getattr(r, "purged_at") for r in purged)
+        assert [r.__dict__["nodes"] for r in purged] == [3, 1]
+        assert all(r.__dict__["purge_s"] >= 0.0 and r.__dict__["purged_at"] for r in purged)
     finally:
         task.cancel()
 

@@ -11,9 +11,9 @@ forgotten turn is not there, so after a forget the turn before it takes its plac
 read only when both were said in one sitting (:func:`in_sitting`) and both are short
 (:func:`self_contained`: a short reply to a short turn); the node records whose text it was read
 after (``MemoryNode.after``). A turn that opens a sitting, a turn of :data:`SELF_CONTAINED_WORDS`
-words or more, a turn after such a turn, and every derived node, is embedded alone. The text read before a turn is the earlier turn's
-:func:`~topology.stages.memory_nodes.embedding_text`, at most :data:`BEFORE_CHARS` characters of
-its end. Pure, but for the one embedding call of :func:`embed`.
+words or more, a turn after such a turn, and every derived node, is embedded alone. The text read
+before a turn is the earlier turn's :func:`~topology.stages.memory_nodes.embedding_text`, at most
+:data:`BEFORE_CHARS` characters of its end. Pure, but for the one embedding call of :func:`embed`.
 
 Contracts: the vector of a turn depends only on its text and on the latest earlier observation
 stored or written with it, never on batching (embedders run each text on its own); a rebuild

@@ -287,9 +287,10 @@ export interface components {
         };
         /**
          * DeadLetter
-         * @description An input that could not be accepted: a bounded copy of the original (UTF-8, invalid bytes
-         *     replaced, at most ``limits.DEAD_LETTER_ORIGINAL_BYTES``; ``truncated`` tells it was cut and
-         *     ``original_bytes`` gives the full size), the reason, where it came from, and the tenant it
+         * @description An input that could not be accepted: a bounded copy of the original's own bytes (at most
+         *     ``limits.DEAD_LETTER_ORIGINAL_BYTES``: as text when they are UTF-8, in base64 otherwise, which
+         *     ``original_encoding`` says; ``truncated`` tells it was cut and ``original_bytes`` gives the full
+         *     size; a record sealed on the topic is kept sealed, as it came), the reason, where it came from, and the tenant it
          *     belongs to (from the caller's key over HTTP; read from the payload, when it names one, on a
          *     topic; None when unknown: such letters are listed to no tenant).
          */
@@ -302,6 +303,12 @@ export interface components {
             original: string;
             /** Original Bytes */
             original_bytes?: number | null;
+            /**
+             * Original Encoding
+             * @default utf-8
+             * @enum {string}
+             */
+            original_encoding: "utf-8" | "base64";
             /** Reason */
             reason: string;
             /**
