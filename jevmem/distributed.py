@@ -334,7 +334,7 @@ def run_worker(settings: Settings) -> None:
                                  **{"compression.type": settings.kafka_output_compression})
     write_path = assembly.paths(settings, stores, embedder, embedded=False).writer()
     purge = stores.purge
-    purger = Purger(functools.partial(purge, [])) if purge is not None else None
+    purger = Purger(functools.partial(purge, []), ("elasticsearch",)) if purge is not None else None
     app = create_app(config, Services(write_path, stores, output.publish, keyring, stalls, purger))
 
     @app.timer(5.0)  # type: ignore[untyped-decorator]

@@ -12,7 +12,7 @@ delete. Logging first means a crash between the two leaves a marker whose deleti
 rebuild from the derived log) performs; the deletion is idempotent. Once per batch, after its
 forgets, they are logged applied and the batch is committed; the stores' files are purged of what
 they deleted in the background (:mod:`streams.purging`: Elasticsearch's deleted documents
-expunged, Qdrant's deleted points vacuumed), and each forget is logged purged.
+expunged), and each forget is logged purged.
 
 Contracts (what makes a worker's death harmless, see docs/guarantees.md):
 

@@ -3,9 +3,11 @@
 * **Applied**: the stores no longer return the forgotten data through any read, and its data keys
   are destroyed (the log's sealed copies are unreadable). The worker reports it (``forget
   applied``) before it commits the batch that held the forget; ingest behind it does not wait.
-* **Purged**: no file of a store holds the forgotten text, vectors or wrapped keys any more
-  (Elasticsearch's soft-deleted documents merged away, Qdrant's deleted points vacuumed:
-  ``storage.purge``). :class:`Purger` runs the stores' purge after each batch with forgets, and
+* **Purged**: no file of the purged stores holds the forgotten text, vectors or wrapped keys any
+  more (Elasticsearch's soft-deleted documents merged away: ``storage.purge``; the line names the
+  stores). Qdrant is not among them yet: it keeps a deleted point's vector and payload in its
+  segment and write-ahead-log files until it vacuums the segment and rotates the log
+  (docs/security.md). :class:`Purger` runs the stores' purge after each batch with forgets, and
   once at start (a forget applied by a worker that died before its purge), retries it with capped
   backoff until it succeeds, and reports each forget ``forget purged`` with the times it was
   accepted, applied and purged. A forget not purged within :data:`PURGE_DEADLINE_S` of being
@@ -55,6 +57,8 @@ class Purger:
     covers every forget submitted before it started."""
 
     purge: Callable[[], Awaitable[object]]
+    #: the stores whose files ``purge`` purges (named in each ``forget purged`` line)
+    stores: tuple[str, ...] = ()
     deadline_s: float = PURGE_DEADLINE_S
     retry_s: tuple[float, ...] = RETRY_S
     clock: Callable[[], float] = time.monotonic
@@ -96,7 +100,7 @@ class Purger:
         self._sweep = False
         now = datetime.now(UTC)
         for p in taken:
-            log.info("forget purged", extra={**p.what, "applied_at": p.applied_at.isoformat(),
+            log.info("forget purged", extra={**p.what, "stores": list(self.stores), "applied_at": p.applied_at.isoformat(),
                                              "purged_at": now.isoformat(),
                                              "purge_s": round((now - p.applied_at).total_seconds(), 3)})
         del self._pending[:len(taken)]
