@@ -29,13 +29,13 @@ llm = FakeListChatModel(responses=["Your dog is called Biscuit."])
 
 def remember(state: State, *, store: BaseStore) -> dict[str, Any]:
     """Keep what the user said as a memory of the user's namespace."""
-    store.put(("users", state["user"], "memories"), f"msg-{abs(hash(state['message']))}", {"content": state["message"]})
+    store.put((state["user"], "memories"), f"msg-{abs(hash(state['message']))}", {"content": state["message"]})
     return {}
 
 
 def respond(state: State, *, store: BaseStore) -> dict[str, Any]:
     """Recall the user's memories relevant to the message and answer with them in the prompt."""
-    hits = store.search(("users", state["user"]), query=state["message"], limit=3)
+    hits = store.search((state["user"], "memories"), query=state["message"], limit=3)
     context = "\n".join(f"- {h.value['content']}" for h in hits)
     reply = llm.invoke(f"Memories:\n{context}\n\nUser: {state['message']}")
     return {"answer": str(reply.content)}
@@ -49,7 +49,7 @@ def main() -> None:
         graph.invoke({"user": "ana", "message": "I adopted a golden retriever named Biscuit", "answer": ""})
         out = graph.invoke({"user": "ana", "message": "What is my dog called?", "answer": ""})
         print(out["answer"])
-        for hit in store.search(("users", "ana"), query="dog", limit=2):
+        for hit in store.search(("ana", "memories"), query="dog", limit=2):
             print(f"{hit.score:.3f} {hit.value['content']}")
 
 

@@ -6,15 +6,15 @@ first, ``top_k`` items (at most 50: the API's cap); the API key needs the ``quer
 user and the conversations are configuration, not something the model chooses.
 
 ``JevmemRetriever(base_url=..., api_key=..., conversation_ids=None, user_id=None, top_k=10)``:
-``invoke(question)`` (or ``ainvoke``) returns one document per piece of evidence.
-``page_content`` is the memory's text; ``metadata`` carries ``conversation_id``, ``node_id``,
-``event_id``, ``seq``, ``speaker``, ``observed_at`` (ISO 8601 or None), ``score``,
-``superseded_by`` (the newer memories' texts) and ``prompt_line``: the server's own line for it
-(``POST /v1/recall`` with ``format: "prompt"``: recording date, grounded event dates, speaker,
-text, what superseded it), the line System Two reads. The retriever asks for both answers (two
-requests, concurrent with ``ainvoke``) and pairs each piece of evidence with its line; if memory
-changed between the two, it asks once more, and a piece still without a line is left out, so
-every document has a ``prompt_line``.
+``invoke(question)`` (or ``ainvoke``) returns one document per piece of evidence, superseded ones
+included, from one ``POST /v1/recall`` request on a client the retriever keeps. ``page_content``
+is the memory's text; ``metadata`` carries ``conversation_id``, ``node_id``, ``event_id``,
+``seq``, ``speaker``, ``observed_at`` (ISO 8601 or None), ``score``, ``superseded_by`` (the newer
+memories' texts), ``valid_from`` and ``valid_until`` (ISO 8601 or None: when it became current,
+when it stopped being current) and ``prompt_line``: the line System Two reads for it (recording
+date, grounded event dates, speaker, text, what superseded it and when), made from those fields
+by the server's own code (:meth:`~query_api.retrieval.controller.Evidence.for_prompt`), so it
+equals the line of ``format: "prompt"``.
 
 ``JevmemRecallTool(base_url=..., api_key=..., conversation_ids=None, user_id=None, top_k=10)``: a
 ``BaseTool`` named ``recall_memory`` whose one argument is ``question``; it returns the server's
@@ -23,7 +23,6 @@ prompt text (the lines joined by newlines), or :data:`NO_MEMORY` when nothing wa
 
 from __future__ import annotations
 
-import asyncio
 from typing import Any
 
 from jevmem.integrations import missing_extra
@@ -42,59 +41,26 @@ try:
 except ModuleNotFoundError as exc:  # pragma: no cover - tested by simulating the missing module
     raise missing_extra(exc, "langchain") from exc
 
-from pydantic import BaseModel, Field, SecretStr
+from pydantic import BaseModel, Field, PrivateAttr, SecretStr
 
 from jevmem.client import AsyncMemoryClient, Format, MemoryClient
+from query_api.retrieval.controller import Evidence
 
 #: What the tool answers when recall found nothing.
 NO_MEMORY = "No memories found."
-_SUPERSEDED = " (superseded by: "
 
 
-def is_line_of(line: str, evidence: dict[str, Any]) -> bool:
-    """Whether ``line`` is the server's prompt line of ``evidence``: ``[dates] `` (optional), the
-    speaker and the text, then `` (superseded by: ...)`` (optional)."""
-    body = f"{evidence['speaker']}: {evidence['content']}" if evidence.get("speaker") else evidence["content"]
-    at = line.find(body)
-    while at >= 0:
-        head, tail = line[:at], line[at + len(body):]
-        if (not head or (head.startswith("[") and head.endswith("] "))) and \
-                (not tail or (tail.startswith(_SUPERSEDED) and tail.endswith(")"))):
-            return True
-        at = line.find(body, at + 1)
-    return False
-
-
-def pair_lines(evidence: list[dict[str, Any]], lines: list[str]) -> list[str | None]:
-    """Each piece of evidence's line: the line at its own position when it fits, else the first
-    unused line that does, else None."""
-    used: set[int] = set()
-    out: list[str | None] = []
-    for i, ev in enumerate(evidence):
-        order = [i, *range(len(lines))] if i < len(lines) else range(len(lines))
-        pick = next((j for j in order if j not in used and is_line_of(lines[j], ev)), None)
-        if pick is not None:
-            used.add(pick)
-        out.append(None if pick is None else lines[pick])
+def documents(recall: dict[str, Any]) -> list[Document]:
+    """The documents of a recall's JSON answer, one per piece of evidence, in its order."""
+    out = []
+    for ev in recall["evidence"]:
+        line = Evidence.model_validate(ev).for_prompt()
+        out.append(Document(page_content=ev["content"], metadata={
+            "conversation_id": ev["conversation_id"], "node_id": ev["node_id"], "event_id": ev["event_id"],
+            "seq": ev["seq"], "speaker": ev.get("speaker"), "observed_at": ev.get("observed_at"), "score": ev["score"],
+            "superseded_by": list(ev.get("superseded_by") or []), "valid_from": ev.get("valid_from"),
+            "valid_until": ev.get("valid_until"), "prompt_line": line}))
     return out
-
-
-def _docs(evidence: list[dict[str, Any]], lines: list[str | None]) -> list[Document]:
-    return [Document(page_content=ev["content"], metadata={
-        "conversation_id": ev["conversation_id"], "node_id": ev["node_id"], "event_id": ev["event_id"],
-        "seq": ev["seq"], "speaker": ev.get("speaker"), "observed_at": ev.get("observed_at"), "score": ev["score"],
-        "superseded_by": list(ev.get("superseded_by") or []), "prompt_line": line})
-        for ev, line in zip(evidence, lines, strict=True) if line is not None]
-
-
-def documents(recall: dict[str, Any], prompt: dict[str, Any], partial: bool = False) -> list[Document] | None:
-    """The documents of a recall's ``json`` and ``prompt`` answers. When some evidence has no
-    line in the prompt answer (memory changed between the two): None, or with ``partial`` the
-    documents of the evidence that has one."""
-    lines = pair_lines(recall["evidence"], list(prompt["lines"]))
-    if not partial and any(line is None for line in lines):
-        return None
-    return _docs(recall["evidence"], lines)
 
 
 class _Recall(BaseModel):
@@ -115,24 +81,36 @@ class _Recall(BaseModel):
 
 
 class JevmemRetriever(BaseRetriever, _Recall):
-    """Recall from a running ``jevmem serve`` with an API key that has the ``query`` scope."""
+    """Recall from a running ``jevmem serve`` with an API key that has the ``query`` scope: one
+    request per retrieve, on a client made on first use and kept (one for ``invoke``, one for
+    ``ainvoke``; ``close``/``aclose`` release them)."""
+
+    _client: MemoryClient | None = PrivateAttr(default=None)
+    _aclient: AsyncMemoryClient | None = PrivateAttr(default=None)
 
     def _get_relevant_documents(self, query: str, *, run_manager: CallbackManagerForRetrieverRun) -> list[Document]:
-        with MemoryClient(self.base_url, self.api_key.get_secret_value(), self.timeout) as client:
-            for _ in range(2):
-                both = self._recall(client, query, "json"), self._recall(client, query, "prompt")
-                if (docs := documents(*both)) is not None:
-                    return docs
-            return documents(*both, partial=True) or []
+        if self._client is None:
+            self._client = MemoryClient(self.base_url, self.api_key.get_secret_value(), self.timeout)
+        return documents(self._recall(self._client, query, "json"))
 
     async def _aget_relevant_documents(self, query: str, *,
                                        run_manager: AsyncCallbackManagerForRetrieverRun) -> list[Document]:
-        async with AsyncMemoryClient(self.base_url, self.api_key.get_secret_value(), self.timeout) as client:
-            for _ in range(2):
-                both = await asyncio.gather(self._arecall(client, query, "json"), self._arecall(client, query, "prompt"))
-                if (docs := documents(*both)) is not None:
-                    return docs
-            return documents(*both, partial=True) or []
+        if self._aclient is None:
+            self._aclient = AsyncMemoryClient(self.base_url, self.api_key.get_secret_value(), self.timeout)
+        return documents(await self._arecall(self._aclient, query, "json"))
+
+    def close(self) -> None:
+        """Close the kept synchronous client (a later ``invoke`` opens a new one)."""
+        if self._client is not None:
+            self._client.close()
+            self._client = None
+
+    async def aclose(self) -> None:
+        """Close both kept clients."""
+        self.close()
+        if self._aclient is not None:
+            await self._aclient.close()
+            self._aclient = None
 
 
 class RecallArgs(BaseModel):

@@ -27,7 +27,7 @@ from langgraph.graph import END, START, StateGraph
 from langgraph.store.base import BaseStore
 
 from jevmem.client import AsyncMemoryClient, MemoryClient
-from jevmem.integrations.langchain import NO_MEMORY, JevmemRecallTool, JevmemRetriever, is_line_of, pair_lines
+from jevmem.integrations.langchain import NO_MEMORY, JevmemRecallTool, JevmemRetriever, documents
 from jevmem.integrations.langgraph import AdminScopeRequired, JevmemStore, conversation_of, matches, namespace_of, text_of
 from jevmem.integrations.openai_agents import JevmemSession
 from jevmem.settings import Settings
@@ -154,7 +154,7 @@ async def test_langchain_retriever_returns_documents_sync_and_async(api: Api) ->
     assert docs[0].page_content == "I adopted a puppy named Biscuit"
     assert docs[0].metadata["conversation_id"] == "chat-1" and docs[0].metadata["speaker"] == "Ana"
     assert docs[0].metadata["prompt_line"] == "[recorded 2023-05-08] Ana: I adopted a puppy named Biscuit"
-    assert [d.metadata["prompt_line"] for d in docs] == server["lines"]  # the server's lines, not rebuilt
+    assert [d.metadata["prompt_line"] for d in docs] == server["lines"]  # the server's lines
     assert [d.page_content for d in await r.ainvoke("What is the puppy called?")] == [d.page_content for d in docs]
     assert api.keys["a"] not in repr(r)  # the key is a secret
     dated = JevmemRetriever(base_url=api.url, api_key=api.keys["a"], conversation_ids=["chat-1"], top_k=1)
@@ -163,15 +163,22 @@ async def test_langchain_retriever_returns_documents_sync_and_async(api: Api) ->
         '[recorded 2023-06-02; event 2023-06-01 ("yesterday")] Ben: I ran ten miles yesterday'
 
 
-def test_prompt_lines_pair_with_their_evidence() -> None:
-    ana = {"speaker": "Ana", "content": "I live in Lyon"}
-    bare = {"speaker": None, "content": "yesterday"}
-    assert is_line_of("[recorded 2023-05-08] Ana: I live in Lyon (superseded by: I moved to Paris)", ana)
-    assert is_line_of("Ana: I live in Lyon", ana) and not is_line_of("Ana: I live in Lyon now", ana)
-    assert not is_line_of('[recorded 2023-05-08; event 2023-05-07 ("yesterday")] Ana: hi', bare)
-    assert is_line_of('[recorded 2023-05-08; event 2023-05-07 ("yesterday")] yesterday', bare)
-    assert pair_lines([ana, bare], ["yesterday", "Ana: I live in Lyon"]) == ["Ana: I live in Lyon", "yesterday"]
-    assert pair_lines([ana, bare], ["Ana: I live in Lyon"]) == ["Ana: I live in Lyon", None]
+def test_a_superseded_memory_is_a_document_with_its_validity() -> None:
+    """Read from the answer's fields, never from display lines: a superseded memory stays, with
+    what superseded it, when it stopped being current, and the server's line for it."""
+    old = {"node_id": "n1", "conversation_id": "c", "event_id": "e1", "content": "I live in Lyon", "speaker": "Ana",
+           "score": 0.4, "relevance": 0.4, "via": "anchor", "seq": 0, "observed_at": "2023-05-08T10:00:00Z",
+           "event_time": None, "temporal_refs": [], "provenance": {}, "superseded_by": ["I moved to Paris"],
+           "valid_until": "2023-07-01T09:00:00Z", "valid_from": None}
+    new = {**old, "node_id": "n2", "event_id": "e2", "content": "I moved to Paris", "seq": 1, "score": 0.9,
+           "observed_at": "2023-07-01T09:00:00Z", "superseded_by": [], "valid_until": None,
+           "valid_from": "2023-07-01T09:00:00Z"}
+    docs = documents({"evidence": [new, old]})
+    assert [d.page_content for d in docs] == ["I moved to Paris", "I live in Lyon"]
+    assert docs[1].metadata["superseded_by"] == ["I moved to Paris"]
+    assert docs[1].metadata["valid_until"] == "2023-07-01T09:00:00Z" and docs[0].metadata["valid_from"]
+    assert docs[1].metadata["prompt_line"] == \
+        "[recorded 2023-05-08] Ana: I live in Lyon (superseded on 2023-07-01 by: I moved to Paris)"
 
 
 async def test_langchain_recall_tool_returns_the_servers_prompt_text(api: Api) -> None:
@@ -386,3 +393,9 @@ def test_the_examples_run_offline_against_a_server(api: Api, example: str, expec
                          timeout=120, cwd=root, env={**os.environ, "JEVMEM_URL": api.url, "JEVMEM_API_KEY": api.keys["a"]})
     assert out.returncode == 0, out.stderr
     assert expected in out.stdout
+    if example == "langgraph_agent.py":  # the memory is the namespace's user's: a recall for "ana" finds it
+        from jevmem.client import MemoryClient
+
+        with MemoryClient(api.url, api.keys["a"]) as client:
+            found = client.recall("What is my dog called?", None, 5, user_id="ana")
+        assert any("Biscuit" in ev["content"] for ev in found["evidence"]), found
