@@ -5,7 +5,7 @@ similarities, the learned judges, a question against its candidates), while the 
 runs its own threads on every core. OpenBLAS, numpy's default, starts one thread per core and, after
 each product it splits, keeps those threads spinning on a core for a while: in a jevmem process that
 is CPU taken from the model for products too small to gain from a second thread. The figures behind
-the default are in ``docs/benchmarks.md`` ("BLAS threads").
+the default are in ``docs/experiments/benchmarks-history.md`` ("BLAS threads").
 
 Contract: :func:`limit` caps the BLAS thread pools of the libraries loaded in this process (through
 ``threadpoolctl``) and returns how many threads each pool had before; ``0`` leaves them as they are.

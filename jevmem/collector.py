@@ -6,7 +6,7 @@ and makes many short-lived ones per query and per write batch. With CPython's de
 and promoted before they die, and the older generations' collections then walk the caches: the
 collector, not the pipeline, sets the tail of query latency. Larger thresholds let short-lived
 objects die by reference counting first. The figures behind the default are in
-``docs/benchmarks.md`` ("The garbage collector").
+``docs/experiments/benchmarks-history.md`` ("The garbage collector").
 
 Contract: :func:`tune` sets the three thresholds of :func:`gc.set_threshold` and returns the
 ones in force before; it never disables the collector (a zero young threshold is refused), so

@@ -186,7 +186,7 @@ class OnnxEmbedder:
         # a question is one short text on the query path's critical path: a session of its own,
         # so a query never waits for a write batch holding the batch sessions. Single-threaded:
         # on a text this short, splitting each operator over two threads cost more in
-        # synchronisation than it saved (docs/benchmarks.md, "Query latency at 100,000 turns")
+        # synchronisation than it saved (docs/experiments/benchmarks-history.md, "Query latency at 100,000 turns")
         self._query_session = session(1)
         self._query_lock = threading.Lock()
         self._inputs = {i.name for i in self._sessions[0].get_inputs()}

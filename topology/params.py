@@ -137,7 +137,7 @@ class RealmRanking(BaseModel):
     the turns around an answer tell it apart; across sessions its values are small and flat, and
     the question's cosine (normalised in the pool) carries the ranking. Chosen on
     ``jevmem bench users``'s training wordings with ``scripts/tune_kind_penalty.py`` and checked on
-    held-out wordings (docs/benchmarks.md, "User memory across sessions")."""
+    held-out wordings (docs/experiments/benchmarks-history.md, "User memory across sessions")."""
 
     model_config = ConfigDict(frozen=True)
 

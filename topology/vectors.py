@@ -6,7 +6,7 @@ A turn's *context vector* is the turn embedded after the turn before it in its s
 mean of the two vectors, not by its cosine: the mean is shorter when the context changes what a
 turn means (a short reply), so a turn that says something of its own ranks above a bare reply to
 a matching question; the reply is reached anyway, through the ``next`` edge and the ranker's
-``reply_to_match``. Measured leave-one-conversation-out in ``docs/benchmarks.md``.
+``reply_to_match``. Measured leave-one-conversation-out in ``docs/experiments/benchmarks-history.md``.
 
 Contracts: a context vector is kept at half precision (:func:`half`: float16 values, 768 bytes at
 384 dimensions, half an embedding's; a coordinate moves by at most 4.9e-4 of its value).
