@@ -254,7 +254,6 @@ def create_app(config: AppConfig, services: Services) -> faust.App:
 
     async def process_traced(values: Sequence[tuple[bytes, str]], timestamps: Sequence[float]) -> None:
         inputs: Sequence[tuple[bytes | dict[str, Any], str]] = values
-        raws: list[bytes] = [v for v, _ in values]  # the records' own bytes: what a dead letter keeps
         event_keys: dict[tuple[str, str, str], DataKey] = {}
         if keyring is not None:
             opened = await keyring.open([v for v, _ in values])
@@ -264,14 +263,13 @@ def create_app(config: AppConfig, services: Services) -> faust.App:
                 log.info("skipped records whose keys were destroyed by a forget",
                          extra={"records": opened.forgotten, "first": values[0][1]})
             inputs = [(v if isinstance((v := opened.values[i]), dict) else values[i][0], values[i][1]) for i in kept]
-            raws = [values[i][0] for i in kept]
             timestamps = [timestamps[i] for i in kept]
             for i in kept:
                 key, v = opened.keys[i], opened.values[i]
                 if key is not None and isinstance(v, dict) and isinstance(v.get("event_id"), str):
                     event_keys[(key.tenant_id, key.conversation_id, v["event_id"])] = key
         origins: dict[EventKey, tuple[bytes | dict[str, Any], str]] = {}
-        items, letters = decode_batch(inputs, timestamps, origins, raws)
+        items, letters = decode_batch(inputs, timestamps, origins)
         await reject(letters, "topic")
         applied: list[tuple[Scope, dict[str, Any]]] = []
         for part in forgetting.split_at_forgets(items):

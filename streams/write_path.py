@@ -15,7 +15,7 @@ from collections import deque
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import Any, TypeVar, cast
+from typing import Any, TypeVar
 
 import orjson
 
@@ -159,7 +159,7 @@ R = TypeVar("R", bound=bytes | str | dict[str, Any])
 
 
 def decode_batch(values: Sequence[tuple[R, str]], timestamps: Sequence[float] | None = None,
-                 origins: dict[EventKey, tuple[R, str]] | None = None, raws: Sequence[bytes] | None = None,
+                 origins: dict[EventKey, tuple[R, str]] | None = None,
                  ) -> tuple[list[Observation | Forget], list[DeadLetter]]:
     """The one decoder of raw observations-topic records (the Faust worker's batches, the
     in-process writer's raw input): observations and forgets of a batch in order (between two
@@ -169,9 +169,8 @@ def decode_batch(values: Sequence[tuple[R, str]], timestamps: Sequence[float] | 
     "topic:partition:offset"). An observation without ``observed_at`` (from a producer other than ours, which stamps them) is
     observed at its record's timestamp (``timestamps``, seconds: in the log, so a replay sees the
     same). ``origins``, when given, gets each observation's first record (value, source) by
-    (tenant, conversation, event id): what a dead letter of it carries. ``raws``, when given, are
-    the records' own bytes (a sealed record's, where ``values`` holds it opened): what dead letters
-    keep, and what ``origins`` gets."""
+    (tenant, conversation, event id): what a dead letter of it carries (a record's own bytes; a
+    sealed record as it was opened, which an operator can read)."""
     good: list[Observation | Forget] = []
     letters: list[DeadLetter] = []
     for i, (value, source) in enumerate(values):
@@ -180,12 +179,10 @@ def decode_batch(values: Sequence[tuple[R, str]], timestamps: Sequence[float] | 
             if isinstance(item, Observation) and timestamps is not None:
                 item = item.stamped(datetime.fromtimestamp(timestamps[i], UTC))
             if isinstance(item, Observation) and origins is not None:
-                origins.setdefault((item.tenant_id, item.conversation_id, item.event_id),
-                                   (value if raws is None else cast(R, raws[i]), source))
+                origins.setdefault((item.tenant_id, item.conversation_id, item.event_id), (value, source))
             good.append(item)
         except InvalidEvent as exc:
-            own = raws[i] if raws is not None else orjson.dumps(value) if isinstance(value, dict) else value
-            letters.append(dead_letter(own, exc.reason, source))
+            letters.append(dead_letter(orjson.dumps(value) if isinstance(value, dict) else value, exc.reason, source))
     out: list[Observation | Forget] = []
     for part in forgetting.split_at_forgets(good):
         out += [part] if isinstance(part, Forget) else dedupe(part)

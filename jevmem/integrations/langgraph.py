@@ -24,10 +24,16 @@ Mapping (documented, reversible):
   and deleting a missing key is a no-op. (A key without ``admin`` is found out by its first
   refused forget; from then on a put first reads the namespace to see whether the key exists.)
 * ``search(prefix, query=...)`` is jevmem's recall over the namespaces under ``prefix`` (at most
-  1,000 conversations: the API's cap), best first, with its score; without a query, the items in
-  namespace then write order. ``filter`` matches value fields: equality, or ``$eq``, ``$ne``,
+  1,000 conversations: the API's cap), best first, with its score, at most 50 items
+  (``offset + limit`` above that is a ``ValueError``, never a silently shorter page); without a
+  query, the items in namespace then write order, paged by ``offset`` and ``limit``. ``filter``
+  matches value fields: equality, or ``$eq``, ``$ne``,
   ``$gt``, ``$gte``, ``$lt``, ``$lte``.
 * TTLs are not supported (``supports_ttl`` is False): memories are kept until forgotten.
+* A namespace the API key may not read (another user's, with a key limited to users) raises the
+  API's 403 (:class:`~jevmem.client.MemoryApiError`) on ``get`` and ``search``, where
+  ``InMemoryStore`` answers None: None would tell the agent that the item does not exist, and a
+  misconfigured key would pass unnoticed.
 
 Cost: ``get`` and an unqueried ``search`` read the whole conversation (one request each), and so
 does a put with a key that lacks ``admin``.
@@ -296,6 +302,9 @@ class JevmemStore(BaseStore):
         if len(under) > MAX_NAMESPACES:
             raise ValueError(f"{len(under)} namespaces under {op.namespace_prefix!r}; a query searches at most "
                              f"{MAX_NAMESPACES}: give a longer prefix")
+        if op.offset + op.limit > MAX_TOP_K:
+            raise ValueError(f"a search with a query returns at most {MAX_TOP_K} items (the API's cap on top_k); "
+                             f"offset {op.offset} + limit {op.limit} asks for more: page without a query, or ask less")
         if not under:
             return []
         by_conv = {conversation_of(self.prefix, ns): ns for ns in under}

@@ -42,7 +42,7 @@ from jevmem.integrations import missing_extra
 
 try:
     from agents.items import TResponseInputItem
-    from agents.memory.session_settings import SessionSettings
+    from agents.memory.session_settings import SessionSettings, coerce_session_settings, resolve_session_limit
 except ModuleNotFoundError as exc:  # pragma: no cover - tested by simulating the missing module
     raise missing_extra(exc, "openai-agents") from exc
 
@@ -115,11 +115,15 @@ class JevmemSession:
     session_settings: SessionSettings | None = None
 
     def __init__(self, session_id: str, base_url: str, api_key: str, timeout: float = 60.0, *,
-                 user_id: str | None = None, searchable_tool_items: bool = False) -> None:
+                 user_id: str | None = None, searchable_tool_items: bool = False,
+                 session_settings: SessionSettings | dict[str, Any] | None = None) -> None:
         if not session_id or len(session_id) > MAX_SESSION_ID:
             raise ValueError(f"session_id must be 1 to {MAX_SESSION_ID} characters (its tool items' conversation "
                              f"adds {TOOLS_SUFFIX!r})")
         self.session_id, self.user_id, self.searchable_tool_items = session_id, user_id, searchable_tool_items
+        #: as the SDK's own sessions: ``limit`` is how many of the latest items ``get_items()`` gives
+        self.session_settings = coerce_session_settings(session_settings) if session_settings is not None \
+            else SessionSettings()
         self.tools_conversation = session_id + TOOLS_SUFFIX
         self._clients = LoopClients(base_url, api_key, timeout)
         self._last = 0
@@ -141,7 +145,9 @@ class JevmemSession:
         return items_of(said + tools)
 
     async def get_items(self, limit: int | None = None) -> list[TResponseInputItem]:
-        """All items in order, or the latest ``limit`` of them (still in order)."""
+        """All items in order, or the latest ``limit`` of them (still in order); without ``limit``,
+        ``session_settings.limit`` (None: all)."""
+        limit = resolve_session_limit(limit, self.session_settings)
         items = [i for _, _, i in await self._items()]
         return items[-limit:] if limit is not None and limit > 0 else ([] if limit == 0 else items)
 

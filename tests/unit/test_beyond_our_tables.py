@@ -71,6 +71,11 @@ def test_a_request_that_also_states_something_holds_a_statement() -> None:
     holds = statement_within("I adopted a puppy named Miso last week. What food should I buy for him?", "user")
     asks = statement_within("Can you help me? What food is good for puppies?", "user")
     assert holds > 0.5 > asks
+    # clauses too: a fact said inside a request's one sentence, and a bare question with a preamble
+    clause = statement_within("I'm thinking of visiting my sister Emily in Denver soon, any kid-friendly attractions?",
+                              "user")
+    preamble = statement_within("Remind me, which allergy did I tell you about?", "user")
+    assert clause > 0.5 > 0.2 > preamble
 
 
 # -- the floor: what the models are not sure of leaves the order to relevance ---------------------

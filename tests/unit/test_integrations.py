@@ -89,6 +89,8 @@ def test_langgraph_store_put_get_search_list_delete(api: Api) -> None:
         hits = store.search(("users", "ana"), query="What is the name of Ana's dog?", limit=2)
         assert hits and hits[0].key == "pet" and hits[0].score is not None
         assert {h.namespace for h in store.search(("users",), query="marathon training", limit=5)} >= {("users", "ben", "memories")}
+        with pytest.raises(ValueError, match="at most 50 items"):  # said, not a silently shorter page
+            store.search(("users",), query="marathon training", offset=40, limit=20)
         # without a query: namespace order, then write order
         assert [h.key for h in store.search(("users",), filter={"n": {"$gte": 2}})] == ["food", "run"]
         assert [h.key for h in store.search(ns, filter={"kind": "food"})] == ["food"]
@@ -215,6 +217,11 @@ async def test_openai_agents_session_round_trips_items_in_order(api: Api) -> Non
         await s.add_items(items[2:])
         assert await s.get_items() == items
         assert await s.get_items(limit=2) == items[2:]
+        latest = JevmemSession("agent-session-1", api.url, api.keys["a"], session_settings={"limit": 3})
+        try:  # the SDK's session settings: a default limit, which an explicit one overrides
+            assert await latest.get_items() == items[1:] and await latest.get_items(limit=1) == items[3:]
+        finally:
+            await latest.close()
         assert await s.pop_item() == items[-1]
         assert await s.get_items() == items[:3]
         with MemoryClient(api.url, api.keys["a"]) as c:  # the history is memory: recall finds it

@@ -1,6 +1,6 @@
 /**
  * A TypeScript client of the jevmem HTTP API. Every request and response type comes from the API's
- * OpenAPI document (`openapi.json`, generated into `schema.d.ts` by openapi-typescript); this file
+ * OpenAPI document (`openapi.json`, generated into `schema.ts` by openapi-typescript); this file
  * names one method per operation of the API:
  *
  * | method | operation |

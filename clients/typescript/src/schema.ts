@@ -290,7 +290,8 @@ export interface components {
          * @description An input that could not be accepted: a bounded copy of the original's own bytes (at most
          *     ``limits.DEAD_LETTER_ORIGINAL_BYTES``: as text when they are UTF-8, in base64 otherwise, which
          *     ``original_encoding`` says; ``truncated`` tells it was cut and ``original_bytes`` gives the full
-         *     size; a record sealed on the topic is kept sealed, as it came), the reason, where it came from, and the tenant it
+         *     size; a record sealed on the topic is kept as it was opened, re-serialised, so an operator can
+         *     read it: the letter is sealed again on its own topic), the reason, where it came from, and the tenant it
          *     belongs to (from the caller's key over HTTP; read from the payload, when it names one, on a
          *     topic; None when unknown: such letters are listed to no tenant).
          */
