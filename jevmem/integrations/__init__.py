@@ -25,4 +25,5 @@ def missing_extra(exc: ModuleNotFoundError, extra: str) -> ModuleNotFoundError:
     the missing module and the extra that installs it."""
     return ModuleNotFoundError(
         f"jevmem's {extra} adapter needs the {extra} extra (missing module {exc.name!r}): "
-        f"pip install 'jevmem[{extra}]'", name=exc.name)
+        f"pip install '.[{extra}]' in the jevmem checkout, or 'jevmem-VERSION-py3-none-any.whl[{extra}]' "
+        "for a built wheel", name=exc.name)

@@ -379,7 +379,7 @@ def test_an_adapter_without_its_extra_names_the_extra(monkeypatch: pytest.Monkey
                                                       extra: str) -> None:
     monkeypatch.delitem(sys.modules, adapter)
     monkeypatch.setitem(sys.modules, missing, None)  # as if the framework were not installed
-    with pytest.raises(ImportError, match=re.escape(f"pip install 'jevmem[{extra}]'")) as err:
+    with pytest.raises(ImportError, match=re.escape(f"pip install '.[{extra}]' in the jevmem checkout")) as err:
         importlib.import_module(adapter)
     assert isinstance(err.value, ModuleNotFoundError) and err.value.name == missing
     assert extra in pyproject()["project"]["optional-dependencies"]
