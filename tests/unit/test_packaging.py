@@ -6,6 +6,7 @@ the installed copy against a running server."""
 from __future__ import annotations
 
 import os
+import shutil
 import site
 import subprocess
 import sys
@@ -19,9 +20,21 @@ from tests.unit.test_integrations import Api, api  # noqa: F401 (the fixture)
 ROOT = Path(__file__).resolve().parents[2]
 
 
+def _checkout(into: Path) -> Path:
+    """A copy of the tracked files (a build writes ``build/`` and ``*.egg-info`` into its tree)."""
+    files = subprocess.run(["git", "ls-files", "-z"], cwd=ROOT, check=True, capture_output=True).stdout
+    for name in filter(None, files.decode().split("\0")):
+        src = ROOT / name
+        if src.is_file():
+            (into / name).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(src, into / name)
+    return into
+
+
 def _wheel(out: Path) -> Path:
+    src = _checkout(out / "src")
     subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q", "-w", str(out),
-                    str(ROOT)], check=True, capture_output=True, timeout=600)
+                    str(src)], check=True, capture_output=True, timeout=600)
     [built] = list(out.glob("*.whl"))
     return built
 
@@ -52,8 +65,9 @@ def test_the_wheel_installs_into_a_fresh_environment_and_its_adapters_work(api: 
 
 
 def test_the_sdist_holds_the_sources_and_the_models(tmp_path: Path) -> None:
-    subprocess.run([sys.executable, "-c", "import setuptools.build_meta as b; import sys; "
-                    f"print(b.build_sdist({str(tmp_path)!r}))"], check=True, capture_output=True, timeout=300, cwd=ROOT)
+    src = _checkout(tmp_path / "src")
+    subprocess.run([sys.executable, "-c", "import setuptools.build_meta as b; "
+                    f"print(b.build_sdist({str(tmp_path)!r}))"], check=True, capture_output=True, timeout=300, cwd=src)
     [sdist] = list(tmp_path.glob("*.tar.gz"))
     with tarfile.open(sdist) as tar:
         names = {n.split("/", 1)[1] for n in tar.getnames() if "/" in n}
