@@ -177,6 +177,10 @@ class _QueryState:
     static: dict[str, _Static] = field(default_factory=dict)
     #: per node, its reply_to_match once final (see ``RetrievalController._reply``)
     reply: dict[str, float] = field(default_factory=dict)
+    #: a recall over many conversations: the ``statement`` feature is whether the turn holds a
+    #: statement (its kind, or its best sentence or clause read alone), which the realm weights
+    #: learned from; a conversation's query keeps the turn's kind alone (the LoCoMo weights')
+    realm: bool = False
 
 
 @dataclass
@@ -301,6 +305,7 @@ class RetrievalController:
         reach = self.reach(where)
         run = await self._route(reach, question)
         run.realm, run.as_of = isinstance(where, Realm), as_of
+        run.st.realm = run.realm
         await self._anchor(reach, run)
         for rnd in range(1, run.depth + 1):
             if not await self._round(reach, run, rnd):
@@ -515,7 +520,7 @@ class RetrievalController:
                 route["temporal"] * (1.0 if info.has_temporal else 0.0),
                 qf.date_match_dates(info.dates, *st.dates),
                 route["causal"] * (1.0 if info.causal else 0.0),
-                turn_kind(c.node.types)["statement"]))
+                max(turn_kind(c.node.types)["statement"], info.states if st.realm and c.node.types.kind else 0.0)))
         raw = np.asarray(heads, dtype=np.float64).reshape(len(heads), len(STATIC_HEAD))
         done = np.where(_HEAD_EXACT, raw, qf.round_exact(raw)).tolist()
         for c, head in zip(cands, done, strict=True):
@@ -606,7 +611,7 @@ class RetrievalController:
         def texts() -> list[scoring.Texts]:
             return [scoring.Texts(c.node.content, c.node.speaker or "", c.via) for c in cands]
 
-        judged = await self.scorer.judge(run.so, st.question, rows, texts)
+        judged = await self.scorer.judge(run.so, st.question, rows, texts, realm=run.realm)
         w, r = self.params.weights, st.route["recency"]
         realm = self.params.realm if run.realm else None
         for c, row, (relevance, useful, novelty, supports) in zip(cands, rows, judged, strict=True):

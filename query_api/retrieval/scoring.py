@@ -11,6 +11,9 @@ candidate, the four Nouls the combined score reads. Two scorers give the same an
   same formulas, ``local.score_nouls``, that ``local.score_many`` uses), so answers are
   bit-identical to ``ask``'s without validating and serialising every state twice. The request
   is counted as ``ask`` counts it (:meth:`CountingSystemOne.record`). A unit test compares both.
+  For a recall over many conversations (``realm``) it evaluates the backend's realm weights
+  (``LocalSystemOne.realm_score_model``), which the ``score`` question does not name: there the
+  two differ by design (a remote backend has one set of weights).
 """
 
 from __future__ import annotations
@@ -59,9 +62,10 @@ def local_judgements(model: ScoreModel, rows: Sequence[ScoreRow]) -> list[Judgem
 
 class Scorer(Protocol):
     async def judge(self, so: CountingSystemOne, question: str, rows: Sequence[ScoreRow],
-                    texts: Callable[[], Sequence[Texts]]) -> list[Judgement]:
+                    texts: Callable[[], Sequence[Texts]], realm: bool = False) -> list[Judgement]:
         """One controller request (counted by ``so``) scoring every candidate; ``texts()`` gives
-        the candidates' text fields, parallel to ``rows`` (called only when the states are sent)."""
+        the candidates' text fields, parallel to ``rows`` (called only when the states are sent);
+        ``realm``: the pool is a recall over many conversations."""
         ...
 
 
@@ -69,7 +73,7 @@ class AskScorer:
     """Scores through ``so.ask``: works with every backend."""
 
     async def judge(self, so: CountingSystemOne, question: str, rows: Sequence[ScoreRow],
-                    texts: Callable[[], Sequence[Texts]]) -> list[Judgement]:
+                    texts: Callable[[], Sequence[Texts]], realm: bool = False) -> list[Judgement]:
         if not rows:
             return []
         answers = await so.ask([Item(SCORE, state(question, t, r).model_dump()) for t, r in zip(texts(), rows, strict=True)])
@@ -84,8 +88,8 @@ class LocalScorer:
         self.backend = backend
 
     async def judge(self, so: CountingSystemOne, question: str, rows: Sequence[ScoreRow],
-                    texts: Callable[[], Sequence[Texts]]) -> list[Judgement]:
+                    texts: Callable[[], Sequence[Texts]], realm: bool = False) -> list[Judgement]:
         if not rows:
             return []
         so.record([SCORE] * len(rows))
-        return local_judgements(self.backend.score_model, rows)
+        return local_judgements(self.backend.realm_score_model if realm else self.backend.score_model, rows)

@@ -4,8 +4,10 @@ A model is a JSON document: the base feature names (must equal
 :data:`~topology.systemone.features.SCORE_FEATURES`, so a model trained on other features is
 rejected at load), pairwise ``interactions`` (products of two base features), a standardisation
 (``mean``, ``scale``) and the logistic ``coef``/``intercept``. ``meta`` records how it was trained
-(script, seed, data, regularisation). The shipped weights live next to this module
-(``score_model.json``) and are written by ``scripts/train_system_one.py``.
+(script, seed, data, regularisation). The shipped weights live next to this module:
+``score_model.json`` (a recall inside one conversation, written by ``scripts/train_system_one.py``
+from LoCoMo dev) and ``score_model.realm.json`` (a recall over many conversations, written by
+``scripts/train_realm_relevance.py`` from LongMemEval dev realm pools).
 """
 
 from __future__ import annotations
@@ -23,14 +25,21 @@ from topology.errors import SystemOneError
 from topology.systemone.features import SCORE_FEATURES
 
 SHIPPED = "score_model.json"
+#: The weights for a recall over many conversations (a user's sessions), trained on realm pools
+#: (``scripts/train_realm_relevance.py``): what is evidence among a user's 50 sessions is not what
+#: is evidence among one conversation's turns (cross-validated in docs/benchmarks.md).
+REALM_SHIPPED = "score_model.realm.json"
 #: The embedding model the weights in :data:`SHIPPED` were trained with (its cosine features).
 SHIPPED_EMBEDDER = "e5-small-v2-int8@0.36.2"
 
 
-def shipped_file(embedder: str = SHIPPED_EMBEDDER) -> str:
+def shipped_file(embedder: str = SHIPPED_EMBEDDER, realm: bool = False) -> str:
     """The package file holding the weights trained with ``embedder``'s vectors:
-    :data:`SHIPPED` for the default model, ``score_model.<embedder>.json`` for another."""
-    return SHIPPED if embedder == SHIPPED_EMBEDDER else f"score_model.{embedder.replace('@', '-')}.json"
+    :data:`SHIPPED` (:data:`REALM_SHIPPED` with ``realm``) for the default model,
+    ``score_model[.realm].<embedder>.json`` for another."""
+    if embedder == SHIPPED_EMBEDDER:
+        return REALM_SHIPPED if realm else SHIPPED
+    return f"score_model{'.realm' if realm else ''}.{embedder.replace('@', '-')}.json"
 
 #: The hand-set relevance prior used before any training (bootstrap of the training script):
 #: fused-rank strength, BM25, cosine within the anchor pool, query-token coverage, entity match,
@@ -100,11 +109,22 @@ class ScoreModel:
             raise SystemOneError(f"unreadable score model: {exc}") from exc
 
     @classmethod
-    def shipped(cls, embedder: str = SHIPPED_EMBEDDER) -> ScoreModel:
+    def shipped(cls, embedder: str = SHIPPED_EMBEDDER, realm: bool = False) -> ScoreModel:
         """The weights shipped in the package for ``embedder`` (cosine features depend on the
         model); for a model without its own weights, the default model's, marked in ``meta``
-        (``trained_with``) so a caller can tell they are untuned for it."""
+        (``trained_with``) so a caller can tell they are untuned for it. With ``realm``, the
+        weights for recall over many conversations, where ``embedder`` has them; else the
+        single-conversation weights (``meta["realm"]`` False)."""
         pkg = resources.files("topology.systemone")
+        if realm:
+            own = pkg.joinpath(shipped_file(embedder, realm=True))
+            if own.is_file():
+                model = cls.from_json(own.read_bytes())
+                model.meta.setdefault("trained_with", embedder)
+                return model
+            single = cls.shipped(embedder)
+            single.meta["realm"] = False
+            return single
         own = pkg.joinpath(shipped_file(embedder))
         model = cls.from_json((own if own.is_file() else pkg.joinpath(SHIPPED)).read_bytes())
         model.meta.setdefault("trained_with", embedder if own.is_file() else SHIPPED_EMBEDDER)

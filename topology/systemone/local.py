@@ -254,8 +254,12 @@ class LocalSystemOne:
 
     def __init__(self, score_model: ScoreModel | None = None, embedder: str = SHIPPED_EMBEDDER,
                  relation_model: RelationModel | None = None, learned_relations: bool = True,
-                 update_model: UpdateModel | None = None) -> None:
+                 update_model: UpdateModel | None = None, realm_score_model: ScoreModel | None = None) -> None:
         self._score_model, self._embedder = score_model, embedder
+        #: None: the shipped realm weights, or ``score_model`` when one is given (a caller's own
+        #: weights answer both kinds of recall unless it gives realm weights too)
+        self._realm_score_model = realm_score_model if realm_score_model is not None or score_model is None \
+            else score_model
         self._relation_model = relation_model
         self._update_model = update_model
         self._relation_loaded = relation_model is not None or not learned_relations
@@ -282,6 +286,14 @@ class LocalSystemOne:
         if self._score_model is None:
             self._score_model = ScoreModel.shipped(self._embedder)
         return self._score_model
+
+    @property
+    def realm_score_model(self) -> ScoreModel:
+        """The relevance weights for a recall over many conversations (``ScoreModel.shipped``
+        with ``realm``)."""
+        if self._realm_score_model is None:
+            self._realm_score_model = ScoreModel.shipped(self._embedder, realm=True)
+        return self._realm_score_model
 
     async def ask(self, items: Sequence[Item]) -> list[Answer]:
         out: list[Answer | None] = [None] * len(items)
