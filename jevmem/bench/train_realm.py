@@ -106,7 +106,7 @@ def _report(got: dict[str, dict[str, float]], chosen: Sequence[Question]) -> dic
 
 
 async def train_realm(directory: Path, settings: Settings, embedder: Embedder, questions: int | None,
-                      data_dir: Path, rounds: int = 2, l2: float = 1.0) -> dict[str, Any]:
+                      data_dir: Path, rounds: int = 2, l2: float = 100.0) -> dict[str, Any]:
     """Ingest what the kept build lacks, fit the realm weights on every selected question, and
     validate across halves: ``{"model", "questions", "single_conversation_weights",
     "cross_half", "in_sample"}`` (share of evidence and NDCG@10 on each half, on all and per
