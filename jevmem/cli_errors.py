@@ -23,9 +23,12 @@ import sys
 import traceback
 from collections.abc import AsyncIterator, Callable, Iterator
 from contextlib import AbstractAsyncContextManager, asynccontextmanager, contextmanager
-from typing import Any, NoReturn
+from typing import TYPE_CHECKING, Any, NoReturn
 
 import typer
+
+if TYPE_CHECKING:
+    from query_api.service import MemoryService
 
 #: Set by ``jevmem --debug`` (see :func:`set_debug`); ``JEVMEM_DEBUG=1`` does the same.
 _debug = False
@@ -52,8 +55,8 @@ class StartFailed(Exception):
     the log with its traceback)."""
 
 
-async def preflight(service: Any) -> None:
-    """Start and stop ``service`` (a :class:`~query_api.service.MemoryService`) once, before
+async def preflight(service: MemoryService) -> None:
+    """Start and stop ``service`` once, before
     ``serve`` sets up its log and the server: what its start-up checks (the broker, the stores,
     the keys) find wrong raises :class:`StartFailed` and ends as one line (no log is set up yet,
     so librdkafka's own retry lines go nowhere: ``streams.kafka_client.LIBRDKAFKA_LOG``)."""

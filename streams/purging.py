@@ -62,11 +62,11 @@ class Purger:
     deadline_s: float = PURGE_DEADLINE_S
     retry_s: tuple[float, ...] = RETRY_S
     clock: Callable[[], float] = time.monotonic
-    _pending: list[Pending] = field(default_factory=list)
-    _wake: asyncio.Event = field(default_factory=asyncio.Event)
-    _sweep: bool = True  # once at start: forgets a dead worker applied but did not purge
-    purges: int = 0
-    failures: int = 0
+    _pending: list[Pending] = field(default_factory=list, init=False)
+    _wake: asyncio.Event = field(default_factory=asyncio.Event, init=False)
+    _sweep: bool = field(default=True, init=False)  # once at start: forgets a dead worker applied, unpurged
+    purges: int = field(default=0, init=False)
+    failures: int = field(default=0, init=False)
 
     def submit(self, what: Mapping[str, Any]) -> None:
         """An applied forget (``what``: the fields its log lines carry) to purge."""

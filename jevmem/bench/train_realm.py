@@ -7,8 +7,8 @@ evidence turns (labels are read here only, never at run time), and a logistic mo
 :func:`jevmem.bench.train.fit` fits the single-conversation one (two collect/refit rounds from the
 shipped single-conversation weights, since the pool depends on the scores).
 
-:func:`validate` reports what the issue of generalisation asks: the questions split in two halves
-by id (:func:`jevmem.bench.longmemeval.half`), weights fitted on one half evaluated on the other,
+:func:`train_realm` also validates them: the questions split in two halves by id
+(:func:`jevmem.bench.longmemeval.half`), weights fitted on one half evaluated on the other,
 beside the single-conversation weights (trained on LoCoMo only) on the same questions.
 """
 
@@ -47,7 +47,7 @@ async def collect(service: EmbeddedService, questions: Sequence[Question], model
     """Each question's final realm pool, scored with ``model``, labelled by its evidence turns
     (``group``: the question's half)."""
     backend, ctrl = _backend(service), service.mem.controller
-    backend._realm_score_model = model
+    backend.realm_score_model = model
     last: list[tuple[Sequence[MemoryNode], Sequence[ScoreState]]] = []
 
     def keep(_q: str, nodes: Sequence[MemoryNode], states: Sequence[ScoreState]) -> None:
@@ -72,7 +72,7 @@ async def collect(service: EmbeddedService, questions: Sequence[Question], model
 
 async def evaluate(service: EmbeddedService, questions: Sequence[Question], model: ScoreModel) -> dict[str, dict[str, float]]:
     """Share of evidence and NDCG@10 per question id of recall with ``model`` as the realm weights."""
-    _backend(service)._realm_score_model = model
+    _backend(service).realm_score_model = model
     out: dict[str, dict[str, float]] = {}
     for q in questions:
         res = await service_api.recall_across(service, q.tenant, q.question, DEPTH, None, user_id=USER, as_of=q.as_of)

@@ -66,7 +66,7 @@ class NodeInfo:
 
     @functools.cached_property
     def states(self) -> float:
-        """The highest p(statement) of the turn's sentences read alone (0 for one sentence:
+        """The highest p(statement) of the turn's sentences and clauses read alone (0 for one part:
         :func:`~topology.systemone.turn_kinds.statement_within`); derived on first use, since only
         a recall's kind penalty reads it (about 1.5 ms for a long turn)."""
         return statement_within(self.content, self.role)

@@ -295,6 +295,11 @@ class LocalSystemOne:
             self._realm_score_model = ScoreModel.shipped(self._embedder, realm=True)
         return self._realm_score_model
 
+    @realm_score_model.setter
+    def realm_score_model(self, model: ScoreModel) -> None:
+        """Answer a realm's candidates with ``model`` from now on (training and evaluating them)."""
+        self._realm_score_model = model
+
     async def ask(self, items: Sequence[Item]) -> list[Answer]:
         out: list[Answer | None] = [None] * len(items)
         scored = [i for i, item in enumerate(items) if item.task.name == "score"]
