@@ -158,6 +158,8 @@ class _QueryState:
     qtokens: set[str]
     qnames: set[str]
     route: dict[str, float]
+    #: the roles whose words the question asks about (:func:`~query_api.retrieval.subjects.asked_roles`)
+    roles: frozenset[str] = frozenset()
     #: the question's own vector, before any steering (what the attribute model reads)
     asked: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.float32))
     #: per node, the attribute model's reading of it (:meth:`RetrievalController._known`, once a query)
@@ -232,6 +234,18 @@ def _settle(fut: asyncio.Future[list[list[float]]]) -> None:
 def query_names(question: str) -> set[str]:
     """Lowercased capitalised words of the question (first word included only if not a stopword)."""
     return {w.lower() for w in _NAME.findall(question) if w.lower() not in text.STOPWORDS}
+
+
+def _holds(c: _Cand, st: _QueryState) -> float:
+    """The ``statement`` feature: p(statement) of the turn's kind; in a realm, at least that of
+    its best sentence or clause; and for a turn whose role the question asks about ("the list
+    you provided"), its advice counts as what it states."""
+    return max(_kind(c, st)["statement"], c.info.states if st.realm and c.node.types.kind else 0.0)
+
+
+def _kind(c: _Cand, st: _QueryState) -> dict[str, float]:
+    """p(kind) of the turn, read for the question (:func:`~query_api.retrieval.subjects.kind_for`)."""
+    return subjects.kind_for(turn_kind(c.node.types), c.info.role, st.roles)
 
 
 def _ms(since: float) -> float:
@@ -338,7 +352,8 @@ class RetrievalController:
         views = formulas.active_views(route, p.theta_act)
         budgets = formulas.allocate_budget({v: route[v] for v in views}, p.budget_total, p.budget_min, p.budget_gamma)
         st = _QueryState(question, qvec, np.asarray(qvec, dtype=np.float64), set(text.tokens(question)),
-                         query_names(question), route, asked=asked, dates=qf.question_dates(question))
+                         query_names(question), route, subjects.asked_roles(question), asked=asked,
+                         dates=qf.question_dates(question))
         return _Run(so, st, views, budgets, formulas.depth(route["multi_hop"], p.depth_max, p.limits.depth), t0,
                     lex_hits, timings={"embed": embed_ms}, remaining=dict(budgets))
 
@@ -514,13 +529,13 @@ class RetrievalController:
                 st.cos_in_pool.get(nid, 0.0),
                 len(st.qtokens & info.tokens) / len(st.qtokens) if st.qtokens else 0.0,
                 len(st.qnames & info.names) / len(st.qnames) if st.qnames else 0.0,
-                1.0 if info.speaker is not None and info.speaker in st.qnames else 0.0,
+                1.0 if (info.speaker is not None and info.speaker in st.qnames) or info.role.lower() in st.roles else 0.0,
                 st.anchor_strength.get(nid, 0.0), st.bm25.get(nid, 0.0),
                 st.vec_rank.get(nid, 0.0), st.lex_rank.get(nid, 0.0),
                 route["temporal"] * (1.0 if info.has_temporal else 0.0),
                 qf.date_match_dates(info.dates, *st.dates),
                 route["causal"] * (1.0 if info.causal else 0.0),
-                max(turn_kind(c.node.types)["statement"], info.states if st.realm and c.node.types.kind else 0.0)))
+                _holds(c, st)))
         raw = np.asarray(heads, dtype=np.float64).reshape(len(heads), len(STATIC_HEAD))
         done = np.where(_HEAD_EXACT, raw, qf.round_exact(raw)).tolist()
         for c, head in zip(cands, done, strict=True):
@@ -624,7 +639,7 @@ class RetrievalController:
             rho = formulas.recency_rho(run.t_star, c.node.observed_at)
             c.score = formulas.recency_adjust(s, r, rho, self.params.recency_weight)
             if realm is not None and c.node.types.kind:  # an untyped node keeps its score
-                c.score = formulas.kind_adjust(c.score, turn_kind(c.node.types), realm.kind_penalty, c.info.states)
+                c.score = formulas.kind_adjust(c.score, _kind(c, st), realm.kind_penalty, c.info.states)
             c.relevance = relevance
         if self.recorder is not None and len(cands) == len(st.pool):
             self.recorder(st.question, [c.node for c in cands],

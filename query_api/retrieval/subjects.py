@@ -11,17 +11,48 @@ Maya's sister live?" and "My sister Lena lives in Berlin"), is about someone els
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+import re
+from collections.abc import Iterable, Mapping
 
 from topology.schemas import MemoryNode
 from topology.stages.updates import statement
+from topology.systemone.turn_kinds import ASSISTANT_ROLES
 from topology.systemone.update_model import KIN_WORDS, analyse, names, subjects
+
+#: "you" as the subject of a verb in the past: "the list you provided", "you mentioned that",
+#: "you've recommended" (regular past forms, and the irregular ones a report of speech takes),
+#: "what did you suggest?"
+_YOU_SAID = re.compile(
+    r"\bdid you\b|\byou(?:'ve|'d| have| had)?\s+(?:(?:also|just|once|already|\w+ly)\s+)?"
+    r"(?:\w{3,}ed|told|said|gave|given|wrote|written|made|sent|showed|shown|came up with|chose|chosen|"
+    r"drew|drawn|found|taught|brought up|put together|did)\b", re.IGNORECASE)
 
 
 def asked_people(question: str, speakers: Iterable[str]) -> frozenset[str]:
     """The people of ``speakers`` (lowercased) whom ``question`` names."""
     named = names(question) | {w.lower().removesuffix("'s") for w in question.split() if w[:1].isupper()}
     return frozenset(s.lower() for s in speakers if s and s.lower() in named)
+
+
+def asked_roles(question: str) -> frozenset[str]:
+    """The roles (lowercased) of the speaker whose words ``question`` asks about, as far as its
+    grammar says: a user's question whose "you" is the subject of a verb in the past ("what was
+    the 7th job in the list you provided?", "you mentioned two companies", "which names did you
+    suggest?") asks what the one it is put to said, so
+    :data:`~topology.systemone.turn_kinds.ASSISTANT_ROLES`; otherwise none."""
+    return ASSISTANT_ROLES if _YOU_SAID.search(question) else frozenset()
+
+
+def kind_for(kind: Mapping[str, float], role: str, roles: frozenset[str]) -> dict[str, float]:
+    """``kind`` (p(kind) of a turn of ``role``) as a question asking about the words of ``roles``
+    reads it: a turn of one of those roles holds what was asked for when it advises, so its
+    p(advice) counts as p(statement) (what it states is not cut by the advice penalty, and its
+    ``statement`` feature says so); any other turn's kind is unchanged."""
+    out = dict(kind)
+    if role.lower() in roles:
+        out["statement"] = out.get("statement", 0.0) + out.get("advice", 0.0)
+        out["advice"] = 0.0
+    return out
 
 
 def about_someone_else(node: MemoryNode, asked: frozenset[str], question: str) -> bool:

@@ -12,9 +12,10 @@ import pytest
 
 from jevmem.wiring import Embedded
 from query_api.retrieval import formulas
+from query_api.retrieval.subjects import asked_roles, kind_for
 from topology.params import KindPenalties
 from topology.schemas import Observation, Realm
-from topology.systemone.turn_kinds import TURN_KINDS, statement_within
+from topology.systemone.turn_kinds import ASSISTANT_ROLES, TURN_KINDS, statement_within
 from topology.systemone.update_model import analyse, subjects
 
 T0 = datetime(2024, 3, 1, 9, tzinfo=UTC)
@@ -104,3 +105,26 @@ def test_a_small_pools_cosines_are_not_stretched_past_their_span() -> None:
     # a pool spread wider than the floor is placed in its own range
     assert formulas.spread_cosine(0.70, (0.70, 0.90), 0.1) == pytest.approx(0.0)
     assert formulas.spread_cosine(0.78, (0.78, 0.80), 0.0) == pytest.approx(0.0)
+
+
+def test_a_question_about_what_the_assistant_said_reads_its_role() -> None:
+    assert asked_roles("Can you remind me what was the 7th job in the list you provided?") == ASSISTANT_ROLES
+    assert asked_roles("You mentioned two companies that put safety first. Which were they?") == ASSISTANT_ROLES
+    assert asked_roles("What was the name of the store you've recommended?") == ASSISTANT_ROLES
+    assert asked_roles("Which names did you suggest for my bakery?") == ASSISTANT_ROLES
+    # "you" that is not the subject of a past verb, or the user's own words: no role is asked about
+    for question in ("Can you remind me what I bought for my sister?", "Do you need my address?",
+                     "What did I tell you about my dog?", "Where does Maya's sister live?"):
+        assert asked_roles(question) == frozenset(), question
+
+
+def test_a_turn_of_the_asked_role_is_not_cut_for_advising() -> None:
+    # the assistant's list of suggestions, typed mostly advice: the answer to "the list you provided"
+    kind = {"statement": 0.3, "question": 0.05, "tool": 0.05, "advice": 0.55, "chatter": 0.05}
+    penalty = KindPenalties(question=0.7, tool=0.9, advice=0.6, chatter=0.8)
+    asked = kind_for(kind, "assistant", asked_roles("What was the 7th job in the list you provided?"))
+    assert asked["statement"] == pytest.approx(0.85) and asked["advice"] == 0.0
+    assert formulas.kind_adjust(1.0, asked, penalty) > 0.8 > 0.6 > formulas.kind_adjust(1.0, kind, penalty)
+    # a question not about its words, or a turn of another role, reads the kind as typed
+    assert kind_for(kind, "assistant", asked_roles("What jobs can seniors do from home?")) == kind
+    assert kind_for(kind, "user", ASSISTANT_ROLES) == kind

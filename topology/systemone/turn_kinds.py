@@ -75,7 +75,8 @@ TURN_FEATURES: tuple[str, ...] = (
 )
 
 _ROLE_USER = frozenset({"user", "human", "customer"})
-_ROLE_ASSISTANT = frozenset({"assistant", "agent", "ai", "bot", "model"})
+#: the roles of the one a user talks to (what "you" names in a user's question)
+ASSISTANT_ROLES = frozenset({"assistant", "agent", "ai", "bot", "model"})
 _ROLE_TOOL = frozenset({"tool", "function", "tool_result", "function_call", "ipython"})
 
 
@@ -179,7 +180,7 @@ def _any_start(pattern: re.Pattern[str], starts: Sequence[str]) -> float:
 
 def _role(role: str) -> list[float]:
     r = role.strip().lower()
-    hot = (r in _ROLE_USER, r in _ROLE_ASSISTANT, r in _ROLE_TOOL)
+    hot = (r in _ROLE_USER, r in ASSISTANT_ROLES, r in _ROLE_TOOL)
     return [*(1.0 if h else 0.0 for h in hot), 0.0 if any(hot) else 1.0]
 
 
