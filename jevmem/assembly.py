@@ -31,6 +31,7 @@ if TYPE_CHECKING:
     from topology.pipeline import WritePath
     from topology.ports import Embedder
     from topology.sealing import Keks
+    from topology.systemone.attribute_model import AttributeModel
     from topology.systemone.port import CountingSystemOne, SystemOne
 
 
@@ -146,12 +147,15 @@ def system_one_and_scorer(settings: Settings, embedder: str | None = None) -> tu
         from query_api.retrieval.scoring import LocalScorer
         from topology.systemone.local import LocalSystemOne
         from topology.systemone.relation_model import RelationModel
+        from topology.systemone.update_model import UpdateModel
 
         judge, name = settings.relation_judge, embedder or settings.embedder
+        updates = UpdateModel.from_json(settings.update_judge.read_bytes()) if settings.update_judge else None
         if judge in ("learned", "rule"):
-            local = LocalSystemOne(embedder=name, learned_relations=judge == "learned")
+            local = LocalSystemOne(embedder=name, learned_relations=judge == "learned", update_model=updates)
         else:
-            local = LocalSystemOne(embedder=name, relation_model=RelationModel.from_json(Path(judge).read_bytes()))
+            local = LocalSystemOne(embedder=name, relation_model=RelationModel.from_json(Path(judge).read_bytes()),
+                                   update_model=updates)
         return local, LocalScorer(local)
     from typesafe_sdk import AsyncTypeSafeClient
 
@@ -160,6 +164,14 @@ def system_one_and_scorer(settings: Settings, embedder: str | None = None) -> tu
     key = settings.typesafe_api_key.get_secret_value() if settings.typesafe_api_key else None
     client = AsyncTypeSafeClient(api_key=key, base_url=settings.typesafe_base_url, model=settings.typesafe_model)
     return TypeSafeSystemOne(client, model=settings.typesafe_model), None
+
+
+def attribute_model(settings: Settings) -> AttributeModel | None:
+    """The learned attribute model of ``settings.attribute_model`` (None: the one shipped for
+    the embedder is used)."""
+    from topology.systemone.attribute_model import AttributeModel
+
+    return AttributeModel.from_json(settings.attribute_model.read_bytes()) if settings.attribute_model else None
 
 
 def system_two(settings: Settings) -> OpenAICompatibleSystemTwo | None:
@@ -234,13 +246,15 @@ def paths(settings: Settings, stores: Stores, embedder: Embedder, *, embedded: b
 
     inner, scorer = system_one_and_scorer(settings, embedder.name if embedded else None)
     so = CountingSystemOne(inner)
+    attributes = attribute_model(settings)
     reader: ScopeCache | None = None
     write_path: WritePath | None = None
     if writes:
         reader = ScopeCache(stores.nodes, settings.memory(embedder.dim, embedded=embedded).write_nodes, embedder.dim)
         stores.attach(reader)
         facts = speaker_facts(stores.vectors, stores.nodes, reader) if embedded or settings.qdrant_url else None
-        write_path = WritePath(embedder, so, reader, settings.params, summariser=system_two(settings), facts=facts)
+        write_path = WritePath(embedder, so, reader, settings.params, summariser=system_two(settings), facts=facts,
+                               attribute_model=attributes)
     controller = RetrievalController(embedder, inner, stores.vectors, stores.lexical, stores.nodes, stores.edges,
-                                     settings.params, scorer=scorer)
+                                     settings.params, scorer=scorer, attribute_model=attributes)
     return Paths(so, controller, reader, write_path)

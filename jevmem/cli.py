@@ -33,6 +33,7 @@ from jevmem.settings import Settings
 if TYPE_CHECKING:
     from pydantic import BaseModel
 
+    from jevmem.bench.folds import Fold
     from query_api.service import MemoryService
 
 # rich_markup_mode=None: plain help text, so "[env JEVMEM_DATA_DIR]" is printed as written (Rich
@@ -617,6 +618,16 @@ def bench_scale(observations: Annotated[int, typer.Option(metavar="N", help="Syn
         Console().print(out)
 
 
+def _fold(value: str) -> Fold:
+    """``--attributes``' value as a fold of :mod:`jevmem.bench.folds`."""
+    from jevmem.bench.folds import FOLDS
+
+    fold = next((f for f in FOLDS if f == value), None)
+    if fold is None:
+        raise typer.BadParameter(f"--attributes must be one of {', '.join(FOLDS)}")
+    return fold
+
+
 @bench_app.command("users")
 def bench_users(users: Annotated[int, typer.Option(metavar="N", help="Users.")] = 6,
                 sessions: Annotated[int, typer.Option(metavar="N", help="Sessions (conversations) per user.")] = 16,
@@ -630,6 +641,10 @@ def bench_users(users: Annotated[int, typer.Option(metavar="N", help="Users.")] 
                 scale_sessions: Annotated[int, typer.Option(
                     metavar="N", help="One user with N sessions (10000: about 100,000 turns; minutes of ingest; "
                                       "0: skip).")] = 0,
+                attributes: Annotated[str, typer.Option(
+                    metavar="FOLD", help="Facts of one fold of the attributes only (a or b; all: every one): with "
+                                         "JEVMEM_ATTRIBUTE_MODEL and JEVMEM_UPDATE_JUDGE trained on the other fold, "
+                                         "facts of attributes the models never saw.")] = "all",
                 as_json: Json = False) -> None:
     """User memory across sessions through recall (POST /v1/recall's code): is a fact the user
     stated once ranked first, above their own later questions about it, tool calls and results,
@@ -640,12 +655,13 @@ def bench_users(users: Annotated[int, typer.Option(metavar="N", help="Users.")] 
     split = next((w for w in WORDINGS if w == wordings), None)
     if split is None:
         raise typer.BadParameter(f"--wordings must be one of {', '.join(WORDINGS)}")
+    fold = _fold(attributes)
     settings = _settings()
     require_model(settings)
     with _progress() as bar:
         progress = _labelled(bar)
         out = _run(run_users(settings, assembly.load_embedder(settings), users, sessions, facts, split, seed, many_sessions,
-                             repeats, scale_sessions, progress))
+                             repeats, scale_sessions, progress, fold))
     if as_json:
         sys.stdout.write(orjson.dumps(out).decode() + "\n")
         return
@@ -669,6 +685,10 @@ def bench_updates(conversations: Annotated[int, typer.Option(
                   seeds: Annotated[int, typer.Option(metavar="N", min=1, help=(
                       "Datasets, seeds SEED .. SEED+N-1, figures pooled over their questions."))] = 1,
                   turns: Annotated[int, typer.Option(metavar="N", help="Turns per conversation (at least 60).")] = 100,
+                  attributes: Annotated[str, typer.Option(
+                      metavar="FOLD", help="Facts of one fold of the attributes only (a or b; all: every one): with "
+                                           "JEVMEM_ATTRIBUTE_MODEL and JEVMEM_UPDATE_JUDGE trained on the other fold, "
+                                           "facts of attributes the models never saw.")] = "all",
                   as_json: Json = False) -> None:
     """Facts that change: is the current value ranked above the one it replaced and the old one
     marked superseded, is it still found for questions about the past, and is a look-alike about
@@ -679,12 +699,13 @@ def bench_updates(conversations: Annotated[int, typer.Option(
     split = next((w for w in WORDINGS if w == wordings), None)
     if split is None:
         raise typer.BadParameter(f"--wordings must be one of {', '.join(WORDINGS)}")
+    fold = _fold(attributes)
     settings = _settings()
     require_model(settings)
     with _progress() as bar:
         progress = _labelled(bar)
         out = _run(run_updates(settings, assembly.load_embedder(settings), conversations, split, seed, turns, progress,
-                               seeds))
+                               seeds, fold))
     if as_json:
         sys.stdout.write(orjson.dumps(out).decode() + "\n")
     else:

@@ -71,6 +71,11 @@ class Settings(BaseSettings):
     # rule where it has none), "rule" (hand-set), or the path of a weights file
     # (scripts/train_relations.py --out)
     relation_judge: str = "learned"
+    # the local backend's update judge and the learned attribute model: None, the weights shipped
+    # for the embedder, or the path of a weights file (scripts/train_update_judge.py --out,
+    # scripts/train_attributes.py --out)
+    update_judge: Path | None = None
+    attribute_model: Path | None = None
     typesafe_base_url: str | None = None
     typesafe_api_key: SecretStr | None = None
     typesafe_model: str | None = None

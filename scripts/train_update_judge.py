@@ -1,6 +1,6 @@
 """Train the ``local`` System One's update judge (the relation task's ``updates`` Noul).
 
-    python scripts/train_update_judge.py [--out FILE] [--rounds N] [--seed S] [--l2 L]
+    python scripts/train_update_judge.py [--out FILE] [--rounds N] [--seed S] [--l2 L] [--attributes FOLD --attribute-model FILE]
 
 Builds labelled (older, newer) pairs from our own generator (:func:`jevmem.bench.updates_data.judge_pairs`):
 updates (a statement and its explicit, contrasting or cue-less update by the same person; a
@@ -16,6 +16,12 @@ and writes the weights to ``--out`` (default: the package file,
 another line (small talk or a statement);
 the weights record its name (``meta.embedder``), and the write path sends the feature only under
 that embedder. About 20 s on two cores.
+
+``--attributes a`` (or ``b``) fits the judge on pairs about one fold of the attributes only
+(:mod:`jevmem.bench.folds`; ``--out`` is then required), their similarities read by the
+attribute model fitted on that fold (``--attribute-model``, from ``scripts/train_attributes.py
+--attributes``), and adds ``heldout_attributes``: its figures on pairs about the other fold's
+attributes in their held-out wordings, which it never saw.
 """
 
 from __future__ import annotations
@@ -30,9 +36,11 @@ import numpy as np
 import orjson
 
 from jevmem.bench.attributes_data import embedded_after
+from jevmem.bench.folds import FOLDS, Fold, attributes_of, other
 from jevmem.bench.updates_data import ROUNDS, SEED, Pair, judge_pairs
 from topology.embedding import default_embedder
 from topology.ports import Embedder
+from topology.systemone.attribute_model import AttributeModel
 from topology.systemone.attributes import AttributeSpace
 from topology.systemone.features import RelationState
 from topology.systemone.update_model import SHIPPED, UpdateModel, fit, update_features
@@ -47,15 +55,17 @@ THRESHOLD = 0.5
 """The probability the reported figures call an update (the fit weighs both classes equally)."""
 
 
-def attributes(pairs: Sequence[Pair], embedder: Embedder) -> list[float | None]:
+def attributes(pairs: Sequence[Pair], embedder: Embedder, space: AttributeSpace | None = None,
+               fold: frozenset[str] | None = None) -> list[float | None]:
     """Each pair's attribute similarity (:class:`AttributeSpace` of ``embedder``, each text read
     after another line as the write path reads a turn after the turn before it:
     :func:`jevmem.bench.attributes_data.embedded_after`, with the vectors of the lines they were read
     after), but None for every :data:`UNKNOWN_EVERY`-th
-    pair: the judge also answers states that carry none."""
-    space = AttributeSpace.of(embedder)
+    pair: the judge also answers states that carry none. ``space``: default the embedder's (its
+    shipped attribute model); ``fold``: the attributes the lines before are statements of."""
+    space = space or AttributeSpace.of(embedder)
     texts = sorted({t for p in pairs for t in (p.older, p.newer)})
-    vectors, before = embedded_after(texts, embedder, seed=JUDGE_SEED)
+    vectors, before = embedded_after(texts, embedder, seed=JUDGE_SEED, attributes=fold)
     profiles = space.profiles(vectors.astype(np.float32), before.astype(np.float32))
     at = {t: i for i, t in enumerate(texts)}
     return [None if i % UNKNOWN_EVERY == UNKNOWN_EVERY - 1
@@ -87,22 +97,29 @@ def figures(model: UpdateModel, pairs: Sequence[Pair], attribute: Sequence[float
     }
 
 
-def train(rounds: int = ROUNDS, seed: int = SEED, l2: float = L2,
-          embedder: Embedder | None = None) -> tuple[UpdateModel, dict[str, Any]]:
-    """The model fitted on the training wordings, and its figures on the training and held-out
-    ones; attribute similarities under ``embedder`` (default: the default model)."""
+def train(rounds: int = ROUNDS, seed: int = SEED, l2: float = L2, embedder: Embedder | None = None,
+          fold: Fold = "all", attribute_model: AttributeModel | None = None) -> tuple[UpdateModel, dict[str, Any]]:
+    """The model fitted on the training wordings (about ``fold``'s attributes), and its figures
+    on the training and held-out ones (and, for one fold, on the other fold's attributes);
+    attribute similarities under ``embedder`` (default: the default model), read by
+    ``attribute_model`` when given (default: the one shipped for the embedder)."""
     embedder = embedder or default_embedder()
-    train_pairs = judge_pairs("train", seed, rounds)
-    train_attributes = attributes(train_pairs, embedder)
+    names = attributes_of(fold)
+    space = AttributeSpace.with_model(embedder, attribute_model) if attribute_model is not None else None
+    train_pairs = judge_pairs("train", seed, rounds, names)
+    train_attributes = attributes(train_pairs, embedder, space, names)
     x, y = matrix(train_pairs, train_attributes)
     model = fit(x, y, l2=l2, meta={"script": "scripts/train_update_judge.py", "seed": seed, "rounds": rounds,
                                    "l2": l2, "pairs": len(train_pairs), "updates": int(y.sum()),
-                                   "embedder": embedder.name})
-    held = judge_pairs("heldout", seed, rounds)
+                                   "embedder": embedder.name, "attributes": fold})
+    held = judge_pairs("heldout", seed, rounds, names)
     report = {"train": figures(model, train_pairs, train_attributes),
-              "heldout": figures(model, held, attributes(held, embedder)),
+              "heldout": figures(model, held, attributes(held, embedder, space, names)),
               "weights": {f: round(float(c), 3) for f, c in zip(model.features, model.coef, strict=True)}}
     model.meta["heldout"] = {k: report["heldout"][k] for k in ("pairs", "precision", "recall", "accuracy")}
+    if names is not None:
+        unseen = judge_pairs("heldout", seed, rounds, attributes_of(other(fold)))
+        report["heldout_attributes"] = figures(model, unseen, attributes(unseen, embedder, space, names))
     return model, report
 
 
@@ -112,8 +129,15 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--rounds", type=int, default=ROUNDS, help="rounds of pairs per attribute")
     ap.add_argument("--seed", type=int, default=SEED)
     ap.add_argument("--l2", type=float, default=L2)
+    ap.add_argument("--attributes", choices=FOLDS, default="all",
+                    help="fit on pairs about one fold of the attributes (jevmem.bench.folds); needs --out")
+    ap.add_argument("--attribute-model", type=Path, default=None,
+                    help="the attribute model that reads the similarities (default: the shipped one)")
     args = ap.parse_args(argv)
-    model, report = train(args.rounds, args.seed, args.l2)
+    if args.attributes != "all" and args.out == Path("topology/systemone") / SHIPPED:
+        ap.error("--attributes a or b writes a judge for validation only: give --out")
+    learned = AttributeModel.from_json(args.attribute_model.read_bytes()) if args.attribute_model else None
+    model, report = train(args.rounds, args.seed, args.l2, fold=args.attributes, attribute_model=learned)
     args.out.write_bytes(model.to_json() + b"\n")
     sys.stdout.write(orjson.dumps(report, option=orjson.OPT_INDENT_2).decode() + "\n")
 

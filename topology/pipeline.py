@@ -33,6 +33,7 @@ from topology.schemas import (
     Scope,
 )
 from topology.stages import candidates, consolidation, context, memory_nodes, relations, updates
+from topology.systemone.attribute_model import AttributeModel
 from topology.systemone.attributes import AttributeSpace, before_rows
 from topology.systemone.port import CountingSystemOne
 from topology.systemone.update_model import attributes_embedder
@@ -135,8 +136,11 @@ class WritePath:
     driver reports as the write path's controller requests)."""
 
     def __init__(self, embedder: Embedder, so: CountingSystemOne, reader: MemoryReader, params: Params,
-                 summariser: consolidation.Summariser | None = None, facts: updates.SpeakerFacts | None = None) -> None:
+                 summariser: consolidation.Summariser | None = None, facts: updates.SpeakerFacts | None = None,
+                 attribute_model: AttributeModel | None = None) -> None:
         self.embedder, self.so, self.reader, self.params = embedder, so, reader, params
+        #: the learned attribute model the linking reads with (None: the one shipped for the embedder)
+        self.attribute_model = attribute_model
         self.summariser = summariser
         #: earlier memories of a speaker across the user's conversations (the update question's
         #: bounded candidates, :mod:`topology.stages.updates`); None: the candidates alone
@@ -156,8 +160,10 @@ class WritePath:
         under another model the similarities mean something else, so the update question's
         states say "unknown" and its candidates are searched by the statements' own vectors."""
         if self._space is None:
-            self._space = ((await asyncio.to_thread(AttributeSpace.of, self.embedder)
-                            if self.embedder.name == attributes_embedder() else None),)
+            own = self.attribute_model
+            build = (lambda: AttributeSpace.with_model(self.embedder, own)) if own is not None \
+                else (lambda: AttributeSpace.of(self.embedder))
+            self._space = ((await asyncio.to_thread(build) if self.embedder.name == attributes_embedder() else None),)
         return self._space[0]
 
     async def build_nodes(self, numbered: Sequence[tuple[Observation, int]]) -> list[MemoryNode]:

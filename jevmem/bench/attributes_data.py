@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import random
 import string
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 
 import numpy as np
 
@@ -86,8 +86,9 @@ Example = tuple[str, str, str, bool]
 """(text, label, wording part, held out)."""
 
 
-def examples(seed: int = SEED, repeats: int = REPEATS) -> list[Example]:
-    """Every template of every table the model learns from, filled ``repeats`` times."""
+def examples(seed: int = SEED, repeats: int = REPEATS, attributes: Collection[str] | None = None) -> list[Example]:
+    """Every template of every table the model learns from, filled ``repeats`` times: of the
+    attributes named in ``attributes`` only (None: all; :mod:`jevmem.bench.folds`) and ``none``."""
     rng = random.Random(f"attributes:{seed}")
     out: list[Example] = []
     fmt = string.Formatter()
@@ -100,11 +101,15 @@ def examples(seed: int = SEED, repeats: int = REPEATS) -> list[Example]:
                 out.append((fmt.vformat(template, (), slots), label, part, not training_only and users_data.held_out(i)))
 
     for a in updates_data.ATTRIBUTES:
+        if attributes is not None and a.name not in attributes:
+            continue
         values = [{"v": v, "old": rng.choice([o for o in a.values if o != v])} for v in a.values]
         for part in UPDATES_PARTS:
             add(getattr(a, part), a.name, part, values)
         add(ACTIVITIES.get(a.name, ()), a.name, "activity", values, training_only=True)
     for f in (*users_data.FACTS, users_data.LOCKER):
+        if attributes is not None and f.name not in attributes:
+            continue
         for part in USERS_PARTS:
             add(getattr(f, part), f.name, part, [dict(v) for v in f.values])
     for name, table in (("small_talk", users_data.SMALL_TALK_USER), ("small_talk", users_data.SMALL_TALK_ASSISTANT),
@@ -114,32 +119,35 @@ def examples(seed: int = SEED, repeats: int = REPEATS) -> list[Example]:
     return out
 
 
-def before_lines(seed: int = SEED) -> tuple[list[str], list[str]]:
+def before_lines(seed: int = SEED, attributes: Collection[str] | None = None) -> tuple[list[str], list[str]]:
     """Lines a turn is read after in training, from the training templates only: (small talk,
-    statements of every attribute)."""
+    statements of every attribute, or of ``attributes`` only)."""
     fmt = string.Formatter()
     chat = [fmt.vformat(t, (), _Slots()) for table in (updates_data.SMALL_TALK_PERSON, updates_data.SMALL_TALK_FRIEND,
                                                        users_data.SMALL_TALK_USER)
             for i, t in enumerate(table) if not users_data.held_out(i)]
-    facts = [r[0] for r in examples(seed + 1, 1) if not r[3] and r[1] != NONE and r[2] == "state"]
+    facts = [r[0] for r in examples(seed + 1, 1, attributes) if not r[3] and r[1] != NONE and r[2] == "state"]
     return chat, facts
 
 
-def read_after(texts: Sequence[str], seed: int = SEED, times: int = 1) -> list[tuple[str, str]]:
+def read_after(texts: Sequence[str], seed: int = SEED, times: int = 1,
+               attributes: Collection[str] | None = None) -> list[tuple[str, str]]:
     """``(before, text)`` for each of ``texts``, ``times`` over (blocks in ``texts`` order): the
     line before drawn from :func:`before_lines`, small talk or a statement at even odds, as a
     conversation puts a turn after small talk or after another fact."""
     rng = random.Random(f"attributes-before:{seed}")
-    chat, facts = before_lines(seed)
+    chat, facts = before_lines(seed, attributes)
     return [(rng.choice(chat if rng.random() < 0.5 else facts), t) for _ in range(times) for t in texts]
 
 
-def embedded_after(texts: Sequence[str], embedder: Embedder, seed: int = SEED,
-                   times: int = 1) -> tuple[np.ndarray, np.ndarray]:
+def embedded_after(texts: Sequence[str], embedder: Embedder, seed: int = SEED, times: int = 1,
+                   attributes: Collection[str] | None = None) -> tuple[np.ndarray, np.ndarray]:
     """``texts`` read after other lines (:func:`read_after`), as the write path stores a turn,
     and the vectors of those lines, each read after another line in turn: (vectors, the vectors
-    they were read after), ``times`` blocks in ``texts`` order."""
-    pairs = read_after(texts, seed, times)
+    they were read after), ``times`` blocks in ``texts`` order; the lines before are statements
+    of ``attributes`` only when given (a model fitted on some attributes sees no other)."""
+    pairs = read_after(texts, seed, times, attributes)
     vectors = np.asarray(embedder.embed_after(pairs), dtype=np.float64)
-    before = np.asarray(embedder.embed_after(read_after([b for b, _ in pairs], seed + 1)), dtype=np.float64)
+    before = np.asarray(embedder.embed_after(read_after([b for b, _ in pairs], seed + 1, 1, attributes)),
+                        dtype=np.float64)
     return vectors, before

@@ -36,6 +36,7 @@ from __future__ import annotations
 import hashlib
 import json
 import math
+import re
 import tempfile
 import time
 from collections.abc import Callable, Sequence
@@ -124,6 +125,17 @@ def parse_date(value: str) -> datetime:
     return datetime.strptime(value.split(" (")[0] + " " + value.rsplit(" ", 1)[1], "%Y/%m/%d %H:%M").replace(tzinfo=UTC)
 
 
+#: The C0 control characters (and DEL) that observation text refuses: all but tab, newline and CR.
+_CONTROL = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f]")
+
+
+def printable(content: str) -> str:
+    """``content`` with each control character that an observation refuses
+    (:func:`topology.limits.text_problem`) replaced by a space, as a user cleans a log before
+    sending it: a few LongMemEval turns carry them (pasted terminal output)."""
+    return _CONTROL.sub(" ", content)
+
+
 def load_question(path: Path) -> Question:
     """One LongMemEval file: its question and haystack, turns in time order (sessions by date,
     stable; turns of a session :data:`TURN_STEP` apart)."""
@@ -138,7 +150,7 @@ def load_question(path: Path) -> Question:
         seen.add(sid)
         start = parse_date(date)
         for i, t in enumerate(session):
-            turns.append(Turn(f"{sid}:{i}", sid, t["role"], t["content"], start + i * TURN_STEP,
+            turns.append(Turn(f"{sid}:{i}", sid, t["role"], printable(t["content"]), start + i * TURN_STEP,
                               bool(t.get("has_answer", False))))
     return Question(d["question_id"], d["question_type"], d["question"], parse_date(d["question_date"]), tuple(turns))
 

@@ -39,6 +39,7 @@ from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 from jevmem.bench.dense import DenseSearch
+from jevmem.bench.folds import Fold, attributes_of
 from jevmem.bench.locomo import percentile
 from jevmem.bench.updates_data import TURNS, UPDATE_KINDS, Dataset, Question, Turn, generate
 from jevmem.bench.users import SyntheticRun, user_scoped
@@ -228,22 +229,24 @@ def pooled(runs: Sequence[dict[str, Any]]) -> dict[str, Any]:
 
 async def run_updates(settings: Settings, embedder: Embedder, conversations: int = 12, wordings: Wordings = "all",
                       seed: int = 7, turns: int = TURNS, progress: Progress | None = None,
-                      seeds: int = 1) -> dict[str, Any]:
+                      seeds: int = 1, attributes: Fold = "all") -> dict[str, Any]:
     """Generate, ingest and ask one dataset per seed (``seed`` .. ``seed + seeds - 1``, each in a
     fresh service); return::
 
         {"mode": "user_id" | "tenant_per_user", "config": {...}, "figures": {...}}
 
     ``figures`` as the module docstring lists them; latencies in ms (p50/p95, nearest rank). With
-    several seeds, ``figures`` pools them (:func:`pooled`) and ``by_seed`` holds each run's."""
+    several seeds, ``figures`` pools them (:func:`pooled`) and ``by_seed`` holds each run's.
+    ``attributes``: people state one fold of the attributes only (:mod:`jevmem.bench.folds`)."""
     if seeds < 1:
         raise ValueError("seeds must be at least 1")
-    runs = [await _Run(settings, embedder, generate(conversations, wordings, s, turns), progress).run()
+    names = attributes_of(attributes)
+    runs = [await _Run(settings, embedder, generate(conversations, wordings, s, turns, names), progress).run()
             for s in range(seed, seed + seeds)]
     out: dict[str, Any] = {
         "mode": "user_id" if user_scoped() else "tenant_per_user",
         "config": {"conversations": conversations, "wordings": wordings, "seed": seed, "seeds": seeds, "turns": turns,
-                   "top_k": TOP_K, "embedder": embedder.name},
+                   "top_k": TOP_K, "embedder": embedder.name, "attributes": attributes},
         "figures": runs[0] if seeds == 1 else pooled(runs),
     }
     if seeds > 1:

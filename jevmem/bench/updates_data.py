@@ -38,7 +38,7 @@ validated on (``scripts/train_update_judge.py``) from the same tables.
 from __future__ import annotations
 
 import random
-from collections.abc import Iterator, Mapping
+from collections.abc import Collection, Iterator, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Literal
@@ -486,8 +486,9 @@ def _free(rng: random.Random, taken: set[int], lo: int, hi: int, n: int) -> int:
 class _Person:
     """One person's conversations and questions."""
 
-    def __init__(self, rng: random.Random, wordings: Wordings, u: int, n_conv: int, turns: int) -> None:
-        self.rng, self.fill = rng, _Filler(rng, wordings)
+    def __init__(self, rng: random.Random, wordings: Wordings, u: int, n_conv: int, turns: int,
+                 attributes: tuple[Attribute, ...] = ATTRIBUTES) -> None:
+        self.rng, self.fill, self.attributes = rng, _Filler(rng, wordings), attributes
         self.user_id, self.name = f"upd-user-{u:03d}", PEOPLE[u % len(PEOPLE)]
         self.friend = u % 3 == 1  # every third person chats with a friend, the others with the assistant
         self.partner = FRIENDS[u % len(FRIENDS)] if self.friend else ASSISTANT
@@ -515,8 +516,13 @@ class _Person:
         return _Event("lookalike", a.name, "other", {"v": value, "who": start, "who_l": mid}, value, key)
 
     def plan(self) -> None:
-        attrs = self.rng.sample(ATTRIBUTES, 8 if self.n_conv > 1 else 6)
-        changing, stable, carried = attrs[:4], attrs[4:6], attrs[6:]
+        want = 8 if self.n_conv > 1 else 6
+        attrs = self.rng.sample(self.attributes, min(want, len(self.attributes)))
+        # four changing and two stable of six (or eight: two more carried into the second
+        # conversation); fewer attributes to draw from keep those shares
+        c = max(1, round(len(attrs) * 4 / want))
+        s = round(len(attrs) * 2 / want)
+        changing, stable, carried = attrs[:c], attrs[c:c + s], attrs[c + s:]
         n = self.turns // 2
         first: dict[int, _Event] = {}
         taken: set[int] = {0}
@@ -630,21 +636,24 @@ class _Person:
         return out
 
 
-def generate(conversations: int = 12, wordings: Wordings = "all", seed: int = 7, turns: int = TURNS) -> Dataset:
+def generate(conversations: int = 12, wordings: Wordings = "all", seed: int = 7, turns: int = TURNS,
+             attributes: Collection[str] | None = None) -> Dataset:
     """``conversations`` conversations of about ``turns`` turns (at least :data:`MIN_TURNS`): every third person
     has two (the second a later session of the same ``user_id`` that updates attributes of the
-    first), the others one. Deterministic in its arguments."""
+    first), the others one; people state only ``attributes`` (names of :data:`ATTRIBUTES`; None:
+    all, :mod:`jevmem.bench.folds`). Deterministic in its arguments."""
     if wordings not in WORDINGS:
         raise ValueError(f"wordings must be one of {WORDINGS}, not {wordings!r}")
     if conversations < 1:
         raise ValueError("conversations must be at least 1")
+    pool = _pool(attributes)
     convs: list[Conversation] = []
     questions: list[Question] = []
     u = 0
     while len(convs) < conversations:
         left = conversations - len(convs)
         n_conv = 2 if u % 3 == 2 and left >= 2 else 1
-        p = _Person(random.Random(f"{seed}:{wordings}:{u}"), wordings, u, n_conv, turns)
+        p = _Person(random.Random(f"{seed}:{wordings}:{u}"), wordings, u, n_conv, turns, pool)
         p.plan()
         convs += p.conversations
         questions += p.questions()
@@ -685,8 +694,20 @@ class Pair:
                 "older_role": self.older_role, "newer_role": self.newer_role, "hours": self.hours}
 
 
-def judge_pairs(wordings: Wordings, seed: int = SEED, rounds: int = ROUNDS) -> list[Pair]:
-    """Labelled pairs from the ``wordings`` templates of every table (deterministic).
+def _pool(attributes: Collection[str] | None) -> tuple[Attribute, ...]:
+    """The :data:`ATTRIBUTES` named in ``attributes`` (all: None); ValueError when fewer than three."""
+    if attributes is None:
+        return ATTRIBUTES
+    pool = tuple(a for a in ATTRIBUTES if a.name in attributes)
+    if len(pool) < 3:
+        raise ValueError(f"at least three attributes of {[a.name for a in ATTRIBUTES]} are needed, not {sorted(attributes)}")
+    return pool
+
+
+def judge_pairs(wordings: Wordings, seed: int = SEED, rounds: int = ROUNDS,
+                attributes: Collection[str] | None = None) -> list[Pair]:
+    """Labelled pairs from the ``wordings`` templates of every table (deterministic), about
+    ``attributes`` only (names; None: all; another attribute of a pair is one of them too).
 
     Updates: a statement and its update by the same person in each wording kind; a restatement
     and an update; someone else's value and that same person's update (told by the person, or
@@ -697,10 +718,11 @@ def judge_pairs(wordings: Wordings, seed: int = SEED, rounds: int = ROUNDS) -> l
     draws its turn gap and hours from one distribution, whatever its label."""
     if wordings not in WORDINGS:
         raise ValueError(f"wordings must be one of {WORDINGS}, not {wordings!r}")
+    pool = _pool(attributes)
     out: list[Pair] = []
-    for a in ATTRIBUTES:
+    for a in pool:
         for r in range(rounds):
-            out += _Round(random.Random(f"{seed}:{wordings}:{a.name}:{r}"), wordings, a).pairs()
+            out += _Round(random.Random(f"{seed}:{wordings}:{a.name}:{r}"), wordings, a, pool).pairs()
     return out
 
 
@@ -711,8 +733,8 @@ Said = tuple[str, str, str]
 class _Round:
     """One round of pairs about one attribute: a person, a friend, two values, another attribute."""
 
-    def __init__(self, rng: random.Random, wordings: Wordings, a: Attribute) -> None:
-        self.rng, self.f, self.a = rng, _Filler(rng, wordings), a
+    def __init__(self, rng: random.Random, wordings: Wordings, a: Attribute, pool: tuple[Attribute, ...]) -> None:
+        self.rng, self.f, self.a, self.pool = rng, _Filler(rng, wordings), a, pool
         self.person, self.friend = rng.choice(PEOPLE), rng.choice(FRIENDS)
         self.out: list[Pair] = []
 
@@ -743,7 +765,7 @@ class _Round:
     def pairs(self) -> list[Pair]:
         a, rng, add, mine, theirs, bot = self.a, self.rng, self.add, self.mine, self.theirs, self.bot
         v0, v1 = rng.sample(a.values, 2)
-        b = rng.choice([x for x in ATTRIBUTES if x is not a])
+        b = rng.choice([x for x in self.pool if x is not a])
         vb0, vb1 = rng.sample(b.values, 2)
         state = mine(self.text(a, "state", v=v0))
         for kind in UPDATE_KINDS:
@@ -767,7 +789,7 @@ class _Round:
         add(state, mine(self.text(a, "state", v=v0)), False, "restate")
         add(state, mine(self.text(b, rng.choice(UPDATE_KINDS), v=vb1, old=vb0)), False, "other_attribute")
         add(mine(self.text(b, "state", v=vb0)), mine(self.update(v1, v0)), False, "other_attribute")
-        c = rng.choice([x for x in ATTRIBUTES if x is not a and x is not b])
+        c = rng.choice([x for x in self.pool if x is not a and x is not b])
         add(state, mine(self.text(c, "implicit", v=rng.choice(c.values))), False, "other_attribute")
         add(mine(self.text(c, "restate", v=rng.choice(c.values))), mine(self.text(a, "implicit", v=v1)), False,
             "other_attribute")

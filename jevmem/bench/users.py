@@ -43,6 +43,7 @@ from datetime import datetime
 from typing import Any, Protocol
 
 from jevmem.bench.dense import DenseSearch
+from jevmem.bench.folds import Fold, attributes_of
 from jevmem.bench.locomo import percentile
 from jevmem.bench.users_data import Dataset, Question, Turn, Wordings, generate, many_sessions
 from jevmem.settings import Settings
@@ -257,30 +258,34 @@ def _frac(k: int, n: int) -> float:
 
 async def run_users(settings: Settings, embedder: Embedder, users: int = 6, sessions: int = 16, facts: int = 5,
                     wordings: Wordings = "all", seed: int = 7, many: int = 400, repeats: int = 20,
-                    scale_sessions: int = 0, progress: Progress | None = None) -> dict[str, Any]:
+                    scale_sessions: int = 0, progress: Progress | None = None, attributes: Fold = "all") -> dict[str, Any]:
     """Run the scenarios (``many`` 0 or ``scale_sessions`` 0 leaves that one out) and return::
 
         {"mode": "user_id" | "tenant_per_user", "config": {...}, "users": {...},
          "many_sessions": {...} | None, "scale": {...} | None}
 
-    Every fraction is in [0, 1]; latencies are ms around ``recall_across`` (p50/p95, nearest rank)."""
+    Every fraction is in [0, 1]; latencies are ms around ``recall_across`` (p50/p95, nearest rank).
+    ``attributes``: the users state facts of one fold of the attributes only
+    (:mod:`jevmem.bench.folds`; the many-sessions fact, ``locker``, is asked in its fold or all)."""
     out: dict[str, Any] = {
         "mode": "user_id" if user_scoped() else "tenant_per_user",
         "config": {"users": users, "sessions": sessions, "facts": facts, "wordings": wordings, "seed": seed,
                    "many_sessions": many, "repeats": repeats, "scale_sessions": scale_sessions, "top_k": TOP_K,
-                   "embedder": embedder.name},
+                   "embedder": embedder.name, "attributes": attributes},
     }
-    data = generate(users, sessions, facts, wordings, seed)
+    names = attributes_of(attributes)
+    data = generate(users, sessions, facts, wordings, seed, attributes=names)
     out["users"] = await _Run(settings, embedder, data, progress, "users").run()
     out["many_sessions"] = None
-    if many:
+    if many and (names is None or "locker" in names):
         m = await _Run(settings, embedder, many_sessions(many, repeats, wordings, seed), progress, "many sessions").run()
         out["many_sessions"] = {k: m[k] for k in ("sessions", "observations", "questions", "fact_at_1", "fact_in_top10",
                                                   "skipped", "searched_mean", "recall_ms")}
     out["scale"] = None
     if scale_sessions:
         # every fact asked in every question wording the split allows: more recalls for the percentiles
-        big = generate(1, scale_sessions, facts, wordings, seed, gap_hours=(1.0, 6.0), every_wording=True)
+        big = generate(1, scale_sessions, facts, wordings, seed, gap_hours=(1.0, 6.0), every_wording=True,
+                       attributes=names)
         s = await _Run(settings, embedder, big, progress, "scale", dense=False).run()
         out["scale"] = {k: s[k] for k in ("sessions", "observations", "questions", "ingest_seconds",
                                           "observations_per_second", "fact_at_1", "fact_in_top10", "recall_ms",

@@ -28,7 +28,7 @@ Contract:
 from __future__ import annotations
 
 import random
-from collections.abc import Iterator, Mapping
+from collections.abc import Collection, Iterator, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Literal
@@ -446,10 +446,11 @@ def _plan(rng: random.Random, sessions: int, facts: int) -> list[SessionKind]:
 
 
 def _user(rng: random.Random, wordings: Wordings, u: int, sessions: int, facts: int,
-          gap_hours: tuple[float, float], every_wording: bool) -> tuple[list[Session], list[Question]]:
+          gap_hours: tuple[float, float], every_wording: bool,
+          pool: tuple[FactType, ...]) -> tuple[list[Session], list[Question]]:
     user_id = f"user-{u:03d}"
     w = _Writer(rng, wordings, user_id, NAMES[u % len(NAMES)], START + timedelta(hours=u), gap_hours)
-    chosen = rng.sample(FACTS, min(facts, len(FACTS)))
+    chosen = rng.sample(pool, min(facts, len(pool)))
     values = {f.name: rng.choice(f.values) for f in chosen}
     kinds = _plan(rng, sessions, len(chosen))
     n_state = kinds.count("statement")
@@ -497,19 +498,26 @@ def _user(rng: random.Random, wordings: Wordings, u: int, sessions: int, facts: 
 
 
 def generate(users: int = 6, sessions: int = 16, facts: int = 5, wordings: Wordings = "all", seed: int = 7,
-             gap_hours: tuple[float, float] = (12.0, 84.0), every_wording: bool = False) -> Dataset:
+             gap_hours: tuple[float, float] = (12.0, 84.0), every_wording: bool = False,
+             attributes: Collection[str] | None = None) -> Dataset:
     """``users`` users with ``sessions`` sessions each (1 to 50 turns) and ``facts`` facts each
     (at most :data:`FACTS`), one question per fact (``every_wording``: one per question wording
-    the split allows); consecutive sessions of a user start ``gap_hours`` apart (uniform).
-    Deterministic in its arguments (``every_wording`` changes only the questions)."""
+    the split allows); consecutive sessions of a user start ``gap_hours`` apart (uniform). Facts
+    are drawn from those named in ``attributes`` (None: all of :data:`FACTS`,
+    :mod:`jevmem.bench.folds`). Deterministic in its arguments (``every_wording`` changes only
+    the questions)."""
     if wordings not in WORDINGS:
         raise ValueError(f"wordings must be one of {WORDINGS}, not {wordings!r}")
     if users < 1 or sessions < 1 or facts < 1:
         raise ValueError("users, sessions and facts must be at least 1")
+    pool = FACTS if attributes is None else tuple(f for f in FACTS if f.name in attributes)
+    if not pool:
+        raise ValueError(f"none of {sorted(attributes or ())} is a fact of {[f.name for f in FACTS]}")
     all_sessions: list[Session] = []
     questions: list[Question] = []
     for u in range(users):
-        s, q = _user(random.Random(f"{seed}:{wordings}:{u}"), wordings, u, sessions, facts, gap_hours, every_wording)
+        s, q = _user(random.Random(f"{seed}:{wordings}:{u}"), wordings, u, sessions, facts, gap_hours, every_wording,
+                     pool)
         all_sessions += s
         questions += q
     return Dataset(all_sessions, questions, wordings)

@@ -37,6 +37,7 @@ from topology import text
 from topology.params import Params
 from topology.ports import Embedder
 from topology.schemas import MemoryNode, Realm, Scope, TemporalRef, View
+from topology.systemone.attribute_model import AttributeModel
 from topology.systemone.attributes import AttributeSpace, before_rows
 from topology.systemone.catalog import ASSESS, ROUTE, SCORE
 from topology.systemone.features import AssessState, ScoreState
@@ -254,8 +255,11 @@ def _ms(since: float) -> float:
 
 class RetrievalController:
     def __init__(self, embedder: Embedder, so: SystemOne, vectors: VectorSearch, lexical: LexicalIndex,
-                 nodes: NodeReader, edges: EdgeReader, params: Params, scorer: scoring.Scorer | None = None) -> None:
+                 nodes: NodeReader, edges: EdgeReader, params: Params, scorer: scoring.Scorer | None = None,
+                 attribute_model: AttributeModel | None = None) -> None:
         self.embedder, self.so = embedder, so
+        #: the learned attribute model questions are read with (None: the one shipped for the embedder)
+        self.attribute_model = attribute_model
         self.vectors, self.lexical, self.nodes, self.edges = vectors, lexical, nodes, edges
         self.params = params
         #: how candidates are scored (:class:`scoring.LocalScorer` for the in-process backend)
@@ -270,7 +274,9 @@ class RetrievalController:
     def attributes(self) -> AttributeSpace:
         """The attribute prototypes under this controller's embedder (embedded on first use)."""
         if self._space is None:
-            self._space = AttributeSpace.of(self.embedder)
+            own = self.attribute_model
+            self._space = AttributeSpace.with_model(self.embedder, own) if own is not None \
+                else AttributeSpace.of(self.embedder)
         return self._space
 
     def reach(self, where: Scope | Realm) -> Reach:

@@ -106,8 +106,14 @@ class AttributeSpace:
 
     @classmethod
     def _embedded(cls, embedder: Embedder) -> AttributeSpace:
+        return cls.with_model(embedder, AttributeModel.shipped(embedder.name))
+
+    @classmethod
+    def with_model(cls, embedder: Embedder, learned: AttributeModel | None) -> AttributeSpace:
+        """The space of :data:`PROTOTYPES` under ``embedder`` with ``learned`` as its learned
+        model (None, or a model of another width: none), embedded anew (not the shared one of
+        :meth:`of`): for weights other than the shipped ones."""
         prototypes = np.asarray(embedder.embed_query(list(PROTOTYPES)), dtype=np.float32)
-        learned = AttributeModel.shipped(embedder.name)
         return cls(prototypes, learned=learned if learned is not None and learned.dim == prototypes.shape[1] else None)
 
     def profiles(self, vectors: np.ndarray, before: np.ndarray | None = None) -> np.ndarray:
