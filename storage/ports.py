@@ -231,6 +231,21 @@ class NodeStore(NodeReader, SeqSource, EarlierNodes, NodeWriter, NodeEraser, Pro
     async def close(self) -> None: ...
 
 
+class EdgeReads(Protocol):
+    """Many edge reads in one call (a realm reads each of its conversations; an embedded store
+    answers them in one pass without a coroutine each): for each ``(scope, node_ids)`` of
+    ``reads``, what :meth:`EdgeReader.neighbours` (``label`` None) or :meth:`EdgeReader.labelled`
+    would return, in the order of ``reads``."""
+
+    async def read_many(self, reads: Sequence[tuple[Scope, Sequence[str]]], views: Sequence[View], limit: int,
+                        label: str | None) -> list[list[EdgeEvent]]: ...
+
+
+def reads_many(store: object) -> TypeGuard[EdgeReads]:
+    """Whether ``store`` implements :class:`EdgeReads` (has a callable ``read_many``)."""
+    return callable(getattr(store, "read_many", None))
+
+
 class EdgeReader(Protocol):
     async def neighbours(self, scope: Scope, node_ids: Sequence[str], views: Sequence[View], limit: int) -> list[EdgeEvent]:
         """Edges of ``views`` touching any of ``node_ids`` (either end), strongest first."""

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Mapping, Sequence
 from datetime import datetime
@@ -100,8 +101,16 @@ def kind_adjust(s: float, kind: Mapping[str, float], penalty: KindPenalties, sta
     probability that one of the turn's sentences is a statement
     (:func:`~topology.systemone.turn_kinds.statement_within`), lifts the penalty in proportion: a
     question, request or advice that also states something may hold the answer."""
-    cut = sum(float(getattr(penalty, k)) * p for k, p in kind.items() if k in KindPenalties.model_fields)
+    weights = _penalties(penalty)
+    cut = sum(weights[k] * p for k, p in kind.items() if k in weights)
     return s * (1.0 - min(1.0, max(0.0, (1.0 - states) * cut)))
+
+
+@functools.lru_cache(maxsize=64)
+def _penalties(penalty: KindPenalties) -> dict[str, float]:
+    """The penalty of each kind ``penalty`` names (read once per settings object: a recall
+    adjusts every candidate's score with it)."""
+    return {k: float(getattr(penalty, k)) for k in KindPenalties.model_fields}
 
 
 def stop_reason(assess: Mapping[str, float], params: Params) -> str | None:

@@ -24,7 +24,17 @@ from typing import Protocol
 
 import numpy as np
 
-from storage.ports import EdgeReader, Hit, LexicalIndex, NodeReader, NodeRows, RealmSearch, VectorSearch, searches_realm
+from storage.ports import (
+    EdgeReader,
+    Hit,
+    LexicalIndex,
+    NodeReader,
+    NodeRows,
+    RealmSearch,
+    VectorSearch,
+    reads_many,
+    searches_realm,
+)
 from topology.errors import IncompatibleStore
 from topology.schemas import EdgeEvent, MemoryNode, Realm, Scope, View
 
@@ -106,9 +116,14 @@ class RealmReach(_Reads):
         self._vec_realm, self._lex_realm = _realm_search(vectors, "vector index"), _realm_search(lexical, "lexical index")
         #: node id -> its conversation, for every node this reach has seen named
         self.conversation_of: dict[str, str] = {}
+        self._scopes: dict[str, Scope] = {}
 
     def _scope(self, conversation_id: str) -> Scope:
-        return Scope(tenant_id=self.realm.tenant_id, conversation_id=conversation_id)
+        scope = self._scopes.get(conversation_id)
+        if scope is None:  # the realm's tenant and a conversation id a store named: valid as they are
+            scope = self._scopes[conversation_id] = Scope.model_construct(tenant_id=self.realm.tenant_id,
+                                                                           conversation_id=conversation_id)
+        return scope
 
     def _learn(self, hits: Sequence[Hit]) -> list[Hit]:
         for h in hits:
@@ -155,7 +170,11 @@ class RealmReach(_Reads):
                 return await self._edges.neighbours(self._scope(conv), ids, views, limit)
             return await self._edges.labelled(self._scope(conv), ids, views, limit, label)
 
-        parts = await asyncio.gather(*(one(c, got) for c, got in groups.items()))
+        if reads_many(self._edges):  # one call for every conversation
+            parts = await self._edges.read_many([(self._scope(c), got) for c, got in groups.items()], views, limit,
+                                                label)
+        else:
+            parts = await asyncio.gather(*(one(c, got) for c, got in groups.items()))
         edges = [e for part in parts for e in part]
         for e in edges:  # an edge is kept with its source's conversation; a node already placed stays there
             self.conversation_of.setdefault(e.source, e.conversation_id)

@@ -197,6 +197,10 @@ class SqliteEdgeStore(Base):
         self._cache: OrderedDict[bytes | str, EdgeEvent] = OrderedDict()
         self._adjacency: OrderedDict[Scope, _Adjacency] = OrderedDict()
         self._scopes: dict[tuple[str, str], int] = {}
+        #: (scope number, label) -> the node ids at either end of the scope's edges so labelled
+        #: (read once a scope and label; an upsert adds to it, a delete in the scope drops it): a
+        #: labelled read whose ids hold none of them has nothing to rank
+        self._marked: dict[tuple[int, str], set[str]] = {}
 
     def _scope(self, scope: Scope) -> int | None:
         """The number of ``scope`` in ``edge_scopes`` (None: it has no edges)."""
@@ -283,6 +287,10 @@ class SqliteEdgeStore(Base):
                 "version=excluded.version",
                 [(numbers[(e.tenant_id, e.conversation_id)], *r) for e, r in zip(edges, rows, strict=True)])
         self._scopes.update(numbers)
+        for e in edges:  # a superset of what is stored (an upsert keeps a stored edge's label): enough to skip on
+            got = self._marked.get((numbers[(e.tenant_id, e.conversation_id)], e.label))
+            if got is not None:
+                got.update((e.source, e.target))
         self._follow(edges, rows)
 
     @staticmethod
@@ -329,6 +337,18 @@ class SqliteEdgeStore(Base):
 
     @translated
     async def neighbours(self, scope: Scope, node_ids: Sequence[str], views: Sequence[View], limit: int) -> list[EdgeEvent]:
+        return self._neighbours(scope, node_ids, views, limit)
+
+    @translated
+    async def read_many(self, reads: Sequence[tuple[Scope, Sequence[str]]], views: Sequence[View], limit: int,
+                        label: str | None) -> list[list[EdgeEvent]]:
+        """:class:`~storage.ports.EdgeReads`: each read as :meth:`neighbours` or :meth:`labelled`
+        answers it, one after the other in this call."""
+        if label is None:
+            return [self._neighbours(scope, ids, views, limit) for scope, ids in reads]
+        return [self._labelled(scope, ids, views, limit, label) for scope, ids in reads]
+
+    def _neighbours(self, scope: Scope, node_ids: Sequence[str], views: Sequence[View], limit: int) -> list[EdgeEvent]:
         if not node_ids or not views:
             return []
         adj = self._index(scope)
@@ -344,7 +364,14 @@ class SqliteEdgeStore(Base):
         """The edges of :meth:`neighbours` (same arguments) labelled ``label``, in its order; only
         those are decoded (and from the index, only those are ranked when all candidates fit in
         ``limit``)."""
+        return self._labelled(scope, node_ids, views, limit, label)
+
+    def _labelled(self, scope: Scope, node_ids: Sequence[str], views: Sequence[View], limit: int,
+                  label: str) -> list[EdgeEvent]:
         if not node_ids or not views:
+            return []
+        number = self._scope(scope)
+        if number is None or self._ends(number, label).isdisjoint(node_ids):
             return []
         adj = self._index(scope)
         if adj is None or adj.rows is None:
@@ -354,6 +381,24 @@ class SqliteEdgeStore(Base):
             ranked = [eid for _, eid in sorted(found)][:limit]
             return self._decoded(scope, [rows[eid] for eid in ranked if rows[eid][5] == label])
         return self._decoded(scope, [rows[eid] for _, eid in sorted(k for k in found if rows[k[1]][5] == label)])
+
+    def _ends(self, number: int, label: str) -> set[str]:
+        """The node ids at either end of the edges labelled ``label`` of scope ``number`` (see
+        ``_marked``)."""
+        got = self._marked.get((number, label))
+        if got is None:
+            got = self._marked[(number, label)] = set()
+            for source, target in self._conn.execute("SELECT source, target FROM edges WHERE scope=? AND label=?",
+                                                     (number, label)):
+                got.update((unkey(source), unkey(target)))
+        return got
+
+    def _unmark(self, scope: Scope) -> None:
+        """Forget the labelled ends of ``scope`` (its edges were deleted)."""
+        number = self._scopes.get((scope.tenant_id, scope.conversation_id))
+        if number is not None:
+            for k in [k for k in self._marked if k[0] == number]:
+                del self._marked[k]
 
     @translated
     async def scan(self, scope: Scope) -> list[EdgeEvent]:
@@ -379,6 +424,7 @@ class SqliteEdgeStore(Base):
             return 0
         self._cache.clear()
         self._adjacency.pop(scope, None)
+        self._unmark(scope)
         keys = [key(i) for i in node_ids]
         n = ",".join("?" * len(keys))
         return self._delete([(f"DELETE FROM edges WHERE scope=? AND (source IN ({n}) OR target IN ({n}))",
@@ -390,6 +436,7 @@ class SqliteEdgeStore(Base):
             return 0
         self._cache.clear()
         self._adjacency.pop(scope, None)
+        self._unmark(scope)
         keys = [key(i) for i in edge_ids]
         n = ",".join("?" * len(keys))
         args = (self._scope(scope), key(node_id), *keys)
@@ -412,6 +459,7 @@ class SqliteEdgeStore(Base):
     async def delete_scope(self, scope: Scope) -> int:
         self._cache.clear()
         self._adjacency.pop(scope, None)
+        self._unmark(scope)
         number = self._scope(scope)
         self._scopes.pop((scope.tenant_id, scope.conversation_id), None)
         return self._delete([("DELETE FROM edges WHERE scope=?", (number,)),

@@ -174,7 +174,9 @@ class MatrixVectorIndex:
         kept = np.arange(held.n) if only is None else np.flatnonzero([c in only for c in held.convs[:held.n]])
         if not len(kept) or limit <= 0:
             return []
-        rough = held.matrix[kept] @ np.asarray(query, dtype=np.float32)
+        # every row: the held matrix as it is (a view); some: those rows gathered
+        rows = held.matrix[:held.n] if only is None else held.matrix[kept]
+        rough = rows @ np.asarray(query, dtype=np.float32)
         take = min(len(kept), limit + _REALM_MARGIN)
         best = kept[np.argpartition(-rough, take - 1)[:take]] if take < len(kept) else kept
         exact = (held.matrix[best].astype(np.float64) @ np.asarray(query, dtype=np.float64)).tolist()
