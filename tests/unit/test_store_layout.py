@@ -17,7 +17,7 @@ from storage.sqlite.store import PAGE_SIZE, WAL_BYTES, SqliteEdgeStore, SqliteNo
 from tests.conftest import chat_observations
 from topology.fakes import HashingEmbedder
 from topology.ids import stable_uuid
-from topology.schemas import EdgeEvent, MemoryNode, Scope
+from topology.schemas import EdgeEvent, MemoryNode, Scope, View
 
 SCOPE = Scope(tenant_id="t1", conversation_id="c1")
 
@@ -293,3 +293,29 @@ def test_the_write_ahead_log_is_checkpointed_and_cut_back_by_bytes_not_pages(tmp
     assert (tmp_path / "memory.sqlite3-wal").stat().st_size <= WAL_BYTES + 2 * PAGE_SIZE
     assert db.stat().st_size > 3 * 6 << 20
     conn.close()
+
+
+async def test_labelled_reads_skip_conversations_without_such_an_edge_and_see_new_and_deleted_ones(
+        tmp_path: Path) -> None:
+    store = SqliteEdgeStore(connect(tmp_path / "memory.sqlite3"))
+    other = Scope(tenant_id="t1", conversation_id="c2")
+    await store.upsert(_edges(stable_uuid))
+    ids = [stable_uuid(f"n{i}") for i in range(5)]
+    views: list[View] = ["semantic", "temporal", "entity", "causal"]
+    assert await store.labelled(SCOPE, ids, views, 10, "supersedes") == []  # the scope has none so labelled
+    assert await store.labelled(other, ids, views, 10, "next") == []  # a scope without edges
+    # a supersedes edge written after the scope's labelled ends were read is found
+    newer = EdgeEvent(id=stable_uuid("e9"), tenant_id="t1", conversation_id="c1", view="semantic",
+                      source=stable_uuid("n4"), target=stable_uuid("n0"), direction="directed", probability=0.9,
+                      label="supersedes", created_by="system_one")
+    await store.upsert([newer])
+    assert await store.labelled(SCOPE, [stable_uuid("n0")], views, 10, "supersedes") == [newer]
+    assert await store.labelled(SCOPE, [stable_uuid("n2")], views, 10, "supersedes") == []
+    # many reads in one call answer as the reads one by one
+    reads = [(SCOPE, ids), (other, ids), (SCOPE, ids[:2])]
+    for label in (None, "supersedes", "next"):
+        one = [await (store.neighbours(s, got, views, 3) if label is None else store.labelled(s, got, views, 3, label))
+               for s, got in reads]
+        assert await store.read_many(reads, views, 3, label) == one
+    assert await store.delete(SCOPE, [stable_uuid("n4")]) == 2
+    assert await store.labelled(SCOPE, [stable_uuid("n0")], views, 10, "supersedes") == []
