@@ -221,6 +221,7 @@ class DistributedService:
         self._producer = ObservationProducer(assembly.kafka(self.settings), self.settings.topic_prefix, keyring=self._keyring)
         self._controller = assembly.paths(self.settings, self._stores, self.embedder, embedded=False,
                                           writes=False).controller
+        await self._controller.warm()
 
     @property
     def stores(self) -> Stores:

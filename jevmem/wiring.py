@@ -165,6 +165,7 @@ class EmbeddedService:
 
     async def start(self) -> None:
         self._mem = build_embedded(self.settings, self._embedder, self._data_dir)
+        await self._mem.controller.warm()
 
     async def stop(self) -> None:
         if self._mem is not None:

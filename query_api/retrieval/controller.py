@@ -271,6 +271,16 @@ class RetrievalController:
         self.reads_rows = isinstance(nodes, NodeRows)
         self._space: AttributeSpace | None = None
 
+    async def warm(self) -> None:
+        """Build, off the event loop, what a first query would otherwise build on its way: the
+        attribute space (its prototype questions embedded) when the question steering or the
+        latest-statement rule reads it, and one question embedded on a worker thread; so the
+        first recall after a start costs what later ones do."""
+        p = self.params
+        if p.query_steer > 0.0 or p.latest_attribute <= 1.0:
+            await asyncio.to_thread(self.attributes)
+        await asyncio.to_thread(self.embedder.embed_query, ["What did I say?"])
+
     def attributes(self) -> AttributeSpace:
         """The attribute prototypes under this controller's embedder (embedded on first use)."""
         if self._space is None:

@@ -1,0 +1,61 @@
+"""Recall right after a restart: a user's memory written by one process is recalled by the next,
+and the first recall of a started service embeds only its question (what a search needs was
+built at start, not on the way)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+from jevmem.settings import Settings
+from jevmem.wiring import EmbeddedService
+from query_api import service as service_api
+from topology.ports import Embedder
+from topology.schemas import Observation
+
+T0 = datetime(2024, 5, 1, 9, tzinfo=UTC)
+
+
+class _Counting:
+    """An embedder that counts its question calls."""
+
+    def __init__(self, inner: Embedder) -> None:
+        self.inner, self.name, self.dim, self.questions = inner, inner.name, inner.dim, 0
+
+    def embed(self, texts: Sequence[str]) -> list[list[float]]:
+        return self.inner.embed(texts)
+
+    def embed_query(self, texts: Sequence[str]) -> list[list[float]]:
+        self.questions += len(texts)
+        return self.inner.embed_query(texts)
+
+    def embed_after(self, pairs: Sequence[tuple[str | None, str]]) -> list[list[float]]:
+        return self.inner.embed_after(pairs)
+
+
+def _sessions() -> list[Observation]:
+    said = ["Morning! Coffee first.", "My locker code at the gym is 4471.", "Rain again today.",
+            "I watched a documentary about owls.", "Lunch was a sad sandwich.", "The bus was late."]
+    return [Observation(tenant_id="t", conversation_id=f"s{i}", event_id=f"e{i}", content=text, speaker="Ilka",
+                        user_id="ilka", observed_at=T0 + timedelta(days=i)) for i, text in enumerate(said)]
+
+
+async def test_a_restarted_service_recalls_the_users_fact_and_embeds_only_the_question_first(
+        tmp_path: Path, model_embedder: Embedder) -> None:
+    first = EmbeddedService(Settings(), embedder=model_embedder, data_dir=tmp_path)
+    await first.start()
+    assert await first.submit(_sessions()) == []
+    await first.stop()
+
+    counting = _Counting(model_embedder)
+    again = EmbeddedService(Settings(), embedder=counting, data_dir=tmp_path)  # type: ignore[arg-type]
+    await again.start()
+    try:
+        before = counting.questions
+        res = await service_api.recall_across(again, "t", "What is my locker code?", 5, None, user_id="ilka")
+        assert res.evidence[0].event_id == "e1", [(e.content, e.score) for e in res.evidence]
+        assert res.searched >= 1
+        assert counting.questions - before == 1  # the question, nothing built on the way
+    finally:
+        await again.stop()
