@@ -224,6 +224,10 @@ class TypeScores(BaseModel):
     procedural: float = 0.0
     preference: float = 0.0
     kind: dict[str, float] = Field(default_factory=dict)
+    #: the highest p(statement) of the turn's sentences and clauses read alone
+    #: (:func:`topology.systemone.turn_kinds.statement_within`), kept for a memory of a user (read
+    #: by recall across their sessions); None: not kept (read on first use)
+    states: float | None = None
 
 
 class MemoryNode(_Event):

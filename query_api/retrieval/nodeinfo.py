@@ -63,12 +63,17 @@ class NodeInfo:
     dates: tuple[date, ...]
     length: float
     role: str = "user"
+    #: ``states`` as the write path kept it (:attr:`topology.schemas.TypeScores.states`), or None
+    stored_states: float | None = None
 
     @functools.cached_property
     def states(self) -> float:
         """The highest p(statement) of the turn's sentences and clauses read alone (0 for one part:
-        :func:`~topology.systemone.turn_kinds.statement_within`); derived on first use, since only
-        a recall's kind penalty reads it (about 1.5 ms for a long turn)."""
+        :func:`~topology.systemone.turn_kinds.statement_within`): as the write path kept it for a
+        memory of a user, else derived on first use, since only a recall reads it (about 1.5 ms
+        for a long turn)."""
+        if self.stored_states is not None:
+            return self.stored_states
         return statement_within(self.content, self.role)
 
     @functools.cached_property
@@ -111,7 +116,8 @@ def derive(n: MemoryNode, dim: int, row: np.ndarray | None = None) -> NodeInfo:
         stamp=stamp(n, row), content=n.content, row=row, tokens=frozenset(n.tokens), names=frozenset(names),
         speaker=n.speaker.lower() if n.speaker else None, causal=bool(CAUSE_ANSWER.search(folded)),
         is_question=n.content.rstrip().endswith("?"), negated=bool(NEGATION.search(folded)),
-        has_temporal=bool(n.temporal_refs), dates=tuple(dates), length=min(1.0, len(n.tokens) / 30), role=n.role)
+        has_temporal=bool(n.temporal_refs), dates=tuple(dates), length=min(1.0, len(n.tokens) / 30), role=n.role,
+        stored_states=n.types.states)
 
 
 class NodeInfoCache:

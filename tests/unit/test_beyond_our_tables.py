@@ -12,9 +12,10 @@ import pytest
 
 from jevmem.wiring import Embedded
 from query_api.retrieval import formulas
+from query_api.retrieval.nodeinfo import derive
 from query_api.retrieval.subjects import asked_roles, kind_for
 from topology.params import KindPenalties
-from topology.schemas import Observation, Realm
+from topology.schemas import Observation, Realm, Scope
 from topology.systemone.turn_kinds import ASSISTANT_ROLES, TURN_KINDS, statement_within
 from topology.systemone.update_model import analyse, subjects
 
@@ -128,3 +129,18 @@ def test_a_turn_of_the_asked_role_is_not_cut_for_advising() -> None:
     # a question not about its words, or a turn of another role, reads the kind as typed
     assert kind_for(kind, "assistant", asked_roles("What jobs can seniors do from home?")) == kind
     assert kind_for(kind, "user", ASSISTANT_ROLES) == kind
+
+
+async def test_a_users_memory_keeps_its_clause_reading_from_the_write(model_memory: Embedded) -> None:
+    said = "I adopted a puppy named Miso last week. What food should I buy for him?"
+    shared = Observation(tenant_id="t", conversation_id="shared", event_id="x", content=said, speaker="ana",
+                         observed_at=T0)
+    await model_memory.pipeline.ingest([*_turns("ana", [said]), shared])
+    nodes = {n.event_id: n for conv in ("session-0", "shared")
+             for n in await model_memory.stores.nodes.scan(Scope(tenant_id="t", conversation_id=conv))}
+    assert nodes["e0"].types.states == statement_within(said, "user") > 0.5
+    assert nodes["x"].types.states is None  # no user: read on first use, as before
+    # the read path takes the kept reading as it is
+    kept = nodes["e0"].model_copy(update={"types": nodes["e0"].types.model_copy(update={"states": 0.123})})
+    assert derive(kept, len(kept.embedding or [])).states == 0.123
+    assert derive(nodes["x"], len(nodes["x"].embedding or [])).states == statement_within(said, "user")

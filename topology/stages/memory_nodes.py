@@ -13,7 +13,7 @@ from topology.ports import Embedder
 from topology.schemas import MemoryNode, Observation, TypeScores
 from topology.systemone.catalog import TYPING
 from topology.systemone.port import Item, SystemOne
-from topology.systemone.turn_kinds import kind_distribution
+from topology.systemone.turn_kinds import kind_distribution, statement_within
 
 
 def embedding_text(speaker: str | None, content: str) -> str:
@@ -75,7 +75,8 @@ async def type_only(nodes: Sequence[MemoryNode], so: SystemOne) -> list[MemoryNo
     for node, ans in zip(nodes, answers, strict=True):
         kind = kind_distribution(ans.choices.get("kind", {}))
         types = TypeScores(**{k: round(ans.p(k), 6) for k in ("episodic", "semantic", "procedural", "preference")},
-                           kind={k: round(v, 6) for k, v in kind.items()})
+                           kind={k: round(v, 6) for k, v in kind.items()},
+                           states=statement_within(node.content, node.role) if node.user_id is not None else None)
         out.append(node.model_copy(update={"types": types}))
     return out
 
