@@ -835,6 +835,8 @@ export interface components {
              * @default 0
              */
             semantic: number;
+            /** States */
+            states?: number | null;
         };
         /**
          * ValidationProblem
