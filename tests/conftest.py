@@ -33,6 +33,24 @@ from topology.schemas import MemoryNode, Observation
 _MODEL_FIXTURES = {"model_embedder", "model_memory"}
 
 
+class CountingEmbedder:
+    """An embedder that counts its question calls (``calls``), the rest passed to ``inner``."""
+
+    def __init__(self, inner: Embedder) -> None:
+        self.inner, self.name, self.dim, self.calls = inner, inner.name, inner.dim, 0
+
+    def embed(self, texts: Sequence[str]) -> list[list[float]]:
+        return self.inner.embed(texts)
+
+    def embed_query(self, texts: Sequence[str]) -> list[list[float]]:
+        self.calls += 1
+        return self.inner.embed_query(texts)
+
+    def embed_after(self, pairs: Sequence[tuple[str | None, str]]) -> list[list[float]]:
+        return self.inner.embed_after(pairs)
+
+
+
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """A test that asks for the real model is a ``model`` test, marked or not."""
     for item in items:

@@ -160,10 +160,8 @@ class WritePath:
         under another model the similarities mean something else, so the update question's
         states say "unknown" and its candidates are searched by the statements' own vectors."""
         if self._space is None:
-            own = self.attribute_model
-            build = (lambda: AttributeSpace.with_model(self.embedder, own)) if own is not None \
-                else (lambda: AttributeSpace.of(self.embedder))
-            self._space = ((await asyncio.to_thread(build) if self.embedder.name == attributes_embedder() else None),)
+            self._space = ((await asyncio.to_thread(AttributeSpace.of, self.embedder, self.attribute_model)
+                            if self.embedder.name == attributes_embedder() else None),)
         return self._space[0]
 
     async def build_nodes(self, numbered: Sequence[tuple[Observation, int]]) -> list[MemoryNode]:

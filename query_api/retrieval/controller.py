@@ -276,17 +276,19 @@ class RetrievalController:
         attribute space (its prototype questions embedded) when the question steering or the
         latest-statement rule reads it, and one question embedded on a worker thread; so the
         first recall after a start costs what later ones do."""
-        p = self.params
-        if p.query_steer > 0.0 or p.latest_attribute <= 1.0:
+        if self._reads_attributes():
             await asyncio.to_thread(self.attributes)
         await asyncio.to_thread(self.embedder.embed_query, ["What did I say?"])
+
+    def _reads_attributes(self) -> bool:
+        """Whether a query reads the attribute space (the question steering or the
+        latest-statement rule is on)."""
+        return self.params.query_steer > 0.0 or self.params.latest_attribute <= 1.0
 
     def attributes(self) -> AttributeSpace:
         """The attribute prototypes under this controller's embedder (embedded on first use)."""
         if self._space is None:
-            own = self.attribute_model
-            self._space = AttributeSpace.with_model(self.embedder, own) if own is not None \
-                else AttributeSpace.of(self.embedder)
+            self._space = AttributeSpace.of(self.embedder, self.attribute_model)
         return self._space
 
     def reach(self, where: Scope | Realm) -> Reach:
@@ -360,7 +362,7 @@ class RetrievalController:
         finally:
             _settle(embedding)
         embed_ms = _ms(t0)
-        if self._space is None and (p.query_steer > 0.0 or p.latest_attribute <= 1.0):  # embedded once, off the loop
+        if self._space is None and self._reads_attributes():  # embedded once, off the loop
             await asyncio.to_thread(self.attributes)
         asked = np.asarray(qvec, dtype=np.float32)
         qvec = self._steered(qvec)
@@ -545,7 +547,7 @@ class RetrievalController:
                 st.cos_in_pool.get(nid, 0.0),
                 len(st.qtokens & info.tokens) / len(st.qtokens) if st.qtokens else 0.0,
                 len(st.qnames & info.names) / len(st.qnames) if st.qnames else 0.0,
-                1.0 if (info.speaker is not None and info.speaker in st.qnames) or info.role.lower() in st.roles else 0.0,
+                1.0 if info.speaker is not None and info.speaker in st.qnames else 0.0,
                 st.anchor_strength.get(nid, 0.0), st.bm25.get(nid, 0.0),
                 st.vec_rank.get(nid, 0.0), st.lex_rank.get(nid, 0.0),
                 route["temporal"] * (1.0 if info.has_temporal else 0.0),

@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 
 from jevmem.wiring import Embedded
+from tests.conftest import CountingEmbedder
 from topology import ids
 from topology.params import Params
 from topology.pipeline import WritePath
@@ -91,25 +92,8 @@ def test_steering_moves_a_statement_towards_its_attribute(model_embedder: Embedd
     assert np.allclose(space.steer(new[None, :], 0.0)[0], new, atol=1e-6)
 
 
-class _Counting:
-    """An embedder that counts its question calls (vectors from the hashing embedder)."""
-
-    def __init__(self, inner: Embedder) -> None:
-        self.inner, self.name, self.dim, self.calls = inner, inner.name, inner.dim, 0
-
-    def embed(self, texts: Sequence[str]) -> list[list[float]]:
-        return self.inner.embed(texts)
-
-    def embed_query(self, texts: Sequence[str]) -> list[list[float]]:
-        self.calls += 1
-        return self.inner.embed_query(texts)
-
-    def embed_after(self, pairs: Sequence[tuple[str | None, str]]) -> list[list[float]]:
-        return self.inner.embed_after(pairs)
-
-
 def test_the_prototypes_are_embedded_once_per_embedder(embedder: Embedder) -> None:
-    counting = _Counting(embedder)
+    counting = CountingEmbedder(embedder)
     assert AttributeSpace.of(counting) is AttributeSpace.of(counting)
     assert counting.calls == 1
 

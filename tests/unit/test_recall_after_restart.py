@@ -4,34 +4,17 @@ built at start, not on the way)."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 from jevmem.settings import Settings
 from jevmem.wiring import EmbeddedService
 from query_api import service as service_api
+from tests.conftest import CountingEmbedder
 from topology.ports import Embedder
 from topology.schemas import Observation
 
 T0 = datetime(2024, 5, 1, 9, tzinfo=UTC)
-
-
-class _Counting:
-    """An embedder that counts its question calls."""
-
-    def __init__(self, inner: Embedder) -> None:
-        self.inner, self.name, self.dim, self.questions = inner, inner.name, inner.dim, 0
-
-    def embed(self, texts: Sequence[str]) -> list[list[float]]:
-        return self.inner.embed(texts)
-
-    def embed_query(self, texts: Sequence[str]) -> list[list[float]]:
-        self.questions += len(texts)
-        return self.inner.embed_query(texts)
-
-    def embed_after(self, pairs: Sequence[tuple[str | None, str]]) -> list[list[float]]:
-        return self.inner.embed_after(pairs)
 
 
 def _sessions() -> list[Observation]:
@@ -48,14 +31,14 @@ async def test_a_restarted_service_recalls_the_users_fact_and_embeds_only_the_qu
     assert await first.submit(_sessions()) == []
     await first.stop()
 
-    counting = _Counting(model_embedder)
+    counting = CountingEmbedder(model_embedder)
     again = EmbeddedService(Settings(), embedder=counting, data_dir=tmp_path)  # type: ignore[arg-type]
     await again.start()
     try:
-        before = counting.questions
+        before = counting.calls
         res = await service_api.recall_across(again, "t", "What is my locker code?", 5, None, user_id="ilka")
         assert res.evidence[0].event_id == "e1", [(e.content, e.score) for e in res.evidence]
         assert res.searched >= 1
-        assert counting.questions - before == 1  # the question, nothing built on the way
+        assert counting.calls - before == 1  # the question, nothing built on the way
     finally:
         await again.stop()

@@ -87,9 +87,12 @@ class AttributeSpace:
                        if learned is not None else self.prototypes)
 
     @classmethod
-    def of(cls, embedder: Embedder) -> AttributeSpace:
+    def of(cls, embedder: Embedder, learned: AttributeModel | None = None) -> AttributeSpace:
         """The space of :data:`PROTOTYPES` embedded as questions by ``embedder`` (one call, once
-        per embedder object), with the learned model shipped for ``embedder.name`` if any."""
+        per embedder object), with the learned model shipped for ``embedder.name`` if any; with
+        ``learned``, that model instead, in a space of its own (:meth:`with_model`)."""
+        if learned is not None:
+            return cls.with_model(embedder, learned)
         try:
             return _SPACES[embedder]
         except KeyError:
