@@ -141,7 +141,8 @@ def distributed_stores(settings: Settings, prefix: str, dim: int, owner: bool = 
     owner calls when that matters (a partition assignment, a request), and always for what
     this process wrote itself. ``keyring``: dead letters are sealed (and read) with it. After
     forgets, :attr:`Stores.purge` expunges the deleted documents of the generation's indices and
-    of the data-key index (``storage.purge.Expunger``)."""
+    of the data-key index (``storage.purge.Expunger``) and, with Qdrant, purges its collection's
+    files of the deleted points (:func:`storage.qdrant.purge.purge`)."""
     es = assembly.elasticsearch(settings)
     seen = Visibility(es, strict_reads=not owner)  # one bulk per batch; reads refresh what they need
     vectors: VectorIndex = (_qdrant_vectors(settings, prefix, dim) if settings.qdrant_url
@@ -151,10 +152,17 @@ def distributed_stores(settings: Settings, prefix: str, dim: int, owner: bool = 
 
     async def purge(_scopes: Sequence[Scope]) -> None:
         await expunger.expunge()
+        if isinstance(vectors, QdrantVectorIndex):
+            await vectors.purge()
 
     return Stores(nodes=ElasticNodeStore(es, prefix, seen), edges=ElasticEdgeStore(es, prefix, seen), vectors=vectors,
                   lexical=ElasticLexicalIndex(es, prefix, seen), dead_letters=TopicDeadLetters(settings, keyring),
                   visibility=seen.flush, invalidate=seen.invalidate, purge=purge)
+
+
+def purged_stores(settings: Settings) -> tuple[str, ...]:
+    """The stores whose files a purge of :func:`distributed_stores` cleans (named in ``forget purged``)."""
+    return ("elasticsearch", "qdrant") if settings.qdrant_url else ("elasticsearch",)
 
 
 class TopicDeadLetters:
@@ -335,7 +343,7 @@ def run_worker(settings: Settings) -> None:
                                  **{"compression.type": settings.kafka_output_compression})
     write_path = assembly.paths(settings, stores, embedder, embedded=False).writer()
     purge = stores.purge
-    purger = Purger(functools.partial(purge, []), ("elasticsearch",)) if purge is not None else None
+    purger = Purger(functools.partial(purge, []), purged_stores(settings)) if purge is not None else None
     app = create_app(config, Services(write_path, stores, output.publish, keyring, stalls, purger))
 
     @app.timer(5.0)  # type: ignore[untyped-decorator]

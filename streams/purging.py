@@ -4,10 +4,9 @@
   are destroyed (the log's sealed copies are unreadable). The worker reports it (``forget
   applied``) before it commits the batch that held the forget; ingest behind it does not wait.
 * **Purged**: no file of the purged stores holds the forgotten text, vectors or wrapped keys any
-  more (Elasticsearch's soft-deleted documents merged away: ``storage.purge``; the line names the
-  stores). Qdrant is not among them yet: it keeps a deleted point's vector and payload in its
-  segment and write-ahead-log files until it vacuums the segment and rotates the log
-  (docs/security.md). :class:`Purger` runs the stores' purge after each batch with forgets, and
+  more (Elasticsearch's soft-deleted documents merged away: ``storage.purge``; Qdrant's segments
+  vacuumed and its write-ahead log rolled: ``storage.qdrant.purge``; the line names the stores).
+  :class:`Purger` runs the stores' purge after each batch with forgets, and
   once at start (a forget applied by a worker that died before its purge), retries it with capped
   backoff until it succeeds, and reports each forget ``forget purged`` with the times it was
   accepted, applied and purged. A forget not purged within :data:`PURGE_DEADLINE_S` of being

@@ -62,6 +62,7 @@ from qdrant_client import AsyncQdrantClient, models
 from qdrant_client.http.exceptions import ApiException, UnexpectedResponse
 
 from storage.ports import Hit
+from storage.qdrant.purge import WAL_CAPACITY_MB, purge
 from storage.realm import Point, complete, first, rank_with_ties
 from topology.errors import IncompatibleStore, StoreUnavailable
 from topology.schemas import MemoryNode, Realm, Scope
@@ -205,7 +206,8 @@ class QdrantVectorIndex:
             try:
                 await _guard(lambda: self._client.create_collection(
                     self._collection, vectors_config=models.VectorParams(size=self._dim, distance=models.Distance.DOT),
-                    shard_number=self._shards, replication_factor=self._replication_factor),
+                    shard_number=self._shards, replication_factor=self._replication_factor,
+                    wal_config=models.WalConfigDiff(wal_capacity_mb=WAL_CAPACITY_MB)),
                     f"create collection {self._collection}")
             except StoreUnavailable as exc:
                 if _http_status(exc) != 409:  # 409: another worker created it first
@@ -253,6 +255,31 @@ class QdrantVectorIndex:
             if _http_status(exc) == 404:
                 self._ready = False
             raise
+
+    async def call(self, call: Callable[[AsyncQdrantClient], Awaitable[T]], what: str) -> T:
+        """``await call(client)`` on the collection's current node, as every call of this index
+        runs (created first, failing over, errors as :class:`StoreUnavailable`)."""
+        return await self._call(lambda: call(self._client), what)
+
+    async def call_on(self, client: AsyncQdrantClient, call: Callable[[AsyncQdrantClient], Awaitable[T]],
+                      what: str) -> T:
+        """``await call(client)`` on that node only (no failover): a question for each node."""
+        await self._ensure()
+        return await _guard(lambda: call(client), what)
+
+    @property
+    def clients(self) -> list[AsyncQdrantClient]:
+        """One client per node of the server's URL list."""
+        return list(self._clients)
+
+    @property
+    def dim(self) -> int:
+        return self._dim
+
+    async def purge(self) -> None:
+        """Purge the collection's files of every point deleted before the call
+        (:func:`storage.qdrant.purge.purge`)."""
+        await purge(self)
 
     @staticmethod
     def _filter(scope: Scope, before_seq: int | None = None, ids: Sequence[str] | None = None) -> models.Filter:
