@@ -368,25 +368,25 @@ def routes(service: MemoryService, auth: Authenticator) -> APIRouter:
     @router.get("/conversations/{conversation_id}/decisions", response_model=list[ConsolidationDecision],
                 responses=reads)
     async def decisions(conversation_id: ConvId, who: Principal = query_key) -> list[ConsolidationDecision]:
-        return await svc.decisions(service, await svc.scope_for(service, who, conversation_id))
+        return await svc.decisions(service, await svc.scope_for(service, who, conversation_id), who)
 
     @router.get("/conversations/{conversation_id}/nodes", response_model=list[MemoryNode], responses=reads)
     async def nodes(conversation_id: ConvId, who: Principal = query_key) -> list[MemoryNode]:
-        return await svc.nodes(service, await svc.scope_for(service, who, conversation_id))
+        return await svc.nodes(service, await svc.scope_for(service, who, conversation_id), who)
 
     @router.get("/conversations/{conversation_id}/edges", response_model=list[EdgeEvent], responses=reads)
     async def edges(conversation_id: ConvId, who: Principal = query_key) -> list[EdgeEvent]:
-        return await svc.edges(service, await svc.scope_for(service, who, conversation_id))
+        return await svc.edges(service, await svc.scope_for(service, who, conversation_id), who)
 
     @router.get("/tenants/{tenant_id}/conversations/{conversation_id}/nodes", response_model=list[MemoryNode],
                 responses=reads)
     async def tenant_nodes(tenant_id: TenantId, conversation_id: ConvId, who: Principal = query_key) -> list[MemoryNode]:
-        return await svc.nodes(service, await svc.scope_for(service, who, conversation_id, tenant_id))
+        return await svc.nodes(service, await svc.scope_for(service, who, conversation_id, tenant_id), who)
 
     @router.get("/tenants/{tenant_id}/conversations/{conversation_id}/edges", response_model=list[EdgeEvent],
                 responses=reads)
     async def tenant_edges(tenant_id: TenantId, conversation_id: ConvId, who: Principal = query_key) -> list[EdgeEvent]:
-        return await svc.edges(service, await svc.scope_for(service, who, conversation_id, tenant_id))
+        return await svc.edges(service, await svc.scope_for(service, who, conversation_id, tenant_id), who)
 
     forget_responses: dict[int | str, dict[str, Any]] = {
         200: {"model": ForgetApplied, "description": "Forgotten (embedded): what was removed."},

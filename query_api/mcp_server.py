@@ -255,7 +255,8 @@ def build_server(service: MemoryService, principal_of: PrincipalOf) -> MCPServer
         with tool_errors():
             who = await caller(ctx, "query")
             scope = await svc.scope_for(service, who, conversation_id)
-            return compact_graph(conversation_id, await svc.nodes(service, scope), await svc.edges(service, scope), limit)
+            return compact_graph(conversation_id, await svc.nodes(service, scope, who), await svc.edges(service, scope, who),
+                                 limit)
 
     @server.tool(description="Your conversations in memory, with their node counts.",
                  annotations=ToolAnnotations(read_only_hint=True))

@@ -112,8 +112,8 @@ class MemoryService(Protocol):
     async def edges(self, scope: Scope) -> list[EdgeEvent]: ...
 
     async def conversations(self, tenant_id: str, users: Collection[str] | None = None) -> list[tuple[str, int]]:
-        """The tenant's conversations with their node counts (with ``users``: those whose every
-        node carries one of them as its ``user_id``)."""
+        """The tenant's conversations with their node counts (with ``users``: those holding a
+        node that carries one of them as its ``user_id``, with the count of those nodes)."""
         ...
 
     async def decisions(self, scope: Scope) -> list[ConsolidationDecision]: ...
@@ -188,19 +188,48 @@ async def dead_letter(service: MemoryService, letters: Sequence[DeadLetter], sou
 
 async def listed(service: MemoryService, who: Principal) -> list[tuple[str, int]]:
     """The caller's conversations with node counts: the tenant's, or, for a key limited to users,
-    those whose every memory is one of its users'."""
+    those holding any memory of its users, with the count of those memories."""
     return await service.conversations(who.tenant_id, who.users)
 
 
 async def scope_for(service: MemoryService, who: Principal, conversation_id: str, tenant_id: str | None = None) -> Scope:
-    """The scope of a call addressed to a conversation: :class:`~topology.errors.Forbidden` when
-    ``tenant_id`` names another tenant, or, for a key limited to users, when the conversation holds
-    a memory of anyone else (or nothing: the key may not learn whether others' conversations exist)."""
-    scope = Scope(tenant_id=same_tenant(who, tenant_id), conversation_id=conversation_id)
-    if who.users is not None and not any(c == conversation_id for c, _ in await listed(service, who)):
+    """The scope of a call addressed to a conversation; :class:`~topology.errors.Forbidden` when
+    ``tenant_id`` names another tenant. A key limited to users sees only its users' memories
+    there (:func:`theirs`): a conversation holding none of them reads as empty, whether it holds
+    someone else's or nothing, so the key learns nothing of conversations that are not its users'."""
+    return Scope(tenant_id=same_tenant(who, tenant_id), conversation_id=conversation_id)
+
+
+def theirs(who: Principal | None, nodes: Sequence[MemoryNode]) -> list[MemoryNode]:
+    """``nodes`` the caller may see: all of them, or, for a key limited to users, its users'."""
+    if who is None or who.users is None:
+        return list(nodes)
+    return [n for n in nodes if n.user_id is not None and n.user_id in who.users]
+
+
+def limited(who: Principal | None) -> bool:
+    """Whether ``who`` is a key limited to users."""
+    return who is not None and who.users is not None
+
+
+async def own_part(service: MemoryService, who: Principal, scope: Scope) -> Realm | None:
+    """Where a key limited to users queries a conversation: None (the conversation itself) for a
+    key of the whole tenant or a conversation that holds its users' memories only; else the
+    realm of its one user's memories there (empty when it holds none of theirs).
+    :class:`~topology.errors.Forbidden` when it holds memories of several of the key's users and
+    of someone else: the key then names one (``POST /v1/recall`` with ``user_id``)."""
+    if who.users is None:
+        return None
+    every = await service.nodes(scope)
+    mine = theirs(who, every)
+    if mine and len(mine) == len(every):
+        return None
+    users = sorted({n.user_id for n in mine if n.user_id is not None}) or sorted(who.users)[:1]
+    if len(users) > 1:
         raise Forbidden(f"this key is limited to users {', '.join(sorted(who.users))}: conversation "
-                        f"{conversation_id!r} is not theirs alone")
-    return scope
+                        f"{scope.conversation_id!r} also holds someone else's memories; recall one user's "
+                        "with POST /v1/recall, user_id and conversation_ids")
+    return Realm(tenant_id=scope.tenant_id, user_id=users[0], conversation_ids=(scope.conversation_id,))
 
 
 def operator(tenant_id: str) -> Principal:
@@ -248,10 +277,13 @@ async def ask(service: MemoryService, who: Principal, conversation_id: str, ques
               tenant_id: str | None = None, as_of: datetime | None = None, answer: bool = True) -> Asked[Retrieval]:
     """Retrieve the best ``top_k`` memories of one conversation (:func:`scope_for`, then
     :func:`retrieve`: timed as stage ``query``, :class:`~topology.errors.UnknownConversation` for
-    a conversation the tenant does not have), then, with ``answer``, System Two's answer from them."""
+    a conversation the tenant does not have; for a key limited to users, its users' memories
+    there: :func:`own_part`), then, with ``answer``, System Two's answer from them."""
     with observe.timed("query"):
         scope = await scope_for(service, who, conversation_id, tenant_id)
-        res = await retrieve(service, scope, question, top_k, as_of)
+        realm = await own_part(service, who, scope)
+        res = (await retrieve(service, scope, question, top_k, as_of) if realm is None
+               else await service.recall(realm, question, top_k, as_of))
     observe.measure("controller_requests_per_query", res.trace.controller_calls)
     return Asked(res, await _answered(service, question, res.evidence) if answer else None)
 
@@ -278,8 +310,23 @@ async def ask_across(service: MemoryService, who: Principal, question: str, top_
 
 async def forget(service: MemoryService, who: Principal, conversation_id: str, event_id: str | None) -> ForgetResult:
     """Forget one observation (``event_id``) or the whole conversation (None) of the caller's
-    (:func:`scope_for`): what was removed (embedded) or that it was queued (distributed)."""
-    return await service.forget(await scope_for(service, who, conversation_id), event_id)
+    (:func:`scope_for`): what was removed (embedded) or that it was queued (distributed). A key
+    limited to users forgets only its users' memories: an observation of someone else, or a
+    conversation holding none of theirs, is not found; a whole conversation that also holds
+    someone else's is :class:`~topology.errors.Forbidden` (forget its events one by one)."""
+    scope = await scope_for(service, who, conversation_id)
+    if who.users is not None:
+        every = await service.nodes(scope)
+        mine = theirs(who, every)
+        if event_id is None:
+            if not mine:
+                return ForgetApplied(status="not_found", nodes=0, edges=0, decisions=0)
+            if len(mine) != len(every):
+                raise Forbidden(f"this key is limited to users {', '.join(sorted(who.users))}: conversation "
+                                f"{conversation_id!r} also holds someone else's memories; forget its events one by one")
+        elif not any(n.event_id == event_id and n.kind == "observation" for n in mine):
+            return ForgetApplied(status="not_found", nodes=0, edges=0, decisions=0)
+    return await service.forget(scope, event_id)
 
 
 async def dead_letters(service: MemoryService, who: Principal, limit: int) -> list[DeadLetter]:
@@ -289,26 +336,36 @@ async def dead_letters(service: MemoryService, who: Principal, limit: int) -> li
     return await service.dead_letters(who.tenant_id, limit)
 
 
-async def nodes(service: MemoryService, scope: Scope) -> list[MemoryNode]:
-    """The conversation's nodes; :class:`~topology.errors.UnknownConversation` when it has none."""
+async def nodes(service: MemoryService, scope: Scope, who: Principal | None = None) -> list[MemoryNode]:
+    """The conversation's nodes; :class:`~topology.errors.UnknownConversation` when it has none.
+    For a key limited to users (``who``), its users' nodes there, never an error (:func:`scope_for`)."""
     out = await service.nodes(scope)
+    if limited(who):
+        return theirs(who, out)
     if not out:
         raise UnknownConversation(scope.conversation_id)
     return out
 
 
-async def edges(service: MemoryService, scope: Scope) -> list[EdgeEvent]:
-    """The conversation's edges; :class:`~topology.errors.UnknownConversation` for an unknown one."""
+async def edges(service: MemoryService, scope: Scope, who: Principal | None = None) -> list[EdgeEvent]:
+    """The conversation's edges; :class:`~topology.errors.UnknownConversation` for an unknown one.
+    For a key limited to users, the edges between its users' nodes there."""
     out = await service.edges(scope)
+    if limited(who):
+        seen = {n.id for n in theirs(who, await service.nodes(scope))}
+        return [e for e in out if e.source in seen and e.target in seen]
     if not out:
         await require_known(service, scope.tenant_id, [scope.conversation_id])
     return out
 
 
-async def decisions(service: MemoryService, scope: Scope) -> list[ConsolidationDecision]:
+async def decisions(service: MemoryService, scope: Scope, who: Principal | None = None) -> list[ConsolidationDecision]:
     """The conversation's consolidation decisions; :class:`~topology.errors.UnknownConversation`
-    for an unknown one."""
+    for an unknown one. For a key limited to users, those between its users' nodes there."""
     out = await service.decisions(scope)
+    if limited(who):
+        seen = {n.id for n in theirs(who, await service.nodes(scope))}
+        return [d for d in out if d.left in seen and d.right in seen]
     if not out:
         await require_known(service, scope.tenant_id, [scope.conversation_id])
     return out

@@ -76,9 +76,9 @@ class MemoryNodeStore:
         return [n.without_embedding() for n in sorted(self._scope(scope).values(), key=lambda n: (n.seq, n.id))]
 
     async def conversations(self, tenant_id: str, users: Collection[str] | None = None) -> list[tuple[str, int]]:
-        return sorted((s.conversation_id, len(held)) for s, held in self._nodes.items()
-                      if s.tenant_id == tenant_id and held
-                      and (users is None or all(n.user_id in users for n in held.values())))
+        counted = ((s.conversation_id, sum(1 for n in held.values() if users is None or n.user_id in users))
+                   for s, held in self._nodes.items() if s.tenant_id == tenant_id)
+        return sorted((c, n) for c, n in counted if n)
 
     async def sharing_entities_before(self, scope: Scope, entity_ids: Sequence[str], before_seq: int,
                                       limit: int) -> list[str]:

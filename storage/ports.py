@@ -225,7 +225,8 @@ class NodeStore(NodeReader, SeqSource, EarlierNodes, NodeWriter, NodeEraser, Pro
 
     async def conversations(self, tenant_id: str, users: Collection[str] | None = None) -> list[tuple[str, int]]:
         """The tenant's conversations that hold nodes, with their node counts, by conversation id;
-        with ``users``, only those whose every node carries one of them as its ``user_id``."""
+        with ``users``, those holding a node that carries one of them as its ``user_id``, with the
+        count of those nodes."""
         ...
 
     async def close(self) -> None: ...

@@ -30,10 +30,9 @@ Mapping (documented, reversible):
   matches value fields: equality, or ``$eq``, ``$ne``,
   ``$gt``, ``$gte``, ``$lt``, ``$lte``.
 * TTLs are not supported (``supports_ttl`` is False): memories are kept until forgotten.
-* A namespace the API key may not read (another user's, with a key limited to users) raises the
-  API's 403 (:class:`~jevmem.client.MemoryApiError`) on ``get`` and ``search``, where
-  ``InMemoryStore`` answers None: None would tell the agent that the item does not exist, and a
-  misconfigured key would pass unnoticed.
+* With an API key limited to users (``ingest`` and ``query``; ``admin`` to replace or delete),
+  the store sees only its users' items: another user's namespace reads as empty (``get`` answers
+  None, ``search`` nothing), as ``InMemoryStore`` answers for an item it does not hold.
 
 Cost: ``get`` and an unqueried ``search`` read the whole conversation (one request each), and so
 does a put with a key that lacks ``admin``.

@@ -621,21 +621,18 @@ class ElasticNodeStore(_Memories):
 
     async def conversations(self, tenant_id: str, users: Collection[str] | None = None) -> list[tuple[str, int]]:
         """The tenant's conversations by id with node counts (a terms aggregation, at most 10,000);
-        with ``users``, those whose every node carries one of them (a filter sub-aggregation counts
-        the others)."""
+        with ``users``, those holding a node of one of them, with the count of those nodes."""
         index = await self._existing(memories_index(tenant_id))
         if index is None or (users is not None and not users):
             return []
         convs: dict[str, Any] = {"terms": {"field": "conversation_id", "size": 10_000, "order": {"_key": "asc"}}}
-        if users is not None:
-            convs["aggs"] = {"others": {"filter": {"bool": {"must_not": {"terms": {"user_id": sorted(users)}}}}}}
         aggs = {"convs": convs}
-        query = {"bool": {"filter": [{"term": {"tenant_id": tenant_id}}, {"exists": {"field": "event_id"}}]}}
+        wanted: list[dict[str, Any]] = [] if users is None else [{"terms": {"user_id": sorted(users)}}]
+        query = {"bool": {"filter": [{"term": {"tenant_id": tenant_id}}, {"exists": {"field": "event_id"}}, *wanted]}}
         await self._own_writes(index)
         with es_errors(f"conversations {index}"):
             res = await self._client.search(index=index, query=query, aggs=aggs, size=0)
-        return [(str(b["key"]), int(b["doc_count"])) for b in res["aggregations"]["convs"]["buckets"]
-                if users is None or int(b["others"]["doc_count"]) == 0]
+        return [(str(b["key"]), int(b["doc_count"])) for b in res["aggregations"]["convs"]["buckets"]]
 
     async def sharing_entities_before(
             self, scope: Scope, entity_ids: Sequence[str], before_seq: int, limit: int) -> list[str]:

@@ -427,8 +427,7 @@ class SqliteNodeStore(Base):
             wanted = sorted(users)
             marks = ",".join("?" * len(wanted))
             rows = self._conn.execute(
-                "SELECT conv, count(*) FROM nodes WHERE tenant=? GROUP BY conv "
-                f"HAVING SUM(CASE WHEN user IN ({marks}) THEN 0 ELSE 1 END) = 0 ORDER BY conv",
+                f"SELECT conv, count(*) FROM nodes WHERE tenant=? AND user IN ({marks}) GROUP BY conv ORDER BY conv",
                 (tenant_id, *wanted)).fetchall() if wanted else []
         return [(str(c), int(n)) for c, n in rows]
 

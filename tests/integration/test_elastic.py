@@ -736,3 +736,23 @@ async def test_indexes_of_an_older_release_take_the_user_field(es: tuple[AsyncEl
     assert {h.id for h in await ev.search_realm(Realm(tenant_id="tenant-a", user_id="u1"), [0.3] * 8, 500)} == u1
     u1_noted = {n.id for n in a if n.user_id == "u1" and "note" in n.content}
     assert {h.id for h in await lex.search_realm(Realm(tenant_id="tenant-a", user_id="u1"), "note", 500)} == u1_noted
+
+
+async def test_a_users_conversations_are_those_holding_their_nodes_counted_as_theirs(stores: Stores) -> None:
+    """``conversations(tenant, users)``: every conversation holding a node of one of ``users``,
+    with the count of those nodes, as the embedded store answers."""
+    conn = connect(":memory:")
+    sqlite = SqliteNodeStore(conn)
+    owners = {A: ["ana", "ben", None], A2: ["ana"], B: ["ana"]}
+    try:
+        for scope, users in owners.items():
+            nodes = [n.model_copy(update={"user_id": users[i % len(users)]}) for i, n in enumerate(make_nodes(scope))]
+            for target in (sqlite, stores.nodes):
+                await target.upsert(nodes)
+        for users in (["ana"], ["ben"], ["ana", "ben"], ["cleo"], None):
+            want = await sqlite.conversations("tenant-a", users)
+            assert await stores.nodes.conversations("tenant-a", users) == want, users
+        assert dict(await sqlite.conversations("tenant-a", ["ben"])) == {"conv-1": sum(
+            1 for i in range(len(make_nodes(A))) if i % 3 == 1)}
+    finally:
+        conn.close()

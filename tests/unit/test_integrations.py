@@ -50,9 +50,12 @@ class Api:
 def api(model_embedder: Embedder) -> Iterator[Api]:
     store = SqliteKeyStore(":memory:")
     keys = {}
-    for name, tenant, scopes in [("a", "acme", ["ingest", "query", "admin"]), ("b", "globex", ["ingest", "query", "admin"]),
-                                 ("iq", "acme", ["ingest", "query"])]:
-        keys[name], record = mint(tenant, scopes)
+    for name, tenant, scopes, users in [("a", "acme", ["ingest", "query", "admin"], None),
+                                        ("b", "globex", ["ingest", "query", "admin"], None),
+                                        ("iq", "acme", ["ingest", "query"], None),
+                                        ("ana", "acme", ["ingest", "query"], ["ana"]),  # least privilege
+                                        ("ana_admin", "acme", ["ingest", "query", "admin"], ["ana"])]:
+        keys[name], record = mint(tenant, scopes, users=users)
         asyncio.run(store.create(record))
     service = EmbeddedService(Settings(), embedder=model_embedder, data_dir=":memory:")
     with serve_http(create_app(service, Authenticator(store, cache_seconds=0))) as url:
@@ -347,6 +350,45 @@ async def test_users_langgraph_namespace_and_session_user_id(api: Api) -> None:
         await shared.aclose()
         await ana.close()
         await bo.close()
+
+
+async def test_every_adapter_works_with_a_key_limited_to_its_user(api: Api) -> None:
+    """A key limited to the user an adapter serves (``ingest`` and ``query``; ``admin`` only to
+    replace or delete) writes and reads that user's memory through each adapter, new namespaces
+    and sessions included, and sees nothing of anyone else's."""
+    with MemoryClient(api.url, api.keys["a"]) as whole:  # someone else's memory in the same tenant
+        whole.remember([{"event_id": "b1", "content": "My dog is called Rex", "user_id": "ben"}], "langgraph:ben.memories")
+    store = JevmemStore(api.url, api.keys["ana"])
+    admin = JevmemStore(api.url, api.keys["ana_admin"])
+    session = JevmemSession("ana-fresh", api.url, api.keys["ana"], user_id="ana")
+    try:
+        assert store.get(("ana", "fresh"), "pet") is None  # a new namespace reads as empty
+        store.put(("ana", "fresh"), "pet", {"content": "I adopted a golden retriever named Biscuit"})
+        got = store.get(("ana", "fresh"), "pet")
+        assert got is not None and got.value["content"].endswith("Biscuit")
+        with pytest.raises(AdminScopeRequired):
+            store.put(("ana", "fresh"), "pet", {"content": "I adopted a cat"})
+        assert store.get(("ben", "memories"), "b1") is None and store.search(("ben",)) == []  # not hers: nothing
+        admin.put(("ana", "fresh"), "pet", {"content": "I adopted a cat named Miso"})
+        assert [i.value["content"] for i in admin.search(("ana",))] == ["I adopted a cat named Miso"]
+
+        assert await session.get_items() == []  # the first run of a new session
+        await session.add_items([{"role": "user", "content": "My favourite tea is sencha"}])
+        assert await session.get_items() == [{"role": "user", "content": "My favourite tea is sencha"}]
+        found = await session.recall("What tea do I like?", top_k=5)
+        assert found["evidence"][0]["content"] == "My favourite tea is sencha"
+
+        retriever = JevmemRetriever(base_url=api.url, api_key=api.keys["ana"], user_id="ana", top_k=5)
+        docs = await retriever.ainvoke("What is my pet called?")
+        assert "I adopted a cat named Miso" in [d.page_content for d in docs]
+        assert all("Rex" not in d.page_content for d in docs)
+        await retriever.aclose()
+        admin.delete(("ana", "fresh"), "pet")
+        assert store.get(("ana", "fresh"), "pet") is None
+    finally:
+        store.close()
+        admin.close()
+        await session.close()
 
 
 def test_the_client_sends_user_id_and_format_only_as_given() -> None:

@@ -303,20 +303,32 @@ async def test_a_key_limited_to_users_remembers_and_recalls_only_theirs(api: Api
         mine = ana.post("/v1/recall", json={"question": "What is my locker code?"}).json()
         assert {e["conversation_id"] for e in mine["evidence"]} == {"s3"} and mine["user_id"] == "ana"
         assert ana.post("/v1/recall", json={"question": "locker code", "user_id": "ben"}).status_code == 403
-        # her own conversations read as any key's; anyone else's (or a mixed one) is refused, as are dead letters
+        # her own conversations read as any key's; in anyone else's (or one that does not exist) she sees
+        # nothing, and cannot tell which; dead letters are the whole tenant's
         assert ana.get("/v1/conversations").json() == [{"conversation_id": "s3", "nodes": 1}]
         assert ana.get("/v1/conversations/s3/nodes").json()[0]["user_id"] == "ana"
         assert ana.post("/v1/query", json={"conversation_id": "s3", "question": "code"}).json()["evidence"]
-        for path in ("/v1/conversations/s1/nodes", "/v1/conversations/nope/edges", "/v1/dead-letters"):
+        for path in ("/v1/conversations/s1/nodes", "/v1/conversations/nope/nodes", "/v1/conversations/s1/edges",
+                     "/v1/conversations/nope/edges", "/v1/conversations/s1/decisions"):
             res = ana.get(path)
-            assert res.status_code == 403 and "limited to users ana" in res.json()["detail"], path
-        assert ana.delete("/v1/conversations/s1").status_code == 403
-    with client("a") as whole:  # a turn of another user joins her conversation: no longer hers alone
+            assert res.status_code == 200 and res.json() == [], path
+        for conv in ("s1", "nope"):
+            asked = ana.post("/v1/query", json={"conversation_id": conv, "question": "locker code"})
+            assert asked.status_code == 200 and asked.json()["evidence"] == [], conv
+            gone = ana.delete(f"/v1/conversations/{conv}")
+            assert gone.status_code == 404 and gone.json()["status"] == "not_found", conv
+        assert ana.delete("/v1/conversations/s1/observations/b1").status_code == 404  # Ben's: not hers to forget
+        res = ana.get("/v1/dead-letters")
+        assert res.status_code == 403 and "limited to users ana" in res.json()["detail"]
+    with client("a") as whole:  # a turn of another user joins her conversation: she still sees hers only
         whole.post("/v1/observations", json=[{"conversation_id": "s3", "event_id": "b2", "user_id": "ben",
                                               "content": "Ben joined the chat."}])
     with client("ana") as ana:
-        assert ana.get("/v1/conversations").json() == []
-        assert ana.get("/v1/conversations/s3/nodes").status_code == 403
+        assert ana.get("/v1/conversations").json() == [{"conversation_id": "s3", "nodes": 1}]
+        assert [n["event_id"] for n in ana.get("/v1/conversations/s3/nodes").json()] == ["a1"]
+        asked = ana.post("/v1/query", json={"conversation_id": "s3", "question": "Who joined the chat?"}).json()
+        assert [e["content"] for e in asked["evidence"]] == ["My locker code is 4417."]
+        assert ana.delete("/v1/conversations/s3").status_code == 403  # Ben's turn is not hers to forget
     with client("ana_ben") as both:
         assert both.post("/v1/recall", json={"question": "locker code"}).status_code == 403  # which user?
         ben = both.post("/v1/recall", json={"question": "locker code", "user_id": "ben"}).json()
