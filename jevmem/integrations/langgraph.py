@@ -8,10 +8,14 @@ Mapping (documented, reversible):
   the prefix are namespaces: the tenant's other conversations are never listed or touched.
 * The user: the namespace label at ``user_label`` (default 0, the first: LangGraph's
   ``(user_id, "memories")`` pattern; ``user_label=1`` for ``("users", user_id, ...)``; None for
-  no user) is stamped as the ``user_id`` of every observation a put writes, so a recall of that
-  user (``POST /v1/recall`` with ``user_id``, or another adapter given the same user) finds the
-  user's LangGraph memories beside their other conversations. A namespace shorter than that has no
-  user. The store's own ``search`` names its conversations and does not filter by user.
+  no user) is stamped as the ``user_id`` and the ``speaker`` of every observation a put writes, so
+  a recall of that user (``POST /v1/recall`` with ``user_id``, or another adapter given the same
+  user) finds the user's LangGraph memories beside their other conversations, and a later item
+  that replaces what an earlier one stated ("I moved to Lisbon" after "I live in Porto") is judged
+  an update of it as the user's own words are (role ``memory`` counts as the user's). A namespace
+  shorter than that has no user. The store's own ``search`` names its conversations and does not
+  filter by user; a search with a query answers :class:`MemorySearchItem` s, which carry
+  ``superseded_by``, ``valid_from`` and ``valid_until``.
 * An item is one observation: ``event_id`` = the item's key, the value kept whole in the node's
   metadata (``metadata["langgraph"]``, at most 16 KB as JSON), the searchable text from the fields
   named by ``index`` (dotted paths), else the value's ``content`` or ``text`` string, else the
@@ -162,11 +166,35 @@ def _item(namespace: tuple[str, ...], node: dict[str, Any]) -> Item | None:
     return Item(value=value, key=node["event_id"], namespace=namespace, created_at=_when(node), updated_at=_when(node))
 
 
-def _hit(namespace: tuple[str, ...], node: dict[str, Any], score: float | None) -> SearchItem | None:
+class MemorySearchItem(SearchItem):
+    """A :class:`SearchItem` with what the server knows of its currency: the ids of the memories
+    that replaced it (``superseded_by``: empty while it holds) and when it held (``valid_from``,
+    ``valid_until``: ISO times, None when unknown or still true), from a search with a query."""
+
+    __slots__ = ("superseded_by", "valid_from", "valid_until")
+
+    def __init__(self, namespace: tuple[str, ...], key: str, value: dict[str, Any], created_at: datetime,
+                 updated_at: datetime, score: float | None = None, *, superseded_by: Sequence[str] = (),
+                 valid_from: str | None = None, valid_until: str | None = None) -> None:
+        super().__init__(namespace, key, value, created_at, updated_at, score=score)
+        self.superseded_by = list(superseded_by)
+        self.valid_from = valid_from
+        self.valid_until = valid_until
+
+    def dict(self) -> dict[str, Any]:
+        return {**super().dict(), "superseded_by": self.superseded_by, "valid_from": self.valid_from,
+                "valid_until": self.valid_until}
+
+
+def _hit(namespace: tuple[str, ...], node: dict[str, Any], score: float | None,
+         evidence: dict[str, Any] | None = None) -> SearchItem | None:
     value = _value(node)
     if value is None:
         return None
-    return SearchItem(namespace, node["event_id"], value, _when(node), _when(node), score=score)
+    ev = evidence or {}
+    return MemorySearchItem(namespace, node["event_id"], value, _when(node), _when(node), score=score,
+                            superseded_by=ev.get("superseded_by") or (), valid_from=ev.get("valid_from"),
+                            valid_until=ev.get("valid_until"))
 
 
 def _ns_matches(ns: tuple[str, ...], conditions: Sequence[MatchCondition] | None) -> bool:
@@ -250,8 +278,9 @@ class JevmemStore(BaseStore):
         item = {"event_id": op.key, "content": text_of(value, index), "role": "memory",
                 "observed_at": datetime.now(UTC).isoformat(), "metadata": {_META: {"value": value}}}
         user = self.user_of(op.namespace)
-        if user is not None:
+        if user is not None:  # the user's own record: judged for updates as the user's statements are
             item["user_id"] = user
+            item["speaker"] = user
         report = yield ("remember", ([item], conversation))
         if report.get("rejected"):
             raise ValueError(f"jevmem refused the item {op.key!r}: {report.get('errors')}")
@@ -315,7 +344,7 @@ class JevmemStore(BaseStore):
             if conv not in nodes:
                 nodes[conv] = {n["id"]: n for n in (yield ("nodes", (conv,)))}
             node = nodes[conv].get(ev["node_id"])
-            it = _hit(by_conv[conv], node, float(ev["score"])) if node is not None else None
+            it = _hit(by_conv[conv], node, float(ev["score"]), ev) if node is not None else None
             if it is not None and matches(it.value, op.filter):
                 out.append(it)
         return out[op.offset: op.offset + op.limit]

@@ -28,7 +28,15 @@ from langgraph.store.base import BaseStore
 
 from jevmem.client import AsyncMemoryClient, MemoryClient
 from jevmem.integrations.langchain import NO_MEMORY, JevmemRecallTool, JevmemRetriever, documents
-from jevmem.integrations.langgraph import AdminScopeRequired, JevmemStore, conversation_of, matches, namespace_of, text_of
+from jevmem.integrations.langgraph import (
+    AdminScopeRequired,
+    JevmemStore,
+    MemorySearchItem,
+    conversation_of,
+    matches,
+    namespace_of,
+    text_of,
+)
 from jevmem.integrations.openai_agents import JevmemSession
 from jevmem.settings import Settings
 from jevmem.wiring import EmbeddedService
@@ -389,6 +397,24 @@ async def test_every_adapter_works_with_a_key_limited_to_its_user(api: Api) -> N
         store.close()
         admin.close()
         await session.close()
+
+
+def test_a_langgraph_item_that_replaces_another_is_an_update_search_says_so(api: Api) -> None:
+    """Items put under a user's namespace are that user's words: a later one that changes what an
+    earlier one stated supersedes it, and a search with a query says so on the older item."""
+    ns = ("ana", "memories")
+    with JevmemStore(api.url, api.keys["a"]) as store:
+        store.put(ns, "home", {"content": "I live in Porto, near the old bridge."})
+        store.put(ns, "pet", {"content": "I have a cat called Miso."})
+        store.put(ns, "move", {"content": "I just moved to Lisbon, the new flat is tiny."})
+        found = {h.key: h for h in store.search(("ana",), query="Where do I live?", limit=5)}
+        home, move, pet = found["home"], found["move"], found["pet"]
+        assert isinstance(home, MemorySearchItem) and home.superseded_by and home.valid_until is not None
+        assert move.superseded_by == [] and move.valid_until is None and pet.superseded_by == []
+        assert home.dict()["superseded_by"] == home.superseded_by
+        with MemoryClient(api.url, api.keys["a"]) as c:
+            nodes = {n["event_id"]: n for n in c.nodes(conversation_of("langgraph", ns))}
+        assert nodes["home"]["speaker"] == "ana" and nodes["home"]["role"] == "memory"
 
 
 def test_the_client_sends_user_id_and_format_only_as_given() -> None:
