@@ -8,14 +8,13 @@ Mapping (documented, reversible):
   the prefix are namespaces: the tenant's other conversations are never listed or touched.
 * The user: the namespace label at ``user_label`` (default 0, the first: LangGraph's
   ``(user_id, "memories")`` pattern; ``user_label=1`` for ``("users", user_id, ...)``; None for
-  no user) is stamped as the ``user_id`` and the ``speaker`` of every observation a put writes, so
-  a recall of that user (``POST /v1/recall`` with ``user_id``, or another adapter given the same
-  user) finds the user's LangGraph memories beside their other conversations, and a later item
-  that replaces what an earlier one stated ("I moved to Lisbon" after "I live in Porto") is judged
-  an update of it as the user's own words are (role ``memory`` counts as the user's). A namespace
-  shorter than that has no user. The store's own ``search`` names its conversations and does not
-  filter by user; a search with a query answers :class:`MemorySearchItem` s, which carry
-  ``superseded_by``, ``valid_from`` and ``valid_until``.
+  no user) is stamped as the ``user_id`` of every observation a put writes, so a recall of that
+  user (``POST /v1/recall`` with ``user_id``, or another adapter given the same user) finds the
+  user's LangGraph memories beside their other conversations. A namespace shorter than that has no
+  user. The store's own ``search`` names its conversations and does not filter by user; a search
+  with a query answers :class:`MemorySearchItem` s, which carry what the server knows of their
+  currency (``superseded_by``, ``valid_from``, ``valid_until``). Items carry no speaker, so the
+  update judge does not compare them with each other (a replaced key is forgotten instead).
 * An item is one observation: ``event_id`` = the item's key, the value kept whole in the node's
   metadata (``metadata["langgraph"]``, at most 16 KB as JSON), the searchable text from the fields
   named by ``index`` (dotted paths), else the value's ``content`` or ``text`` string, else the
@@ -278,9 +277,8 @@ class JevmemStore(BaseStore):
         item = {"event_id": op.key, "content": text_of(value, index), "role": "memory",
                 "observed_at": datetime.now(UTC).isoformat(), "metadata": {_META: {"value": value}}}
         user = self.user_of(op.namespace)
-        if user is not None:  # the user's own record: judged for updates as the user's statements are
+        if user is not None:
             item["user_id"] = user
-            item["speaker"] = user
         report = yield ("remember", ([item], conversation))
         if report.get("rejected"):
             raise ValueError(f"jevmem refused the item {op.key!r}: {report.get('errors')}")

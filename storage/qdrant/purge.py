@@ -23,14 +23,16 @@ files (measured on Qdrant 1.18.1):
    so while one holds deleted points, filler points (no tenant, zero vectors) are written until it
    is large enough, and deleted again;
 3. **vacuums**: it sets ``deleted_threshold`` 0 and ``vacuum_min_vector_number`` 100 on the
-   collection, waits until no segment of the collection on any node (each node's telemetry)
-   holds a deleted vector, and puts the optimizer settings back as they were;
+   collection, waits until every segment that held a deleted vector when it began (on any listed
+   node: each node's telemetry) has been rebuilt without it, and puts the optimizer settings back
+   as they were (deletes written meanwhile, in other segments, are the next purge's);
 4. waits one flush interval, after which the shard has flushed past the rolled log and dropped it.
 
 Every step is idempotent, and a purge that fails part way (a node down, the optimizer not done
 within :data:`VACUUM_TIMEOUT_S`) raises :class:`~topology.errors.StoreUnavailable`: the caller
-retries. The byte-level proof is ``tests/integration/test_forget_files.py``, which scans the
-server's storage folder for the forgotten vectors and ids.
+retries. The byte-level proof is ``tests/integration/test_qdrant.py`` and
+``tests/integration/test_forget_qdrant.py``, which scan the collection's folder for the
+forgotten vectors, ids and conversation id.
 """
 
 from __future__ import annotations
@@ -71,23 +73,25 @@ def pad_ids(n: int) -> list[str]:
 def roll_chunks(capacity_mb: int, retain_closed: int) -> list[int]:
     """The filler payload sizes (bytes) that close the WAL segment holding the deletes and push it
     past the ``retain_closed`` closed segments kept: ``capacity_mb`` times (``retain_closed`` + 2),
-    in chunks of at most :data:`FILLER_CHUNK_MB`."""
-    total = capacity_mb * (max(0, retain_closed) + 2) << 20
-    n = max(1, math.ceil(total / (FILLER_CHUNK_MB << 20)))
-    return [math.ceil(total / n)] * n
+    in pieces of one segment's size (at most :data:`FILLER_CHUNK_MB`), so the log fills and closes
+    its segments as it does for ordinary writes."""
+    piece = min(max(1, capacity_mb), FILLER_CHUNK_MB) << 20
+    total = max(1, capacity_mb) * (max(0, retain_closed) + 2) << 20
+    return [piece] * math.ceil(total / piece)
 
 
-def segments_of(telemetry: dict[str, Any], collection: str) -> list[tuple[int, int]]:
-    """(deleted vectors, vectors) of each local segment of ``collection`` in one node's telemetry
-    (``GET /telemetry?details_level=4``)."""
-    out: list[tuple[int, int]] = []
+def segments_of(telemetry: dict[str, Any], collection: str) -> list[tuple[str, int, int]]:
+    """(id, deleted vectors, vectors) of each local segment of ``collection`` in one node's
+    telemetry (``GET /telemetry?details_level=4``)."""
+    out: list[tuple[str, int, int]] = []
     for col in telemetry.get("result", {}).get("collections", {}).get("collections", []):
         if col.get("id") != collection:
             continue
         for shard in col.get("shards") or []:
             for seg in (shard.get("local") or {}).get("segments") or []:
                 info = seg.get("info", {})
-                out.append((int(info.get("num_deleted_vectors", 0)), int(info.get("num_vectors", 0))))
+                out.append((str(info.get("uuid", "")), int(info.get("num_deleted_vectors", 0)),
+                            int(info.get("num_vectors", 0))))
     return out
 
 
@@ -97,16 +101,14 @@ async def purge(index: QdrantVectorIndex) -> None:
     config = (await index.call(lambda c: c.get_collection(index.collection), "collection info")).config
     await _roll(index, config.wal_config.wal_capacity_mb if config.wal_config else 32,
                 config.wal_config.wal_retain_closed or 0 if config.wal_config else 1)
-    started = asyncio.get_running_loop().time()
     optimizer = config.optimizer_config
     await _set_vacuum(index, 0.0, VACUUM_MIN_VECTORS)
     try:
         await _vacuumed(index)
     finally:
         await _set_vacuum(index, optimizer.deleted_threshold, optimizer.vacuum_min_vector_number)
-    left = optimizer.flush_interval_sec + 1 - (asyncio.get_running_loop().time() - started)
-    if left > 0:  # the shard flushes, then drops the rolled log segments
-        await asyncio.sleep(left)
+    # the shard flushes past the filler, then drops the rolled log segments
+    await asyncio.sleep(optimizer.flush_interval_sec + 1)
 
 
 async def _roll(index: QdrantVectorIndex, capacity_mb: int, retain_closed: int) -> None:
@@ -124,10 +126,10 @@ async def _set_vacuum(index: QdrantVectorIndex, threshold: float | None, minimum
     await index.call(lambda c: c.update_collection(index.collection, optimizers_config=diff), "purge: vacuum settings")
 
 
-async def _segments(index: QdrantVectorIndex) -> list[tuple[int, int]]:
-    """(deleted, vectors) of every segment of the collection on every node (a node that does not
-    answer fails the purge: its files are not known to be clean)."""
-    out: list[tuple[int, int]] = []
+async def _segments(index: QdrantVectorIndex) -> list[tuple[str, int, int]]:
+    """(id, deleted, vectors) of every segment of the collection on every node (a node that does
+    not answer fails the purge: its files are not known to be clean)."""
+    out: list[tuple[str, int, int]] = []
     for client in index.clients:
         telemetry = await index.call_on(client, lambda c: c.http.client.request(
             type_=dict, method="GET", url="/telemetry", params={"details_level": 4}), "purge: telemetry")
@@ -136,22 +138,31 @@ async def _segments(index: QdrantVectorIndex) -> list[tuple[int, int]]:
 
 
 async def _vacuumed(index: QdrantVectorIndex) -> None:
-    """Wait until no segment holds a deleted vector, padding segments too small to be vacuumed."""
+    """Wait until every segment that held a deleted vector when the wait began is rebuilt without
+    it (deletes written meanwhile, in other segments, are the next purge's), padding segments too
+    small to be vacuumed first."""
     loop = asyncio.get_running_loop()
     deadline = loop.time() + VACUUM_TIMEOUT_S
-    padded = 0
-    while True:
+    segments = await _segments(index)
+    for _ in range(PAD_ROUNDS):
+        if not any(d and n < VACUUM_MIN_VECTORS for _, d, n in segments):
+            break
+        await _pad(index, VACUUM_MIN_VECTORS * len(segments))
         segments = await _segments(index)
-        dirty = [(d, n) for d, n in segments if d]
-        if not dirty:
+    dirty = {uid for uid, d, _ in segments if d}
+    while dirty:
+        await asyncio.sleep(0.5)
+        dirty &= {uid for uid, d, _ in await _segments(index) if d}
+        if dirty and loop.time() > deadline:
+            raise StoreUnavailable(f"qdrant purge of {index.collection}: {len(dirty)} segments still hold deleted "
+                                   f"vectors after {VACUUM_TIMEOUT_S:.0f} s")
+    while True:  # the optimizer done: the segments it replaced are removed from disk
+        info = await index.call(lambda c: c.get_collection(index.collection), "purge: collection status")
+        if info.status == models.CollectionStatus.GREEN:
             return
-        if any(n < VACUUM_MIN_VECTORS for _, n in dirty) and padded < PAD_ROUNDS:
-            padded += 1
-            await _pad(index, VACUUM_MIN_VECTORS * len(segments))
-            continue
         if loop.time() > deadline:
-            raise StoreUnavailable(f"qdrant purge of {index.collection}: {sum(d for d, _ in dirty)} deleted vectors "
-                                   f"still in {len(dirty)} segments after {VACUUM_TIMEOUT_S:.0f} s")
+            raise StoreUnavailable(f"qdrant purge of {index.collection}: the optimizer still runs after "
+                                   f"{VACUUM_TIMEOUT_S:.0f} s")
         await asyncio.sleep(0.5)
 
 

@@ -15,7 +15,7 @@ def test_the_roll_closes_the_open_segment_and_pushes_it_past_the_retained_ones()
 
 
 def seg(deleted: int, n: int) -> dict[str, object]:
-    return {"info": {"num_deleted_vectors": deleted, "num_vectors": n}}
+    return {"info": {"uuid": f"s{deleted}-{n}", "num_deleted_vectors": deleted, "num_vectors": n}}
 
 
 def test_segments_are_read_for_one_collection_across_its_local_shards() -> None:
@@ -24,7 +24,7 @@ def test_segments_are_read_for_one_collection_across_its_local_shards() -> None:
         {"id": "mine", "shards": [{"local": {"segments": [seg(0, 40), seg(3, 90)]}}, {"local": None},
                                   {"local": {"segments": [seg(1, 1000)]}}]},
     ]}}}
-    assert segments_of(telemetry, "mine") == [(0, 40), (3, 90), (1, 1000)]
+    assert segments_of(telemetry, "mine") == [("s0-40", 0, 40), ("s3-90", 3, 90), ("s1-1000", 1, 1000)]
     assert segments_of(telemetry, "absent") == []
     assert segments_of({}, "mine") == []
 

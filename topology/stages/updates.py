@@ -31,9 +31,8 @@ MIN_STATEMENT = 0.5
 #: turn kind reads cues, and a fact worded as an exclamation ("Meeting Mateo's parents this
 #: weekend, nervous!") has the cues of chatter.
 MIN_ABOUT = 0.5
-#: Roles whose turns state facts about a person (an assistant's advice is no fact of the user's;
-#: ``memory``: a record an agent keeps of its user, as the LangGraph store writes it).
-PERSON_ROLES = frozenset({"user", "human", "customer", "memory"})
+#: Roles whose turns state facts about a person (an assistant's advice is no fact of the user's).
+PERSON_ROLES = frozenset({"user", "human", "customer"})
 
 
 class SpeakerFacts(Protocol):

@@ -231,7 +231,7 @@ _NOT_NAMES = frozenset(
 )
 #: The speaker of a pair whose state says one person said both without naming them.
 UNNAMED = "<same speaker>"
-_USER_ROLES = frozenset({"user", "human", "customer", "memory", ""})
+_USER_ROLES = frozenset({"user", "human", "customer", ""})
 
 
 @dataclass(frozen=True, slots=True)
