@@ -17,6 +17,9 @@ Contract:
   (an agent's own memory-search call cannot come back as the answer to itself). Only a recall
   over the whole tenant with neither filter can reach it. ``searchable_tool_items=True`` keeps
   them with the messages instead, searchable (content: a call's name and arguments, an output).
+  With an API key limited to one user, the server stamps that user on every item the key writes,
+  tool items included (such a key writes only its user's observations): they then are in that
+  user's recall too, typed as tool turns and ranked down, not left out.
 * ``get_items`` returns every item, messages and tool items, in the order they were added;
   ``pop_item`` forgets the latest; ``clear_session`` forgets both conversations.
 * ``user_id``: stamped on the messages' observations (and on tool items when searchable), so a
