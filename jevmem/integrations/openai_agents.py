@@ -19,7 +19,7 @@ Contract:
   them with the messages instead, searchable (content: a call's name and arguments, an output).
   With an API key limited to one user, the server stamps that user on every item the key writes,
   tool items included (such a key writes only its user's observations): they then are in that
-  user's recall too, typed as tool turns and ranked down, not left out.
+  user's recall too, not left out (use a key of the whole tenant to keep them out).
 * ``get_items`` returns every item, messages and tool items, in the order they were added;
   ``pop_item`` forgets the latest; ``clear_session`` forgets both conversations.
 * ``user_id``: stamped on the messages' observations (and on tool items when searchable), so a
