@@ -207,9 +207,9 @@ def theirs(who: Principal | None, nodes: Sequence[MemoryNode]) -> list[MemoryNod
     return [n for n in nodes if n.user_id is not None and n.user_id in who.users]
 
 
-def limited(who: Principal | None) -> bool:
-    """Whether ``who`` is a key limited to users."""
-    return who is not None and who.users is not None
+async def _their_ids(service: MemoryService, scope: Scope, who: Principal) -> set[str]:
+    """The ids of the conversation's nodes a key limited to users may see."""
+    return {n.id for n in theirs(who, await service.nodes(scope))}
 
 
 async def own_part(service: MemoryService, who: Principal, scope: Scope) -> Realm | None:
@@ -340,7 +340,7 @@ async def nodes(service: MemoryService, scope: Scope, who: Principal | None = No
     """The conversation's nodes; :class:`~topology.errors.UnknownConversation` when it has none.
     For a key limited to users (``who``), its users' nodes there, never an error (:func:`scope_for`)."""
     out = await service.nodes(scope)
-    if limited(who):
+    if who is not None and who.users is not None:
         return theirs(who, out)
     if not out:
         raise UnknownConversation(scope.conversation_id)
@@ -351,8 +351,8 @@ async def edges(service: MemoryService, scope: Scope, who: Principal | None = No
     """The conversation's edges; :class:`~topology.errors.UnknownConversation` for an unknown one.
     For a key limited to users, the edges between its users' nodes there."""
     out = await service.edges(scope)
-    if limited(who):
-        seen = {n.id for n in theirs(who, await service.nodes(scope))}
+    if who is not None and who.users is not None:
+        seen = await _their_ids(service, scope, who)
         return [e for e in out if e.source in seen and e.target in seen]
     if not out:
         await require_known(service, scope.tenant_id, [scope.conversation_id])
@@ -363,8 +363,8 @@ async def decisions(service: MemoryService, scope: Scope, who: Principal | None 
     """The conversation's consolidation decisions; :class:`~topology.errors.UnknownConversation`
     for an unknown one. For a key limited to users, those between its users' nodes there."""
     out = await service.decisions(scope)
-    if limited(who):
-        seen = {n.id for n in theirs(who, await service.nodes(scope))}
+    if who is not None and who.users is not None:
+        seen = await _their_ids(service, scope, who)
         return [d for d in out if d.left in seen and d.right in seen]
     if not out:
         await require_known(service, scope.tenant_id, [scope.conversation_id])
