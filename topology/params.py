@@ -148,6 +148,11 @@ class RealmRanking(BaseModel):
     #: hundredths apart stay close instead of becoming best and worst. A larger realm's anchors
     #: set the span themselves.
     min_spread: float = Field(default=0.1, ge=0.0)
+    #: A person's turn gains this share of the score of the assistant's reply to it (the next turn
+    #: of its conversation, in the pool), after scoring (``formulas.exchange_lift``): the user's
+    #: own words are the memory, and the reply that elaborates them often matches the question
+    #: better than they do. 0 ranks turns alone.
+    exchange_weight: float = Field(default=0.5, ge=0.0, le=1.0)
 
 
 class HardLimits(BaseModel):

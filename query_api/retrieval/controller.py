@@ -37,12 +37,13 @@ from topology import text
 from topology.params import Params
 from topology.ports import Embedder
 from topology.schemas import MemoryNode, Realm, Scope, TemporalRef, View
+from topology.stages.updates import PERSON_ROLES
 from topology.systemone.attribute_model import AttributeModel
 from topology.systemone.attributes import AttributeSpace, before_rows
 from topology.systemone.catalog import ASSESS, ROUTE, SCORE
 from topology.systemone.features import AssessState, ScoreState
 from topology.systemone.port import CountingSystemOne, Item, SystemOne
-from topology.systemone.turn_kinds import turn_kind
+from topology.systemone.turn_kinds import ASSISTANT_ROLES, turn_kind
 
 _NAME = re.compile(r"\b[A-Z][a-zA-Z'-]+")
 
@@ -343,6 +344,7 @@ class RetrievalController:
             if not await self._round(reach, run, rnd):
                 break
         self._subjects(run, question)
+        self._exchanges(run)
         await self._currency(reach, run)
         await self._latest(reach, run)
         run.timings["total"] = _ms(run.t0)
@@ -675,6 +677,27 @@ class RetrievalController:
         for c in run.st.pool.values():
             if subjects.about_someone_else(c.node, asked, question):
                 c.score *= 1.0 - (hearsay if (c.node.speaker or "").lower() in asked else other)
+
+    def _exchanges(self, run: _Run) -> None:
+        """In a realm, a person's turn (a role of ``PERSON_ROLES``) whose reply (the next turn of
+        its conversation, by an ``ASSISTANT_ROLES`` role) is in the pool gains
+        ``RealmRanking.exchange_weight`` of the reply's score (:func:`formulas.exchange_lift`;
+        every lift read from the scores before any is added). Not when the question asks what
+        the reply's role said (``asked_roles``): then the reply is the memory asked for."""
+        weight = self.params.realm.exchange_weight
+        if not run.realm or weight <= 0.0:
+            return
+        st = run.st
+        lifts: dict[str, float] = {}
+        for c in st.pool.values():
+            if c.node.role.lower() not in PERSON_ROLES:
+                continue
+            reply = st.by_seq.get((c.node.conversation_id, c.node.seq + 1))
+            role = reply.node.role.lower() if reply is not None else ""
+            if reply is not None and role in ASSISTANT_ROLES and role not in st.roles:
+                lifts[c.node.id] = formulas.exchange_lift(c.score, reply.score, weight)
+        for nid, score in lifts.items():
+            st.pool[nid].score = score
 
     async def _latest(self, reach: Reach, run: _Run) -> None:
         """For a question about the present naming people of the pool: the latest of a named

@@ -95,6 +95,11 @@ def spread_cosine(z: float, cos_range: tuple[float, float], min_spread: float) -
     return (z - hi + span) / span
 
 
+def exchange_lift(score: float, reply: float, weight: float) -> float:
+    """A person's turn's score with ``weight`` of its reply's (a negative reply score adds nothing)."""
+    return score + weight * max(0.0, reply)
+
+
 def kind_adjust(s: float, kind: Mapping[str, float], penalty: KindPenalties, states: float = 0.0) -> float:
     """s' = s * (1 - min(1, (1 - states) * sum_k penalty_k * p(kind_k))) over the kinds ``penalty``
     names (:class:`~topology.params.KindPenalties`; a statement is never penalised). ``states``, the
