@@ -112,6 +112,9 @@ class Observation(_Event):
         default_factory=list, max_length=limits.MAX_ENTITIES)
     metadata: dict[str, Any] = Field(default_factory=dict, description=(
         f"Plain JSON, at most {limits.MAX_METADATA_DEPTH} levels deep and {limits.MAX_METADATA_BYTES} bytes."))
+    recall: bool = Field(default=True, description=(
+        "False: history, not memory. The observation is kept, listed and forgotten like any other, "
+        "but recall never returns it (an agent's tool calls and outputs kept for replay)."))
 
     @field_validator("content")
     @classmethod
@@ -249,6 +252,8 @@ class MemoryNode(_Event):
     content: str
     speaker: str | None = None
     role: str = "user"
+    #: False: history, not memory (``Observation.recall``): never a recall candidate
+    recall: bool = True
     observed_at: datetime | None = None
     event_time: date | None = None
     provenance: dict[str, str] = Field(default_factory=dict)

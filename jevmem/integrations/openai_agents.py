@@ -12,14 +12,11 @@ Contract:
 * Messages (items of type ``message``, or with no type) are observations of the conversation
   ``session_id`` whose content is the message text, so recall finds what was said.
 * Every other item (function calls and their outputs, other tool calls, reasoning) is history,
-  not memory: it is kept in the companion conversation ``"<session_id>:tools"``, written without
-  a ``user_id``, so a recall over the session's conversation or over its user never returns it
-  (an agent's own memory-search call cannot come back as the answer to itself). Only a recall
-  over the whole tenant with neither filter can reach it. ``searchable_tool_items=True`` keeps
-  them with the messages instead, searchable (content: a call's name and arguments, an output).
-  With an API key limited to one user, the server stamps that user on every item the key writes,
-  tool items included (such a key writes only its user's observations): they then are in that
-  user's recall too, not left out (use a key of the whole tenant to keep them out).
+  not memory: it is kept in the companion conversation ``"<session_id>:tools"`` as observations
+  with ``recall: false``, which no recall returns (an agent's own memory-search call cannot come
+  back as the answer to itself), whatever the key: one of the whole tenant or one limited to the
+  session's user (which stamps its user on them). ``searchable_tool_items=True`` keeps them with
+  the messages instead, searchable (content: a call's name and arguments, an output).
 * ``get_items`` returns every item, messages and tool items, in the order they were added;
   ``pop_item`` forgets the latest; ``clear_session`` forgets both conversations.
 * ``user_id``: stamped on the messages' observations (and on tool items when searchable), so a
@@ -163,9 +160,13 @@ class JevmemSession:
         tools: list[dict[str, Any]] = []
         for item, order in zip(items, self._orders(len(items)), strict=True):
             plain = dict(item)
-            (said if self.searchable_tool_items or is_message(plain) else tools).append(observation_of(plain, order))
+            if self.searchable_tool_items or is_message(plain):
+                said.append(observation_of(plain, order))
+            else:
+                tools.append({**observation_of(plain, order), "recall": False})
         client = await self._clients.get()
-        for obs, conversation, user in ((said, self.session_id, self.user_id), (tools, self.tools_conversation, None)):
+        for obs, conversation, user in ((said, self.session_id, self.user_id),
+                                        (tools, self.tools_conversation, self.user_id)):
             if obs:
                 report = await client.remember(obs, conversation, user)
                 if report.get("rejected"):

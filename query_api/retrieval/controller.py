@@ -407,7 +407,7 @@ class RetrievalController:
         anchor_ids = list(dict.fromkeys([h.id for h in vec_hits[: min(p.top_k, cap)]] + formulas.fused_order(fused)))[:cap]
         best = 2.0 / (p.rrf_kappa + 1)  # the fused score of an id first in both rankings
         st.anchor_strength = {i: fused[i] / best for i in anchor_ids}
-        fetched = [(n, i) for n, i in await self._fetch(reach, anchor_ids) if currency.visible(n, run.as_of)]
+        fetched = [(n, i) for n, i in await self._fetch(reach, anchor_ids) if currency.recallable(n, run.as_of)]
         cosines = matrix([info for _, info in fetched], self.info.dim) @ st.q
         if len(cosines):
             st.cos_range = (float(cosines.min()), float(cosines.max()))
@@ -508,7 +508,7 @@ class RetrievalController:
                     want[other], prob[other] = v, e.probability
             chosen = sorted(want, key=lambda i: (-want[i], i))[: min(run.remaining[view], room)]
             for n, info in await self._fetch(reach, chosen):
-                if not currency.visible(n, run.as_of):
+                if not currency.recallable(n, run.as_of):
                     continue
                 added.append(_Cand(n, info, view, st.route[view], prob[n.id]))
             run.remaining[view] -= len(chosen)
@@ -757,7 +757,7 @@ class RetrievalController:
         query = space.towards(st.asked[None, :], attribute, p.latest_steer)[0]
         hits = await reach.vectors([float(x) for x in query], p.anchor_pool)
         found = [(n, info) for n, info in await self._fetch(reach, [h.id for h in hits if h.id not in st.pool])
-                 if currency.visible(n, run.as_of) and subjects.own_statement(n, run.asked)]
+                 if currency.recallable(n, run.as_of) and subjects.own_statement(n, run.asked)]
         if not found:
             return
         read = await self._known(reach, run, {n.id: (n, info) for n, info in found})
@@ -811,13 +811,13 @@ class RetrievalController:
         if not edges:
             return
         missing = sorted({e.source for e in edges if e.target in st.pool} - set(st.pool))
-        fetched = [(n, i) for n, i in await self._fetch(reach, missing) if currency.visible(n, run.as_of)] if missing else []
+        fetched = [(n, i) for n, i in await self._fetch(reach, missing) if currency.recallable(n, run.as_of)] if missing else []
         newer = {i: c.node for i, c in st.pool.items()} | {n.id: n for n, _ in fetched}
         run.stale = {i: s for i, s in currency.superseded(edges, newer, run.as_of).items() if i in st.pool}
         strongest: dict[str, float] = {}
         for e in edges:
             n = newer.get(e.source)
-            if n is not None and n.observed_at is not None and currency.visible(n, run.as_of):
+            if n is not None and n.observed_at is not None and currency.recallable(n, run.as_of):
                 run.current[e.source] = n.observed_at
             strongest[e.source] = max(strongest.get(e.source, 0.0), e.probability)
         # each fetched node is a visible replacement of a pool member (``missing``): it joins the pool

@@ -40,6 +40,12 @@ def visible(node: MemoryNode, as_of: datetime | None) -> bool:
     return as_of is None or node.observed_at is None or node.observed_at <= as_of
 
 
+def recallable(node: MemoryNode, as_of: datetime | None) -> bool:
+    """Whether ``node`` may be a recall candidate: a memory (``MemoryNode.recall``), visible as of
+    ``as_of``."""
+    return node.recall and visible(node, as_of)
+
+
 def superseded(edges: Iterable[EdgeEvent], newer: Mapping[str, MemoryNode],
                as_of: datetime | None) -> dict[str, Superseded]:
     """Per superseded memory id: what superseded it, from ``edges`` (those labelled

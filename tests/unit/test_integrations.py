@@ -267,8 +267,12 @@ async def test_openai_agents_session_keeps_tool_items_out_of_recall_unless_asked
         assert all(e["conversation_id"] == "tools-hidden" for e in found["evidence"])
         with MemoryClient(api.url, api.keys["a"]) as c:
             assert [n["event_id"] for n in c.nodes("tools-hidden")] and len(c.nodes("tools-hidden")) == 2
-            assert len(c.nodes(plain.tools_conversation)) == 3 and all(
-                n["user_id"] is None for n in c.nodes(plain.tools_conversation))
+            assert len(c.nodes(plain.tools_conversation)) == 3 and not any(
+                n["recall"] for n in c.nodes(plain.tools_conversation))
+            # not even a recall over the whole tenant, with no filter, returns them
+            tenant = c.recall(question, top_k=20)
+            assert tenant["evidence"] and all(e["conversation_id"] != plain.tools_conversation
+                                              for e in tenant["evidence"])
         shown = await asked.recall(question, top_k=10)
         assert any(e["content"].startswith("search_memory(") for e in shown["evidence"])
         assert await plain.pop_item() == items[-1] and await plain.pop_item() == items[-2]
@@ -381,10 +385,14 @@ async def test_every_adapter_works_with_a_key_limited_to_its_user(api: Api) -> N
         assert [i.value["content"] for i in admin.search(("ana",))] == ["I adopted a cat named Miso"]
 
         assert await session.get_items() == []  # the first run of a new session
-        await session.add_items([{"role": "user", "content": "My favourite tea is sencha"}])
-        assert await session.get_items() == [{"role": "user", "content": "My favourite tea is sencha"}]
+        said: list[Any] = [{"role": "user", "content": "My favourite tea is sencha"},
+                           {"type": "function_call_output", "call_id": "c1", "output": "Tea shop: green tea on sale"}]
+        await session.add_items(said)
+        assert await session.get_items() == said
         found = await session.recall("What tea do I like?", top_k=5)
         assert found["evidence"][0]["content"] == "My favourite tea is sencha"
+        # the tool item carries the key's user, and stays out of her recall all the same
+        assert all(e["conversation_id"] != session.tools_conversation for e in found["evidence"]), found["evidence"]
 
         retriever = JevmemRetriever(base_url=api.url, api_key=api.keys["ana"], user_id="ana", top_k=5)
         docs = await retriever.ainvoke("What is my pet called?")

@@ -38,6 +38,7 @@ def describe(obs: Observation, seq: int) -> MemoryNode:
         content=obs.content,
         speaker=obs.speaker,
         role=obs.role,
+        recall=obs.recall,
         observed_at=obs.observed_at,
         event_time=event_time,
         provenance=obs.provenance,

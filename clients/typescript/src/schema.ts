@@ -538,6 +538,11 @@ export interface components {
                 [key: string]: string;
             };
             /**
+             * Recall
+             * @default true
+             */
+            recall: boolean;
+            /**
              * Role
              * @default user
              */
@@ -1384,6 +1389,12 @@ export interface operations {
                     provenance?: {
                         [key: string]: string;
                     };
+                    /**
+                     * Recall
+                     * @description False: history, not memory. The observation is kept, listed and forgotten like any other, but recall never returns it (an agent's tool calls and outputs kept for replay).
+                     * @default true
+                     */
+                    recall?: boolean;
                     /**
                      * Role
                      * @default user
