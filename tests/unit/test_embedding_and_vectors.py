@@ -18,7 +18,7 @@ from topology import ids
 from topology.embedding import DEFAULT_MODEL, MODELS, ModelMissing, OnnxEmbedder, load_embedder
 from topology.errors import ModelMismatch, StoreUnavailable
 from topology.ports import Embedder
-from topology.schemas import MemoryNode, Scope
+from topology.schemas import MemoryNode, Realm, Scope
 from topology.stages import candidates
 
 
@@ -105,6 +105,28 @@ async def test_embedded_vector_search_is_scoped_exact_and_reads_the_node_store(t
     assert [h.id for h in await index.search(scope, q, limit=5, before_seq=10)] == [h.id for h in hits]
     await index.delete_scope(scope)  # drops what it held; the node store decides what exists
     assert len(await index.search(scope, q, limit=50)) == 15
+    conn.close()
+
+
+async def test_many_realm_searches_at_once_answer_as_each_alone(tmp_path: Path) -> None:
+    # 80 queries of one user's realm (more than one matrix product's worth), ties included
+    rng = np.random.default_rng(11)
+    vecs = rng.standard_normal((120, 8)).astype(np.float32)
+    vecs /= np.linalg.norm(vecs, axis=1, keepdims=True)
+    vecs[7] = vecs[3]  # two rows of one score for every query
+    nodes = [_node("a", f"c{k % 9}", k, vecs[k].astype(float).tolist()).model_copy(update={"user_id": f"u{k % 2}"})
+             for k in range(120)]
+    conn = connect(tmp_path / "memory.sqlite3")
+    await SqliteNodeStore(conn).upsert(nodes)
+    index = MatrixVectorIndex(conn, 8)
+    probes = [vecs[k].astype(float).tolist() for k in range(80)]
+    realms = [Realm(tenant_id="a", user_id="u1"), Realm(tenant_id="a", user_id="u0"), Realm(tenant_id="a"),
+              Realm(tenant_id="a", user_id="u1", conversation_ids=("c1", "c3"))]
+    queries = [(realms[k % 4] if k % 5 == 0 else realms[0], p) for k, p in enumerate(probes)]
+    for limit in (1, 5, 200):
+        alone = [await index.search_realm(realm, probe, limit) for realm, probe in queries]
+        assert await index.search_realms(queries, limit) == alone
+    assert await index.search_realms([], 5) == []
     conn.close()
 
 
