@@ -13,8 +13,13 @@ Mapping (documented, reversible):
   user's LangGraph memories beside their other conversations. A namespace shorter than that has no
   user. The store's own ``search`` names its conversations and does not filter by user; a search
   with a query answers :class:`MemorySearchItem` s, which carry what the server knows of their
-  currency (``superseded_by``, ``valid_from``, ``valid_until``). Items carry no speaker, so the
-  update judge does not compare them with each other (a replaced key is forgotten instead).
+  currency (``superseded_by``, ``valid_from``, ``valid_until``).
+* The speaker: a value with a ``"speaker"`` string (``{"content": "I moved to Lisbon", "speaker":
+  "Ana"}``) is written as that person's own statement (the observation's ``speaker``, role
+  ``user``), so the update judge compares it with that person's earlier statements, items of
+  other keys and the user's other conversations included, and a search item it replaced carries
+  ``superseded_by``. Without one, an item has no speaker and is compared with nothing (a replaced
+  key is forgotten instead).
 * An item is one observation: ``event_id`` = the item's key, the value kept whole in the node's
   metadata (``metadata["langgraph"]``, at most 16 KB as JSON), the searchable text from the fields
   named by ``index`` (dotted paths), else the value's ``content`` or ``text`` string, else the
@@ -276,6 +281,9 @@ class JevmemStore(BaseStore):
         index = None if op.index is None or op.index is False else list(op.index)
         item = {"event_id": op.key, "content": text_of(value, index), "role": "memory",
                 "observed_at": datetime.now(UTC).isoformat(), "metadata": {_META: {"value": value}}}
+        speaker = value.get("speaker")
+        if isinstance(speaker, str) and speaker.strip():
+            item["speaker"], item["role"] = speaker, "user"
         user = self.user_of(op.namespace)
         if user is not None:
             item["user_id"] = user

@@ -428,6 +428,24 @@ def test_a_langgraph_search_item_carries_its_currency(api: Api) -> None:
     assert home.dict()["superseded_by"] == home.superseded_by
 
 
+def test_langgraph_items_with_a_speaker_are_judged_for_updates(api: Api) -> None:
+    """A value naming its speaker is that person's statement: a later item of another key, in
+    another of the user's namespaces, that replaces it supersedes it; items without one do not."""
+    with JevmemStore(api.url, api.keys["a"]) as store:
+        store.put(("ana", "memories"), "home", {"content": "I live in Porto, near the old bridge.", "speaker": "Ana"})
+        store.put(("ana", "profile"), "move", {"content": "I just moved to Lisbon, the new flat is tiny.",
+                                               "speaker": "Ana"})
+        store.put(("bo", "memories"), "home", {"content": "I live in Porto, near the old bridge."})
+        store.put(("bo", "memories"), "move", {"content": "I just moved to Lisbon, the new flat is tiny."})
+        ana = {h.key: h for h in store.search(("ana",), query="Where does Ana live?", limit=5)}
+        bo = {h.key: h for h in store.search(("bo",), query="Where does Bo live?", limit=5)}
+        got = store.get(("ana", "memories"), "home")
+    assert isinstance(ana["home"], MemorySearchItem) and ana["home"].superseded_by
+    assert ana["home"].valid_until is not None and ana["move"].superseded_by == []
+    assert bo["home"].superseded_by == [] and bo["move"].superseded_by == []  # no speaker: compared with nothing
+    assert got is not None and got.value == {"content": "I live in Porto, near the old bridge.", "speaker": "Ana"}
+
+
 def test_the_client_sends_user_id_and_format_only_as_given() -> None:
     seen: list[dict[str, Any]] = []
 
