@@ -47,3 +47,16 @@ def require_stack() -> None:
     if not (KAFKA and ES_URL and QDRANT_URL):
         pytest.skip("JEVMEM_TEST_KAFKA / JEVMEM_TEST_ES_URL / JEVMEM_TEST_QDRANT_URL not set", allow_module_level=True)
     require_locomo()
+
+
+def folder_bytes(folder: Path) -> list[bytes]:
+    """The contents of every file under ``folder``, read while a server runs: a segment the
+    optimizer removes during the walk is skipped (what it held is gone)."""
+    blobs = []
+    for root, _, files in os.walk(folder):  # a folder removed mid-walk is skipped, not an error
+        for name in files:
+            try:
+                blobs.append((Path(root) / name).read_bytes())
+            except FileNotFoundError:
+                continue
+    return blobs

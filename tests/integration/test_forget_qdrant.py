@@ -17,7 +17,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from tests.integration.servers import ES_URL, KAFKA, QDRANT_URL, SINGLE_BROKER
+from tests.integration.servers import ES_URL, KAFKA, QDRANT_URL, SINGLE_BROKER, folder_bytes
 
 pytestmark = pytest.mark.integration
 if not (KAFKA and ES_URL and QDRANT_URL):
@@ -77,7 +77,7 @@ async def test_a_forget_is_purged_from_qdrants_segments_and_log(embeddings: Serv
 
         def found() -> int:
             assert folder is not None
-            blobs = [p.read_bytes() for p in folder.rglob("*") if p.is_file()]
+            blobs = folder_bytes(folder)
             return sum(1 for n in needles if any(n in b for b in blobs))
 
         scanned = folder is not None and folder.is_dir()

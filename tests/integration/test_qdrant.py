@@ -28,7 +28,7 @@ if not QDRANT_URL:
 
 from storage.qdrant.index import QdrantVectorIndex, check_server  # noqa: E402
 from tests.conftest import free_port, reference_vectors  # noqa: E402
-from tests.integration.servers import missing_data  # noqa: E402
+from tests.integration.servers import folder_bytes, missing_data  # noqa: E402
 from topology import ids  # noqa: E402
 from topology.errors import StoreUnavailable  # noqa: E402
 from topology.schemas import MemoryNode, Realm, Scope  # noqa: E402
@@ -285,7 +285,7 @@ async def test_a_purge_leaves_no_deleted_vector_id_or_conversation_in_any_file(i
 
     def found() -> int:
         assert folder is not None
-        blobs = [p.read_bytes() for p in folder.rglob("*") if p.is_file()]
+        blobs = folder_bytes(folder)
         return sum(1 for n in needles() if any(n in b for b in blobs))
 
     if folder is not None and folder.is_dir():
