@@ -19,7 +19,7 @@ Contract:
   the messages instead, searchable (content: a call's name and arguments, an output).
 * ``get_items`` returns every item, messages and tool items, in the order they were added;
   ``pop_item`` forgets the latest; ``clear_session`` forgets both conversations.
-* ``user_id``: stamped on the messages' observations (and on tool items when searchable), so a
+* ``user_id``: stamped on every observation the session writes, tool items included, so a
   user's memory spans all of their sessions; :meth:`JevmemSession.recall` searches that user's
   memory, or only this session's without a ``user_id``.
 
@@ -165,10 +165,9 @@ class JevmemSession:
             else:
                 tools.append({**observation_of(plain, order), "recall": False})
         client = await self._clients.get()
-        for obs, conversation, user in ((said, self.session_id, self.user_id),
-                                        (tools, self.tools_conversation, self.user_id)):
+        for obs, conversation in ((said, self.session_id), (tools, self.tools_conversation)):
             if obs:
-                report = await client.remember(obs, conversation, user)
+                report = await client.remember(obs, conversation, self.user_id)
                 if report.get("rejected"):
                     raise ValueError(f"jevmem refused session items: {report.get('errors')}")
 

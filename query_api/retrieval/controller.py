@@ -693,8 +693,10 @@ class RetrievalController:
             if c.node.role.lower() not in PERSON_ROLES:
                 continue
             reply = st.by_seq.get((c.node.conversation_id, c.node.seq + 1))
-            role = reply.node.role.lower() if reply is not None else ""
-            if reply is not None and role in ASSISTANT_ROLES and role not in st.roles:
+            if reply is None:
+                continue
+            role = reply.node.role.lower()
+            if role in ASSISTANT_ROLES and role not in st.roles:
                 lifts[c.node.id] = formulas.exchange_lift(c.score, reply.score, weight)
         for nid, score in lifts.items():
             st.pool[nid].score = score
