@@ -153,6 +153,11 @@ class RealmRanking(BaseModel):
     #: own words are the memory, and the reply that elaborates them often matches the question
     #: better than they do. 0 ranks turns alone.
     exchange_weight: float = Field(default=0.5, ge=0.0, le=1.0)
+    #: A question in the first person ("Where does my sister live?", "What language am I
+    #: learning?") asks about the realm's user: the speakers of its person-role memories in the
+    #: pool are the asked people, as a name would make them (the subject and latest-statement
+    #: steps). False: only the people a question names are asked.
+    first_person: bool = True
 
 
 class HardLimits(BaseModel):

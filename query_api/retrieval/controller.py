@@ -671,7 +671,11 @@ class RetrievalController:
         score when one of the asked people said it (their words about someone else), else
         ``1 - params.other_subject_penalty`` (another speaker's fact)."""
         other, hearsay = self.params.other_subject_penalty, self.params.hearsay_penalty
-        run.asked = asked = subjects.asked_people(question, {c.node.speaker or "" for c in run.st.pool.values()})
+        pool = run.st.pool.values()
+        run.asked = asked = subjects.asked_people(question, {c.node.speaker or "" for c in pool})
+        if not asked and run.realm and self.params.realm.first_person and subjects.in_first_person(question):
+            people = frozenset(c.node.speaker.lower() for c in pool if c.node.speaker and c.node.role.lower() in PERSON_ROLES)
+            asked = people if len(people) == 1 else asked
         if not asked or not (other or hearsay):
             return
         for c in run.st.pool.values():

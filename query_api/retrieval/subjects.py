@@ -28,10 +28,19 @@ _YOU_SAID = re.compile(
     r"drew|drawn|found|taught|brought up|put together|did)\b", re.IGNORECASE)
 
 
+_FIRST = re.compile(r"\b(?:i|i'm|i've|i'd|i'll|me|my|mine|myself)\b", re.IGNORECASE)
+
+
 def asked_people(question: str, speakers: Iterable[str]) -> frozenset[str]:
     """The people of ``speakers`` (lowercased) whom ``question`` names."""
     named = names(question) | {w.lower().removesuffix("'s") for w in question.split() if w[:1].isupper()}
     return frozenset(s.lower() for s in speakers if s and s.lower() in named)
+
+
+def in_first_person(question: str) -> bool:
+    """Whether ``question`` speaks of its asker ("my", "I", "me"): put to a user's memory, it
+    asks about that user."""
+    return bool(_FIRST.search(question))
 
 
 def asked_roles(question: str) -> frozenset[str]:

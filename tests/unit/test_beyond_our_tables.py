@@ -10,11 +10,13 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from jevmem.wiring import Embedded
+from jevmem.settings import Settings
+from jevmem.wiring import Embedded, build_embedded
 from query_api.retrieval import formulas
 from query_api.retrieval.nodeinfo import derive
 from query_api.retrieval.subjects import asked_roles, kind_for
-from topology.params import KindPenalties
+from topology.params import KindPenalties, Params, RealmRanking
+from topology.ports import Embedder
 from topology.schemas import Observation, Realm, Scope
 from topology.systemone.turn_kinds import ASSISTANT_ROLES, TURN_KINDS, statement_within
 from topology.systemone.update_model import analyse, subjects
@@ -144,3 +146,31 @@ async def test_a_users_memory_keeps_its_clause_reading_from_the_write(model_memo
     kept = nodes["e0"].model_copy(update={"types": nodes["e0"].types.model_copy(update={"states": 0.123})})
     assert derive(kept, len(kept.embedding or [])).states == 0.123
     assert derive(nodes["x"], len(nodes["x"].embedding or [])).states == statement_within(said, "user")
+
+
+#: (the user's turns, a question in the first person, the index of the stating turn): the
+#: look-alike is the user's own report of someone else's fact.
+FIRST_PERSON = [
+    (["I'm learning Japanese in the evenings.", "My friend Ines is learning Italian.", "Rain again, typical."],
+     "What language am I learning?", 0),
+    (["Growing up everyone called me Sparky.", "My cousin Ben's nickname was Moose.", "I fixed the squeaky door."],
+     "What was my childhood nickname?", 0),
+]
+
+
+@pytest.mark.parametrize(("texts", "question", "gold"), FIRST_PERSON)
+async def test_a_question_in_the_first_person_asks_about_the_user(
+        model_embedder: Embedder, texts: list[str], question: str, gold: int) -> None:
+    # one person speaks in the user's sessions: "my" in a question put to their memory is theirs,
+    # so their report of someone else's fact is not the answer; off, the report ranks first
+    firsts = []
+    for on in (True, False):
+        params = Params(realm=RealmRanking(first_person=on))
+        mem = build_embedded(Settings(params=params), embedder=model_embedder, data_dir=":memory:")
+        try:
+            await mem.pipeline.ingest(_turns("user", texts))
+            res = await mem.controller.retrieve_realm(Realm(tenant_id="t", user_id="u"), question, 10)
+        finally:
+            await mem.close()
+        firsts.append(res.evidence[0].event_id)
+    assert firsts == [f"e{gold}", "e1"]
