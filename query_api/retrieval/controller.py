@@ -673,12 +673,15 @@ class RetrievalController:
         other, hearsay = self.params.other_subject_penalty, self.params.hearsay_penalty
         pool = run.st.pool.values()
         run.asked = asked = subjects.asked_people(question, {c.node.speaker or "" for c in pool})
+        persons_only = False
         if not asked and run.realm and self.params.realm.first_person and subjects.in_first_person(question):
             people = frozenset(c.node.speaker.lower() for c in pool if c.node.speaker and c.node.role.lower() in PERSON_ROLES)
-            asked = people if len(people) == 1 else asked
+            asked, persons_only = (people, True) if len(people) == 1 else (asked, False)
         if not asked or not (other or hearsay):
             return
-        for c in run.st.pool.values():
+        for c in pool:
+            if persons_only and c.node.role.lower() not in PERSON_ROLES:
+                continue  # an assistant's or a tool's turn states no one's fact of its own
             if subjects.about_someone_else(c.node, asked, question):
                 c.score *= 1.0 - (hearsay if (c.node.speaker or "").lower() in asked else other)
 
