@@ -231,6 +231,10 @@ class TypeScores(BaseModel):
     #: (:func:`topology.systemone.turn_kinds.statement_within`), kept for a memory of a user (read
     #: by recall across their sessions); None: not kept (read on first use)
     states: float | None = None
+    #: whose attribute the turn may state, as its text reads (``person:<name>``,
+    #: ``kin:<word>@<speaker>``; :func:`topology.systemone.update_model.subjects`), kept for a
+    #: memory of a user like ``states``; None: not kept (read on first use)
+    subjects: list[str] | None = None
 
 
 class MemoryNode(_Event):

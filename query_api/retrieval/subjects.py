@@ -64,12 +64,19 @@ def kind_for(kind: Mapping[str, float], role: str, roles: frozenset[str]) -> dic
     return out
 
 
+def read_subjects(node: MemoryNode) -> frozenset[str]:
+    """Whose attribute ``node`` may state (:func:`~topology.systemone.update_model.subjects` of its
+    text and speaker): the reading kept at write (``types.subjects``), else read now."""
+    kept = node.types.subjects
+    return frozenset(kept) if kept is not None else subjects(analyse(node.content), node.speaker or "")
+
+
 def about_someone_else(node: MemoryNode, asked: frozenset[str], question: str) -> bool:
     """Whether ``node`` states a fact of someone other than the ``asked`` people (see the
     module): False when nobody is asked, or the text's subject is unknown."""
     if not asked or not node.speaker:
         return False
-    found = subjects(analyse(node.content), node.speaker)
+    found = read_subjects(node)
     if not found:
         return False
     people = {s.split(":", 1)[1].split("@", 1)[0] for s in found}

@@ -14,7 +14,7 @@ from jevmem.settings import Settings
 from jevmem.wiring import Embedded, build_embedded
 from query_api.retrieval import formulas
 from query_api.retrieval.nodeinfo import derive
-from query_api.retrieval.subjects import asked_roles, kind_for
+from query_api.retrieval.subjects import about_someone_else, asked_roles, kind_for, read_subjects
 from topology.params import KindPenalties, Params, RealmRanking
 from topology.ports import Embedder
 from topology.schemas import Observation, Realm, Scope
@@ -142,6 +142,12 @@ async def test_a_users_memory_keeps_its_clause_reading_from_the_write(model_memo
              for n in await model_memory.stores.nodes.scan(Scope(tenant_id="t", conversation_id=conv))}
     assert nodes["e0"].types.states == statement_within(said, "user") > 0.5
     assert nodes["x"].types.states is None  # no user: read on first use, as before
+    assert nodes["e0"].types.subjects == ["person:ana"] == sorted(read_subjects(nodes["x"]))
+    assert nodes["x"].types.subjects is None
+    # the subject step takes the kept reading as it is
+    elsewhere = nodes["e0"].model_copy(update={"types": nodes["e0"].types.model_copy(update={"subjects": ["person:bo"]})})
+    assert about_someone_else(elsewhere, frozenset({"ana"}), "What food should I buy?")
+    assert not about_someone_else(nodes["e0"], frozenset({"ana"}), "What food should I buy?")
     # the read path takes the kept reading as it is
     kept = nodes["e0"].model_copy(update={"types": nodes["e0"].types.model_copy(update={"states": 0.123})})
     assert derive(kept, len(kept.embedding or [])).states == 0.123

@@ -14,6 +14,7 @@ from topology.schemas import MemoryNode, Observation, TypeScores
 from topology.systemone.catalog import TYPING
 from topology.systemone.port import Item, SystemOne
 from topology.systemone.turn_kinds import kind_distribution, statement_within
+from topology.systemone.update_model import analyse, subjects
 
 
 def embedding_text(speaker: str | None, content: str) -> str:
@@ -75,9 +76,11 @@ async def type_only(nodes: Sequence[MemoryNode], so: SystemOne) -> list[MemoryNo
     out = []
     for node, ans in zip(nodes, answers, strict=True):
         kind = kind_distribution(ans.choices.get("kind", {}))
+        kept = node.user_id is not None
         types = TypeScores(**{k: round(ans.p(k), 6) for k in ("episodic", "semantic", "procedural", "preference")},
                            kind={k: round(v, 6) for k, v in kind.items()},
-                           states=statement_within(node.content, node.role) if node.user_id is not None else None)
+                           states=statement_within(node.content, node.role) if kept else None,
+                           subjects=sorted(subjects(analyse(node.content), node.speaker or "")) if kept else None)
         out.append(node.model_copy(update={"types": types}))
     return out
 

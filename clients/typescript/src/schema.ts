@@ -842,6 +842,8 @@ export interface components {
             semantic: number;
             /** States */
             states?: number | null;
+            /** Subjects */
+            subjects?: string[] | null;
         };
         /**
          * ValidationProblem
