@@ -69,10 +69,12 @@ def test_the_shipped_weights_are_what_the_training_reproduces(trained: tuple[Upd
     assert shipped.meta["script"] == "scripts/train_update_judge.py"
     assert (shipped.meta["seed"], shipped.meta["rounds"]) == (SEED, ROUNDS)
     assert shipped.meta["embedder"] == model.meta["embedder"] == attributes_embedder()
-    # the attribute feature comes from the model, whose last float digits may differ between CPUs
-    for name in ("mean", "scale", "coef"):
-        assert np.allclose(getattr(shipped, name), getattr(model, name), atol=1e-4), name
-    assert shipped.intercept == pytest.approx(model.intercept, abs=1e-4)
+    # the attribute feature comes from the int8 model, whose kernels differ between CPUs: on two
+    # AMD EPYC machines (AVX2) its standardisation differed by 1.7e-4 and the fitted weights by up
+    # to 0.0042 (one weight of 0.17), the held-out accuracy not at all
+    for name, tol in (("mean", 1e-3), ("scale", 1e-3), ("coef", 1e-2)):
+        assert np.allclose(getattr(shipped, name), getattr(model, name), atol=tol), name
+    assert shipped.intercept == pytest.approx(model.intercept, abs=1e-3)
     assert shipped.meta["heldout"]["accuracy"] == pytest.approx(report["heldout"]["accuracy"], abs=1e-3)
 
 
