@@ -154,9 +154,10 @@ class RealmRanking(BaseModel):
     #: better than they do. 0 ranks turns alone.
     exchange_weight: float = Field(default=0.5, ge=0.0, le=1.0)
     #: A question in the first person ("Where does my sister live?", "What language am I
-    #: learning?") asks about the realm's user: the speakers of its person-role memories in the
-    #: pool are the asked people, as a name would make them (the subject and latest-statement
-    #: steps). False: only the people a question names are asked.
+    #: learning?") that names nobody asks about the realm's user, when one person speaks in the
+    #: pool: the subject step reads that person's reports of someone else's fact as not theirs
+    #: (assistant and tool turns are left alone). The latest-statement step still takes only
+    #: people a question names. False: only the people a question names are asked.
     first_person: bool = True
 
 

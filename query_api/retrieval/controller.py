@@ -673,10 +673,9 @@ class RetrievalController:
         other, hearsay = self.params.other_subject_penalty, self.params.hearsay_penalty
         pool = run.st.pool.values()
         run.asked = asked = subjects.asked_people(question, {c.node.speaker or "" for c in pool})
-        persons_only = False
-        if not asked and run.realm and self.params.realm.first_person and subjects.in_first_person(question):
-            people = frozenset(c.node.speaker.lower() for c in pool if c.node.speaker and c.node.role.lower() in PERSON_ROLES)
-            asked, persons_only = (people, True) if len(people) == 1 else (asked, False)
+        persons_only = not asked and run.realm and self.params.realm.first_person
+        if persons_only:
+            asked = subjects.the_asker(question, [c.node for c in pool])
         if not asked or not (other or hearsay):
             return
         for c in pool:

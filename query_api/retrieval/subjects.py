@@ -15,7 +15,7 @@ import re
 from collections.abc import Iterable, Mapping
 
 from topology.schemas import MemoryNode
-from topology.stages.updates import statement
+from topology.stages.updates import PERSON_ROLES, statement
 from topology.systemone.turn_kinds import ASSISTANT_ROLES
 from topology.systemone.update_model import KIN_WORDS, analyse, names, subjects
 
@@ -37,10 +37,14 @@ def asked_people(question: str, speakers: Iterable[str]) -> frozenset[str]:
     return frozenset(s.lower() for s in speakers if s and s.lower() in named)
 
 
-def in_first_person(question: str) -> bool:
-    """Whether ``question`` speaks of its asker ("my", "I", "me"): put to a user's memory, it
-    asks about that user."""
-    return bool(_FIRST.search(question))
+def the_asker(question: str, nodes: Iterable[MemoryNode]) -> frozenset[str]:
+    """Whom ``question``, put to a user's memory, asks about when it speaks of its asker ("my",
+    "I", "me"): the one speaker (lowercased) of the person-role ``nodes``; empty when it is not in
+    the first person, or when more than one person speaks (then "my" could be any of them)."""
+    if not _FIRST.search(question):
+        return frozenset()
+    people = frozenset(n.speaker.lower() for n in nodes if n.speaker and n.role.lower() in PERSON_ROLES)
+    return people if len(people) == 1 else frozenset()
 
 
 def asked_roles(question: str) -> frozenset[str]:
@@ -96,7 +100,7 @@ def own_statement(node: MemoryNode, asked: frozenset[str]) -> bool:
     (:attr:`~topology.systemone.update_model.Text.worded_as_fact`)."""
     speaker = (node.speaker or "").lower()
     text = analyse(node.content)
-    found = subjects(text, node.speaker or "")
+    found = read_subjects(node)
     if speaker not in asked or (found and f"person:{speaker}" not in found):
         return False
     return text.worded_as_fact and statement(node)
