@@ -251,13 +251,17 @@ async def test_the_write_path_reads_the_vector_of_the_turn_each_memory_was_read_
     assert reader.asked == ["n1"]
 
 
-def test_update_candidates_are_ordered_by_attribute_then_similarity() -> None:
+def test_update_candidates_take_turns_by_attribute_and_by_similarity() -> None:
     def node(i: str) -> MemoryNode:
         return MemoryNode(id=i, tenant_id="t1", conversation_id="c1", event_id=i, seq=1, content=i)
 
-    a, b, c = node("a"), node("b"), node("c")
+    a, b, c, d = node("a"), node("b"), node("c"), node("d")
+    # most about the attribute (ties by similarity), then the most similar not taken, and so on
     got = updates.by_attribute([(a, 0.95), (b, 0.90), (c, 0.80)], [0.1, 0.7, 0.7])
-    assert [(n.id, s) for n, s in got] == [("b", 0.90), ("c", 0.80), ("a", 0.95)]
+    assert [(n.id, s) for n, s in got] == [("b", 0.90), ("a", 0.95), ("c", 0.80)]
+    # the statement of an attribute the model reads poorly (d) is asked as the most similar
+    got = updates.by_attribute([(d, 0.93), (a, 0.90), (b, 0.88), (c, 0.80)], [0.05, 0.5, 0.4, 0.3])
+    assert [n.id for n, _ in got][:2] == ["a", "d"]
     assert updates.by_attribute([], []) == []
 
 

@@ -9,7 +9,8 @@ bounded set chosen for the update question alone: at most ``Params.k_update`` ea
 a user, else its own conversation): of the ``Params.update_pool`` most similar (:class:`SpeakerFacts`) to the
 statement's vector moved towards the attributes it is about (``Params.update_steer``,
 :meth:`topology.systemone.attributes.AttributeSpace.steer`), those most about its attribute
-(:func:`by_attribute`; without a learned attribute model, the most similar). Those pairs join
+(:func:`by_attribute`, in turns with the most similar; without a learned attribute model, the
+most similar). Those pairs join
 the relation request that already judges the node's candidates, and only its ``updates`` answer
 is read from them (:func:`topology.stages.relations.judge`).
 """
@@ -77,14 +78,25 @@ def earlier(older: MemoryNode, node: MemoryNode) -> bool:
 
 
 def by_attribute(found: Sequence[tuple[MemoryNode, float]], overlaps: Sequence[float]) -> list[tuple[MemoryNode, float]]:
-    """``found`` (a statement's update candidates with their similarity) ordered by how far each
-    is about the statement's attribute (``overlaps``, one per candidate: the overlap of the two
-    attribute distributions, :meth:`topology.systemone.attributes.AttributeSpace.similarity`),
-    most first, rounded to 4 places; then by similarity, then node id. A speaker's small talk is
-    often as similar to a statement as their earlier value of its attribute is; what it is about
-    tells them apart."""
+    """``found`` (a statement's update candidates with their similarity) in turns: the one most
+    about the statement's attribute (``overlaps``, one per candidate: the overlap of the two
+    attribute distributions, :meth:`topology.systemone.attributes.AttributeSpace.similarity`,
+    rounded to 4 places; then similarity, then node id), then the most similar not taken yet
+    (then node id), and so on. A
+    speaker's small talk is often as similar to a statement as their earlier value of its
+    attribute is, and what it is about tells them apart; for an attribute no model knows, what
+    it is about is read poorly, and the earlier value is among the most similar."""
     keyed = sorted(zip(found, overlaps, strict=True), key=lambda fo: (-round(fo[1], 4), -fo[0][1], fo[0][0].id))
-    return [f for f, _ in keyed]
+    by_overlap = [f for f, _ in keyed]
+    by_similarity = sorted(found, key=lambda f: (-f[1], f[0].id))
+    out: list[tuple[MemoryNode, float]] = []
+    taken: set[str] = set()
+    for pair in zip(by_overlap, by_similarity, strict=True):
+        for f in pair:
+            if f[0].id not in taken:
+                taken.add(f[0].id)
+                out.append(f)
+    return out
 
 
 def pairs(csets: Sequence[CandidateSet], found: Mapping[str, Sequence[tuple[MemoryNode, float]]],
