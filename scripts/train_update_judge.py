@@ -99,11 +99,10 @@ def attributes(pairs: Sequence[Pair], embedder: Embedder, space: AttributeSpace 
     texts = sorted({t for p in pairs for t in (p.older, p.newer)})
     vectors, before = embedded_after(texts, embedder, seed=JUDGE_SEED, attributes=fold)
     v, b = vectors.astype(np.float32), before.astype(np.float32)
-    profiles = {id(space): space.profiles(v, b)}
-    for s in (blind or {}).values():
-        profiles.setdefault(id(s), s.profiles(v, b))
-    read = {k: np.zeros(len(texts)) if (r := next(x for x in [space, *(blind or {}).values()] if id(x) == k).about(p)) is None
-            else r for k, p in profiles.items()}
+    readers = {id(s): s for s in (space, *(blind or {}).values())}
+    profiles = {k: s.profiles(v, b) for k, s in readers.items()}
+    # how far each reader's learned model reads each text as an attribute it knows (1: no model)
+    read = {k: np.ones(len(texts)) if (r := readers[k].about(p)) is None else r for k, p in profiles.items()}
     generic = space.generic_profiles(v, b)
     at = {t: i for i, t in enumerate(texts)}
     out: list[float | None] = []

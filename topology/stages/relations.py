@@ -157,12 +157,12 @@ class Attributes:
         """How far nodes ``a`` and ``b`` (ids) are about the same attribute (0 to 1, rounded to 4
         places): :func:`about_same` of the overlap of their attribute distributions
         (:meth:`~topology.systemone.attributes.AttributeSpace.profiles`) and of their generic ones
-        (:meth:`~topology.systemone.attributes.AttributeSpace.generic_profiles`); None when either
-        has no vector here."""
+        (:meth:`~topology.systemone.attributes.AttributeSpace.generic_profiles`), the first alone
+        without a learned model; None when either has no vector here."""
         ra, rb = self._row.get(a), self._row.get(b)
         if ra is None or rb is None:
             return None
-        known = self._about is not None and min(float(self._about[ra]), float(self._about[rb])) >= MIN_ABOUT
+        known = self._about is None or min(float(self._about[ra]), float(self._about[rb])) >= MIN_ABOUT
         return round(about_same(float(self._profiles[ra] @ self._profiles[rb]),
                                 float(self._generic[ra] @ self._generic[rb]), known), 4)
 
