@@ -77,12 +77,11 @@ def read_as_known(model: AttributeModel, x: np.ndarray) -> float:
 
 
 def train(seed: int = SEED, repeats: int = REPEATS, l2: float = L2, contexts: int = CONTEXTS,
-          fold: Fold = "all", names: frozenset[str] | None = None) -> tuple[AttributeModel, dict[str, Any]]:
-    """The model fitted on the training templates (of ``fold``'s attributes, or of ``names``
-    when given), and its accuracy on both splits (and, for one fold, its reading of the other
-    fold's attributes)."""
+          fold: Fold = "all") -> tuple[AttributeModel, dict[str, Any]]:
+    """The model fitted on the training templates (of ``fold``'s attributes), and its accuracy
+    on both splits (and, for one fold, its reading of the other fold's attributes)."""
     embedder = default_embedder()
-    attributes = names if names is not None else attributes_of(fold)
+    attributes = attributes_of(fold)
     rows = examples(seed, repeats, attributes)
     alone, after = vectors(rows, embedder, seed, contexts, attributes=attributes)
     held = np.asarray([r[3] for r in rows])
@@ -90,17 +89,16 @@ def train(seed: int = SEED, repeats: int = REPEATS, l2: float = L2, contexts: in
     classes = sorted({r[1] for r in rows})
     train_rows = [r for r, h in zip(rows, held, strict=True) if not h]
     held_rows = [r for r, h in zip(rows, held, strict=True) if h]
-    fitted_on = sorted(names) if names is not None else fold
     model = fit(np.concatenate([alone[~held], after[~held_after]]), [r[1] for r in train_rows] * (1 + contexts),
                 classes, l2=l2, meta={"script": "scripts/train_attributes.py", "seed": seed, "repeats": repeats,
                                       "contexts": contexts, "l2": l2, "examples": (1 + contexts) * len(train_rows),
-                                      "embedder": embedder.name, "attributes": fitted_on}, context=CONTEXT)
+                                      "embedder": embedder.name, "attributes": fold}, context=CONTEXT)
     report = {"train": accuracy(model, alone[~held], train_rows),
               "heldout": accuracy(model, alone[held], held_rows),
               "heldout_after_a_line": accuracy(model, after[held_after], held_rows * contexts)}
     model.meta["heldout_accuracy"] = {"alone": report["heldout"]["accuracy"],
                                       "after_a_line": report["heldout_after_a_line"]["accuracy"]}
-    if names is None and attributes is not None:
+    if attributes is not None:
         unseen = [r for r in examples(seed, repeats, attributes_of(other(fold))) if r[1] != "none"]
         x = np.asarray(embedder.embed([r[0] for r in unseen]), dtype=np.float64)
         own = alone[held & np.asarray([r[1] != "none" for r in rows])]

@@ -27,9 +27,8 @@ attributes in their held-out wordings, which it never saw.
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import sys
-from collections.abc import Collection, Mapping, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -41,8 +40,6 @@ from jevmem.bench.folds import FOLDS, Fold, attributes_of, other
 from jevmem.bench.updates_data import ROUNDS, SEED, Pair, judge_pairs
 from topology.embedding import default_embedder
 from topology.ports import Embedder
-from topology.stages.relations import about_same
-from topology.stages.updates import MIN_ABOUT
 from topology.systemone.attribute_model import AttributeModel
 from topology.systemone.attributes import AttributeSpace
 from topology.systemone.features import RelationState
@@ -52,69 +49,27 @@ L2 = 1.0
 """Ridge penalty on standardised features: the fit is stable and held-out accuracy is flat from 0.3 to 3."""
 UNKNOWN_EVERY = 5
 """Every fifth training pair carries no attribute similarity (as from a caller without an embedder)."""
-BLIND_EVERY = 0
-"""With N > 0, of the other training pairs every N-th has its attribute similarity read by an
-attribute model fitted on the other half of the training attributes (:func:`blind_spaces`): a
-pair about an attribute that model never saw, as a user's statement of an attribute in none of our
-tables is to the shipped model. The shipped judge reads none so (0): that raised the replaced
-values it catches on attributes no model saw and lowered its precision on those it knows
-(docs/benchmarks.md)."""
 JUDGE_SEED = 11
 """Seed of the lines the pairs' texts are read after (not the attribute model's own)."""
 THRESHOLD = 0.5
 """The probability the reported figures call an update (the fit weighs both classes equally)."""
 
 
-def halves(names: Collection[str]) -> tuple[frozenset[str], frozenset[str]]:
-    """``names`` sorted and dealt into two halves."""
-    ordered = sorted(names)
-    return frozenset(ordered[0::2]), frozenset(ordered[1::2])
-
-
-def blind_spaces(embedder: Embedder, names: Collection[str]) -> dict[str, AttributeSpace]:
-    """Attribute name -> a space whose learned model was fitted on the other half of ``names``
-    (:func:`halves`; ``scripts/train_attributes.py``'s fit, its defaults) and never saw it."""
-    spec = importlib.util.spec_from_file_location("train_attributes", Path(__file__).with_name("train_attributes.py"))
-    assert spec is not None and spec.loader is not None
-    script = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(script)
-    one, two = halves(names)
-    spaces = {half: AttributeSpace.with_model(embedder, script.train(names=half)[0]) for half in (one, two)}
-    return {n: spaces[two] if n in one else spaces[one] for n in names}
-
-
 def attributes(pairs: Sequence[Pair], embedder: Embedder, space: AttributeSpace | None = None,
-               fold: frozenset[str] | None = None, blind: Mapping[str, AttributeSpace] | None = None,
-               blind_every: int = BLIND_EVERY) -> list[float | None]:
-    """Each pair's attribute similarity as the write path reads it
-    (:meth:`topology.stages.relations.Attributes.similarity` under the :class:`AttributeSpace` of
-    ``embedder``, each text read after another line as the write path reads a turn after the turn
-    before it: :func:`jevmem.bench.attributes_data.embedded_after`, with the vectors of the lines
-    they were read after), but None for every :data:`UNKNOWN_EVERY`-th pair: the judge also
-    answers states that carry none. ``space``:
-    default the embedder's (its shipped attribute model); ``fold``: the attributes the lines before
-    are statements of; ``blind``: attribute name -> the space that reads every
-    ``blind_every``-th of the other pairs about it (:func:`blind_spaces`)."""
+               fold: frozenset[str] | None = None) -> list[float | None]:
+    """Each pair's attribute similarity (:class:`AttributeSpace` of ``embedder``, each text read
+    after another line as the write path reads a turn after the turn before it:
+    :func:`jevmem.bench.attributes_data.embedded_after`, with the vectors of the lines they were read
+    after), but None for every :data:`UNKNOWN_EVERY`-th
+    pair: the judge also answers states that carry none. ``space``: default the embedder's (its
+    shipped attribute model); ``fold``: the attributes the lines before are statements of."""
     space = space or AttributeSpace.of(embedder)
     texts = sorted({t for p in pairs for t in (p.older, p.newer)})
     vectors, before = embedded_after(texts, embedder, seed=JUDGE_SEED, attributes=fold)
-    v, b = vectors.astype(np.float32), before.astype(np.float32)
-    readers = {id(s): s for s in (space, *(blind or {}).values())}
-    profiles = {k: s.profiles(v, b) for k, s in readers.items()}
-    # how far each reader's learned model reads each text as an attribute it knows (1: no model)
-    read = {k: np.ones(len(texts)) if (r := readers[k].about(p)) is None else r for k, p in profiles.items()}
-    generic = space.generic_profiles(v, b)
+    profiles = space.profiles(vectors.astype(np.float32), before.astype(np.float32))
     at = {t: i for i, t in enumerate(texts)}
-    out: list[float | None] = []
-    for i, p in enumerate(pairs):
-        if i % UNKNOWN_EVERY == UNKNOWN_EVERY - 1:
-            out.append(None)
-            continue
-        reader = blind[p.attribute] if blind and p.attribute in blind and i % blind_every == 0 else space
-        prof, o, n = profiles[id(reader)], at[p.older], at[p.newer]
-        known = min(float(read[id(reader)][o]), float(read[id(reader)][n])) >= MIN_ABOUT
-        out.append(round(about_same(float(prof[o] @ prof[n]), float(generic[o] @ generic[n]), known), 4))
-    return out
+    return [None if i % UNKNOWN_EVERY == UNKNOWN_EVERY - 1
+            else round(float(profiles[at[p.older]] @ profiles[at[p.newer]]), 4) for i, p in enumerate(pairs)]
 
 
 def matrix(pairs: Sequence[Pair], attribute: Sequence[float | None]) -> tuple[np.ndarray, np.ndarray]:
@@ -143,8 +98,7 @@ def figures(model: UpdateModel, pairs: Sequence[Pair], attribute: Sequence[float
 
 
 def train(rounds: int = ROUNDS, seed: int = SEED, l2: float = L2, embedder: Embedder | None = None,
-          fold: Fold = "all", attribute_model: AttributeModel | None = None,
-          blind_every: int = BLIND_EVERY) -> tuple[UpdateModel, dict[str, Any]]:
+          fold: Fold = "all", attribute_model: AttributeModel | None = None) -> tuple[UpdateModel, dict[str, Any]]:
     """The model fitted on the training wordings (about ``fold``'s attributes), and its figures
     on the training and held-out ones (and, for one fold, on the other fold's attributes);
     attribute similarities under ``embedder`` (default: the default model), read by
@@ -153,13 +107,11 @@ def train(rounds: int = ROUNDS, seed: int = SEED, l2: float = L2, embedder: Embe
     names = attributes_of(fold)
     space = AttributeSpace.with_model(embedder, attribute_model) if attribute_model is not None else None
     train_pairs = judge_pairs("train", seed, rounds, names)
-    blind = (blind_spaces(embedder, names if names is not None else sorted({p.attribute for p in train_pairs}))
-             if blind_every > 0 else None)
-    train_attributes = attributes(train_pairs, embedder, space, names, blind, blind_every)
+    train_attributes = attributes(train_pairs, embedder, space, names)
     x, y = matrix(train_pairs, train_attributes)
     model = fit(x, y, l2=l2, meta={"script": "scripts/train_update_judge.py", "seed": seed, "rounds": rounds,
                                    "l2": l2, "pairs": len(train_pairs), "updates": int(y.sum()),
-                                   "embedder": embedder.name, "attributes": fold, "blind_every": blind_every})
+                                   "embedder": embedder.name, "attributes": fold})
     held = judge_pairs("heldout", seed, rounds, names)
     report = {"train": figures(model, train_pairs, train_attributes),
               "heldout": figures(model, held, attributes(held, embedder, space, names)),
@@ -179,16 +131,13 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--l2", type=float, default=L2)
     ap.add_argument("--attributes", choices=FOLDS, default="all",
                     help="fit on pairs about one fold of the attributes (jevmem.bench.folds); needs --out")
-    ap.add_argument("--blind-every", type=int, default=BLIND_EVERY,
-                    help="read every N-th training pair's similarity by a model blind to its attribute (0: none)")
     ap.add_argument("--attribute-model", type=Path, default=None,
                     help="the attribute model that reads the similarities (default: the shipped one)")
     args = ap.parse_args(argv)
     if args.attributes != "all" and args.out == Path("topology/systemone") / SHIPPED:
         ap.error("--attributes a or b writes a judge for validation only: give --out")
     learned = AttributeModel.from_json(args.attribute_model.read_bytes()) if args.attribute_model else None
-    model, report = train(args.rounds, args.seed, args.l2, fold=args.attributes, attribute_model=learned,
-                          blind_every=args.blind_every)
+    model, report = train(args.rounds, args.seed, args.l2, fold=args.attributes, attribute_model=learned)
     args.out.write_bytes(model.to_json() + b"\n")
     sys.stdout.write(orjson.dumps(report, option=orjson.OPT_INDENT_2).decode() + "\n")
 

@@ -286,28 +286,25 @@ class WritePath:
         queries = None
         space = await self.attribute_space()
         profiles = None  # the asking statements' attribute distributions, for both uses below
-        generic = None  # and their distributions over the generic prototypes alone
         about: dict[str, float] = {}  # node id -> how far the learned model reads it as about one attribute
         if space is not None and (self.params.update_steer > 0 or space.learned is not None):
             rows = np.asarray([n.embedding for n in people], dtype=np.float32)
-            ahead = before_rows([n.id for n in people], before, rows.shape[1]) if before and space.reads_before else None
-            profiles = space.profiles(rows, ahead)
-            generic = space.generic_profiles(rows, ahead)
+            profiles = space.profiles(rows, before_rows([n.id for n in people], before, rows.shape[1])
+                                      if before and space.reads_before else None)
             if (read := space.about(profiles)) is not None:
                 about = {n.id: float(a) for n, a in zip(people, read, strict=True)}
         keep = [i for i, n in enumerate(people) if updates.statement(n, about.get(n.id))]
         if not keep:
             return {}
         asking = [people[i] for i in keep]
-        if space is not None and profiles is not None and generic is not None:
-            profiles, generic = profiles[keep], generic[keep]
+        if space is not None and profiles is not None:
+            profiles = profiles[keep]
             if self.params.update_steer > 0:
                 queries = space.steer(rows[keep], self.params.update_steer, profiles)
         found = await self.facts.earlier_by_speaker(asking, self._pool_size(space),
                                                     None if queries is None else queries.tolist())
-        if space is not None and space.learned is not None and profiles is not None and generic is not None:
-            found = await self._by_attribute(space, asking, (profiles, generic), found, before,
-                                             {} if vectors is None else vectors, about)
+        if space is not None and space.learned is not None and profiles is not None:
+            found = await self._by_attribute(space, profiles, found, before, {} if vectors is None else vectors, about)
         return updates.pairs(csets, {n.id: f for n, f in zip(asking, found, strict=True)}, self.params.k_update, about)
 
     def _pool_size(self, space: AttributeSpace | None) -> int:
@@ -318,15 +315,14 @@ class WritePath:
         floor = self.params.k_update + self.params.k_write
         return max(self.params.update_pool, floor) if space is not None and space.learned is not None else floor
 
-    async def _by_attribute(self, space: AttributeSpace, askers: Sequence[MemoryNode], asking: tuple[np.ndarray, np.ndarray],
+    async def _by_attribute(self, space: AttributeSpace, asking: np.ndarray,
                             found: Sequence[Sequence[tuple[MemoryNode, float]]],
                             before: dict[str, Sequence[float]] | None,
                             vectors: dict[str, Sequence[float]],
                             about: dict[str, float]) -> list[list[tuple[MemoryNode, float]]]:
         """Each of ``found`` (the update candidates of the asking statements, whose attribute
-        distributions and generic ones are the rows of ``asking``, same order) ordered by
-        :func:`topology.stages.updates.by_attribute` under ``space``
-        (:func:`~topology.stages.relations.about_same` of the two overlaps), each
+        distributions are the rows of ``asking``, same order) ordered by
+        :func:`topology.stages.updates.by_attribute` under ``space``'s learned model, each
         candidate read after the turn it was read after where the model discounts it: the
         candidates' vectors are read into ``vectors`` and those turns' into ``before``, one read
         per scope each, for the judge to use again; how far the model reads each candidate as
@@ -345,16 +341,12 @@ class WritePath:
             before.update(await self._before([n for i, n in nodes.items() if i not in before], vectors))
         ids = list(nodes)
         rows = np.asarray([vectors[i] for i in ids], dtype=np.float32)
-        ahead = before_rows(ids, before, rows.shape[1]) if before else None
-        profiles, generic = space.profiles(rows, ahead), space.generic_profiles(rows, ahead)
+        profiles = space.profiles(rows, before_rows(ids, before, rows.shape[1]) if before else None)
         if (read := space.about(profiles)) is not None:
             about.update(zip(ids, (float(a) for a in read), strict=True))
         row = {i: k for k, i in enumerate(ids)}
-        learned, plain = asking
-        return [updates.by_attribute(got, [relations.about_same(
-                    float(learned[k] @ profiles[row[n.id]]), float(plain[k] @ generic[row[n.id]]),
-                    min(about.get(asker.id, 0.0), about.get(n.id, 0.0)) >= updates.MIN_ABOUT) for n, _ in got])
-                for k, (asker, got) in enumerate(zip(askers, found, strict=True))]
+        return [updates.by_attribute(got, [float(asking[k] @ profiles[row[n.id]]) for n, _ in got])
+                for k, got in enumerate(found)]
 
     async def consolidate(self, scope: Scope, run: int, last_seq: int,
                           neighbours: Callable[[Scope, Sequence[str]], Awaitable[list[EdgeEvent]]]

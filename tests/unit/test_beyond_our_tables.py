@@ -180,29 +180,3 @@ async def test_a_question_in_the_first_person_asks_about_the_user(
             await mem.close()
         firsts.append(res.evidence[0].event_id)
     assert firsts == [f"e{gold}", "e1"]
-
-
-async def test_an_update_of_an_unlisted_attribute_replaces_the_old_value_and_nothing_else(
-        model_memory: Embedded) -> None:
-    # the learned attribute model knows none of these attributes: which earlier statement an update
-    # replaces is read from the generic questions about a person and from the statements' similarity
-    said = ["I've supported Celtic since I was a kid.", "I'm learning Japanese in the evenings.",
-            "My dentist is Dr Okafor on Mill Street.", "My flatmate Rosa supports Rangers, sadly.",
-            "Rain again, typical.", "I've switched to supporting Hibernian, Celtic lost me this year.",
-            "I dropped Japanese and started learning Korean."]
-    await model_memory.pipeline.ingest(_turns("kai", said))
-    events = {n.id: n.event_id for conv in ("session-0", "session-1")
-              for n in await model_memory.stores.nodes.scan(Scope(tenant_id="t", conversation_id=conv))}
-    replaced = {(events[e.source], events[e.target]) for conv in ("session-0", "session-1")
-                for e in await model_memory.stores.edges.scan(Scope(tenant_id="t", conversation_id=conv))
-                if e.label == "supersedes"}
-    assert replaced == {("e5", "e0"), ("e6", "e1")}
-
-
-def test_what_an_attribute_the_model_never_saw_is_about_is_read_generically() -> None:
-    from topology.stages.relations import about_same
-
-    # both read as attributes the learned model knows: its overlap alone; else the mean with the generic one
-    assert about_same(0.9, 0.3, known=True) == 0.9
-    assert about_same(0.1, 0.7, known=False) == pytest.approx(0.4)
-    assert about_same(0.0, 0.0, known=False) == 0.0

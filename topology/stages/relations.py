@@ -15,7 +15,7 @@ import numpy as np
 from topology import ids
 from topology.params import Params
 from topology.schemas import CandidateFeatures, CandidateSet, EdgeEvent, MemoryNode, RelationJudgment
-from topology.stages.updates import MIN_ABOUT, statement
+from topology.stages.updates import statement
 from topology.systemone.attributes import AttributeSpace, before_rows
 from topology.systemone.catalog import ALIAS, RELATION
 from topology.systemone.port import Item, SystemOne
@@ -122,17 +122,6 @@ def relation_state(node: MemoryNode, other: MemoryNode, f: CandidateFeatures,
             "attribute": attribute}
 
 
-def about_same(learned: float, generic: float, known: bool) -> float:
-    """How far two memories are about the same attribute of a person, from the overlap of their
-    learned attribute distributions (``learned``) and of their generic ones (``generic``, read
-    without the learned model): ``learned`` when the learned model reads both as about an
-    attribute it knows (``known``: each with at least :data:`topology.stages.updates.MIN_ABOUT`),
-    else the mean of the two. The learned overlap is sure of the attributes the model knows and
-    reads others poorly; the generic one reads any attribute a generic question about a person
-    names, less sharply."""
-    return learned if known else (learned + generic) / 2.0
-
-
 class Attributes:
     """Attribute similarities of pairs of nodes: each node's distribution over an
     :class:`AttributeSpace`'s prototypes, from its vector (``vectors``: node id -> embedding) and
@@ -144,27 +133,19 @@ class Attributes:
         wanted = {i: v for i, v in (vectors or {}).items() if len(v) and np.any(np.asarray(v))} if space else {}
         self._row = {i: k for k, i in enumerate(wanted)}
         self._profiles = np.zeros((0, 0), dtype=np.float32)
-        self._generic = np.zeros((0, 0), dtype=np.float32)
         self._about: np.ndarray | None = None
         if space is not None and wanted:
             rows = np.asarray(list(wanted.values()), dtype=np.float32)
-            ahead = before_rows(list(wanted), before, rows.shape[1]) if before else None
-            self._profiles = space.profiles(rows, ahead)
-            self._generic = space.generic_profiles(rows, ahead)
+            self._profiles = space.profiles(rows, before_rows(list(wanted), before, rows.shape[1]) if before else None)
             self._about = space.about(self._profiles)
 
     def similarity(self, a: str, b: str) -> float | None:
         """How far nodes ``a`` and ``b`` (ids) are about the same attribute (0 to 1, rounded to 4
-        places): :func:`about_same` of the overlap of their attribute distributions
-        (:meth:`~topology.systemone.attributes.AttributeSpace.profiles`) and of their generic ones
-        (:meth:`~topology.systemone.attributes.AttributeSpace.generic_profiles`), the first alone
-        without a learned model; None when either has no vector here."""
+        places), or None when either has no vector here."""
         ra, rb = self._row.get(a), self._row.get(b)
         if ra is None or rb is None:
             return None
-        known = self._about is None or min(float(self._about[ra]), float(self._about[rb])) >= MIN_ABOUT
-        return round(about_same(float(self._profiles[ra] @ self._profiles[rb]),
-                                float(self._generic[ra] @ self._generic[rb]), known), 4)
+        return round(float(self._profiles[ra] @ self._profiles[rb]), 4)
 
     def about(self, node: str) -> float | None:
         """How far the learned attribute model reads node ``node`` (an id) as about one attribute

@@ -66,9 +66,6 @@ PROTOTYPES: tuple[str, ...] = (
 )
 #: Softmax temperature in standard deviations of a memory's similarities to the prototypes.
 TEMPERATURE = 0.5
-#: How much of the vector of the turn a memory was read after :meth:`AttributeSpace.generic_profiles`
-#: takes off (the learned model's own ``context`` when it has one).
-CONTEXT = 0.5
 
 
 class AttributeSpace:
@@ -164,17 +161,6 @@ class AttributeSpace:
         one = np.zeros((len(v), len(self._basis)), dtype=np.float32)
         one[:, attribute] = 1.0  # the learned directions come first in the basis, in ``known``'s order
         return self.steer(v / np.maximum(np.linalg.norm(v, axis=1, keepdims=True), 1e-12), weight, one)
-
-    def generic_profiles(self, vectors: np.ndarray, before: np.ndarray | None = None) -> np.ndarray:
-        """One distribution over the generic prototypes per memory vector, read without any
-        learned model: :meth:`question_profiles` of each row less the learned model's ``context``
-        (else :data:`CONTEXT`) times the vector of the turn it was read after (``before``, one row
-        each; a zero row where none), so that what came before weighs less than the turn itself."""
-        v = np.asarray(vectors, dtype=np.float32)
-        if before is not None:
-            context = self.learned.context if self.learned is not None else CONTEXT
-            v = v - np.float32(context) * np.asarray(before, dtype=np.float32)
-        return self.question_profiles(v)
 
     def question_profiles(self, vectors: np.ndarray) -> np.ndarray:
         """One distribution over the generic prototypes per row of ``vectors`` (rows sum to 1)."""
