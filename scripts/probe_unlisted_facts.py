@@ -23,6 +23,7 @@ import asyncio
 import random
 import sys
 import tempfile
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import replace
 from datetime import timedelta
 from pathlib import Path
@@ -77,24 +78,34 @@ REPLIES = ("Thanks for sharing that!", "Good to know, I'll keep that in mind.", 
 LOOK_BACK = "Let me look back at what you told me."
 
 
-def with_facts(q: lme.Question, seed: int) -> lme.Question:
-    """``q`` with each fact, its look-alike and the user's question about it added, in that order,
-    at the end of three of its sessions (each turn answered by a reply); ids ``f{k}-0`` (the fact),
-    ``f{k}-1`` (the look-alike), ``f{k}-2`` (the question)."""
+def said_in_sessions(q: lme.Question, seed: int, said: Sequence[tuple[str, str, str] | None],
+                     reply: Callable[[int, int], str]) -> lme.Question:
+    """``q`` with, for each ``k`` whose ``said[k]`` is not None, its three user turns added in
+    that order at the end of three of its sessions (chosen by ``seed``, in time order), ids
+    ``f{k}-0``, ``f{k}-1``, ``f{k}-2``, each answered by ``reply(k, j)`` (id ``f{k}-{j}r``)."""
     rng = random.Random(seed)
     ends: dict[str, Any] = {}
     for t in q.turns:
         ends[t.session] = max(ends.get(t.session, t.at), t.at)
     sessions = sorted(ends, key=lambda s: ends[s])
     turns = list(q.turns)
-    for k, (fact, look, question) in enumerate(FACTS):
+    for k, texts in enumerate(said):
+        if texts is None:
+            continue
         chosen = sorted(rng.sample(range(len(sessions) - 1), 3))
-        for j, (i, text) in enumerate(zip(chosen, (fact, look, question.rstrip("?") + " again?"), strict=True)):
+        for j, (i, text) in enumerate(zip(chosen, texts, strict=True)):
             at = ends[sessions[i]] + timedelta(seconds=10 * (k + 1))
             turns.append(lme.Turn(f"f{k}-{j}", sessions[i], "user", text, at, False))
-            reply = LOOK_BACK if j == 2 else REPLIES[k % len(REPLIES)]
-            turns.append(lme.Turn(f"f{k}-{j}r", sessions[i], "assistant", reply, at + timedelta(seconds=5), False))
+            turns.append(lme.Turn(f"f{k}-{j}r", sessions[i], "assistant", reply(k, j), at + timedelta(seconds=5), False))
     return replace(q, turns=tuple(sorted(turns, key=lambda t: t.at)))
+
+
+def with_facts(q: lme.Question, seed: int) -> lme.Question:
+    """``q`` with each fact, its look-alike and the user's question about it added, in that order,
+    at the end of three of its sessions (:func:`said_in_sessions`); ids ``f{k}-0`` (the fact),
+    ``f{k}-1`` (the look-alike), ``f{k}-2`` (the question)."""
+    return said_in_sessions(q, seed, [(fact, look, question.rstrip("?") + " again?") for fact, look, question in FACTS],
+                            lambda k, j: LOOK_BACK if j == 2 else REPLIES[k % len(REPLIES)])
 
 
 def placed(ranking: list[str], k: int) -> dict[str, Any]:
@@ -137,16 +148,24 @@ async def probe(directory: Path, haystacks: int, params: Params) -> dict[str, An
     return {"questions": len(rows), "haystacks": len(paths), **share, "jevmem_not_first": misses}
 
 
-def main(argv: list[str]) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("directory", type=Path)
-    ap.add_argument("--haystacks", type=int, default=3)
+def run(argv: list[str], doc: str, probe: Callable[[Any, int, Params], Awaitable[dict[str, Any]]],
+        haystacks: int, need_directory: bool = True) -> int:
+    """The command line of a probe: ``LONGMEMEVAL_DIR`` (optional unless ``need_directory``),
+    ``--haystacks`` (default ``haystacks``), ``--params`` (Params fields as JSON); prints
+    ``probe``'s report as JSON."""
+    ap = argparse.ArgumentParser(description=doc.split("\n\n")[0])
+    ap.add_argument("directory", type=Path, **({} if need_directory else {"nargs": "?", "default": None}))
+    ap.add_argument("--haystacks", type=int, default=haystacks)
     ap.add_argument("--params", default="{}", help="Params fields as JSON (e.g. {\"realm\": {\"first_person\": false}})")
     args = ap.parse_args(argv)
     params = Params.model_validate(orjson.loads(args.params))
     sys.stdout.buffer.write(orjson.dumps(asyncio.run(probe(args.directory, args.haystacks, params)),
                                          option=orjson.OPT_INDENT_2) + b"\n")
     return 0
+
+
+def main(argv: list[str]) -> int:
+    return run(argv, __doc__ or "", probe, 3)
 
 
 if __name__ == "__main__":

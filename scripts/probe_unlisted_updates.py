@@ -19,18 +19,13 @@ table a model was trained or benchmarked on; they are not tuned to.
 
 from __future__ import annotations
 
-import argparse
-import asyncio
-import random
 import sys
 import tempfile
-from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
-import orjson
-from probe_unlisted_facts import FACTS  # this folder is on the path of a script run as a file
+from probe_unlisted_facts import FACTS, REPLIES, run, said_in_sessions  # this folder is on the path of a script run as a file
 
 from jevmem.bench import longmemeval as lme
 from jevmem.settings import Settings
@@ -71,7 +66,6 @@ REMARKS: dict[int, str] = {
     19: "Gerald has a new leaf, he's thriving on that windowsill.",
     22: "I rewatched Spirited Away last night, it still makes me cry.",
 }
-REPLIES = ("Thanks for sharing that!", "Good to know, I'll keep that in mind.", "That sounds nice.")
 FILLER = ("Can you suggest a quick dinner recipe?", "Here is an idea: a tomato and chickpea stew takes 25 minutes.",
           "What's a good way to stay focused while working from home?",
           "Try short blocks of work with breaks, and keep a tidy desk.")
@@ -88,24 +82,11 @@ def own_history(seed: int) -> lme.Question:
 
 def with_updates(q: lme.Question, seed: int) -> lme.Question:
     """``q`` with each fact (id ``f{k}-0``), its look-alike (``f{k}-1``) and its update or remark
-    (``f{k}-2``) added at the end of three of its sessions in that order, each answered by a reply."""
-    rng = random.Random(seed)
-    ends: dict[str, Any] = {}
-    for t in q.turns:
-        ends[t.session] = max(ends.get(t.session, t.at), t.at)
-    sessions = sorted(ends, key=lambda s: ends[s])
-    turns = list(q.turns)
-    for k, (fact, look, _) in enumerate(FACTS):
-        later = UPDATES.get(k) or REMARKS.get(k)
-        if later is None:
-            continue
-        chosen = sorted(rng.sample(range(len(sessions) - 1), 3))
-        for j, (i, text) in enumerate(zip(chosen, (fact, look, later), strict=True)):
-            at = ends[sessions[i]] + timedelta(seconds=10 * (k + 1))
-            turns.append(lme.Turn(f"f{k}-{j}", sessions[i], "user", text, at, False))
-            turns.append(lme.Turn(f"f{k}-{j}r", sessions[i], "assistant", REPLIES[k % len(REPLIES)],
-                                  at + timedelta(seconds=5), False))
-    return replace(q, turns=tuple(sorted(turns, key=lambda t: t.at)))
+    (``f{k}-2``) added at the end of three of its sessions in that order, each answered by a reply
+    (:func:`probe_unlisted_facts.said_in_sessions`)."""
+    said = [(fact, look, later) if (later := UPDATES.get(k) or REMARKS.get(k)) else None
+            for k, (fact, look, _) in enumerate(FACTS)]
+    return said_in_sessions(q, seed, said, lambda k, _: REPLIES[k % len(REPLIES)])
 
 
 async def probe_history(q: lme.Question, settings: Settings) -> list[dict[str, Any]]:
@@ -162,15 +143,7 @@ async def probe(directory: Path | None, haystacks: int, params: Params) -> dict[
 
 
 def main(argv: list[str]) -> int:
-    ap = argparse.ArgumentParser(description=(__doc__ or "").split("\n\n")[0])
-    ap.add_argument("directory", type=Path, nargs="?", default=None)
-    ap.add_argument("--haystacks", type=int, default=1)
-    ap.add_argument("--params", default="{}", help="Params fields as JSON")
-    args = ap.parse_args(argv)
-    params = Params.model_validate(orjson.loads(args.params))
-    sys.stdout.buffer.write(orjson.dumps(asyncio.run(probe(args.directory, args.haystacks, params)),
-                                         option=orjson.OPT_INDENT_2) + b"\n")
-    return 0
+    return run(argv, __doc__ or "", probe, 1, need_directory=False)
 
 
 if __name__ == "__main__":
