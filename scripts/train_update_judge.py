@@ -1,6 +1,7 @@
 """Train the ``local`` System One's update judge (the relation task's ``updates`` Noul).
 
-    python scripts/train_update_judge.py [--out FILE] [--rounds N] [--seed S] [--l2 L] [--attributes FOLD --attribute-model FILE]
+    python scripts/train_update_judge.py [--out FILE] [--rounds N] [--seed S] [--l2 L] [--wide FOLD]
+        [--attributes FOLD --attribute-model FILE]
 
 Builds labelled (older, newer) pairs from our own generator (:func:`jevmem.bench.updates_data.judge_pairs`):
 updates (a statement and its explicit, contrasting or cue-less update by the same person; a
@@ -16,6 +17,11 @@ and writes the weights to ``--out`` (default: the package file,
 another line (small talk or a statement);
 the weights record its name (``meta.embedder``), and the write path sends the feature only under
 that embedder. About 20 s on two cores.
+
+``--wide a`` (``b``, ``all``) also fits on that half of the wide pool (:mod:`jevmem.bench.wide`:
+36 attributes beyond the tables, with remarks that change nothing), and adds ``heldout_wide``:
+its figures on the held-out wordings of the wide attributes it was not fitted on (with the
+default ``none``, all of them: how the judge of the tables does on facts of other kinds).
 
 ``--attributes a`` (or ``b``) fits the judge on pairs about one fold of the attributes only
 (:mod:`jevmem.bench.folds`; ``--out`` is then required), their similarities read by the
@@ -38,6 +44,7 @@ import orjson
 from jevmem.bench.attributes_data import embedded_after
 from jevmem.bench.folds import FOLDS, Fold, attributes_of, other
 from jevmem.bench.updates_data import ROUNDS, SEED, Pair, judge_pairs
+from jevmem.bench.wide import WIDE_CHOICES, WideFold, held_out, wide
 from topology.embedding import default_embedder
 from topology.ports import Embedder
 from topology.systemone.attribute_model import AttributeModel
@@ -98,20 +105,23 @@ def figures(model: UpdateModel, pairs: Sequence[Pair], attribute: Sequence[float
 
 
 def train(rounds: int = ROUNDS, seed: int = SEED, l2: float = L2, embedder: Embedder | None = None,
-          fold: Fold = "all", attribute_model: AttributeModel | None = None) -> tuple[UpdateModel, dict[str, Any]]:
-    """The model fitted on the training wordings (about ``fold``'s attributes), and its figures
-    on the training and held-out ones (and, for one fold, on the other fold's attributes);
-    attribute similarities under ``embedder`` (default: the default model), read by
-    ``attribute_model`` when given (default: the one shipped for the embedder)."""
+          fold: Fold = "all", attribute_model: AttributeModel | None = None,
+          wide_fold: WideFold = "none") -> tuple[UpdateModel, dict[str, Any]]:
+    """The model fitted on the training wordings (about ``fold``'s attributes and the ``wide_fold``
+    of the wide pool), and its figures on the training and held-out ones (for one fold, also on
+    the other fold's attributes: ``heldout_attributes``; and on the wide attributes it never saw:
+    ``heldout_wide``); attribute similarities under ``embedder`` (default: the default model),
+    read by ``attribute_model`` when given (default: the one shipped for the embedder)."""
     embedder = embedder or default_embedder()
     names = attributes_of(fold)
     space = AttributeSpace.with_model(embedder, attribute_model) if attribute_model is not None else None
-    train_pairs = judge_pairs("train", seed, rounds, names)
+    train_pairs = judge_pairs("train", seed, rounds, names, wide(wide_fold))
     train_attributes = attributes(train_pairs, embedder, space, names)
     x, y = matrix(train_pairs, train_attributes)
     model = fit(x, y, l2=l2, meta={"script": "scripts/train_update_judge.py", "seed": seed, "rounds": rounds,
                                    "l2": l2, "pairs": len(train_pairs), "updates": int(y.sum()),
-                                   "embedder": embedder.name, "attributes": fold})
+                                   "embedder": embedder.name, "attributes": fold,
+                                   **({"wide": wide_fold} if wide_fold != "none" else {})})
     held = judge_pairs("heldout", seed, rounds, names)
     report = {"train": figures(model, train_pairs, train_attributes),
               "heldout": figures(model, held, attributes(held, embedder, space, names)),
@@ -120,6 +130,9 @@ def train(rounds: int = ROUNDS, seed: int = SEED, l2: float = L2, embedder: Embe
     if names is not None:
         unseen = judge_pairs("heldout", seed, rounds, attributes_of(other(fold)))
         report["heldout_attributes"] = figures(model, unseen, attributes(unseen, embedder, space, names))
+    if strange := held_out(wide_fold):
+        pairs = judge_pairs("heldout", seed, 0, names, strange)
+        report["heldout_wide"] = figures(model, pairs, attributes(pairs, embedder, space, names))
     return model, report
 
 
@@ -133,11 +146,15 @@ def main(argv: list[str] | None = None) -> None:
                     help="fit on pairs about one fold of the attributes (jevmem.bench.folds); needs --out")
     ap.add_argument("--attribute-model", type=Path, default=None,
                     help="the attribute model that reads the similarities (default: the shipped one)")
+    ap.add_argument("--wide", choices=WIDE_CHOICES, default="none",
+                    help="also fit on these attributes of the wide pool (jevmem.bench.wide); every wide attribute "
+                         "not fitted on is validated as heldout_wide")
     args = ap.parse_args(argv)
     if args.attributes != "all" and args.out == Path("topology/systemone") / SHIPPED:
         ap.error("--attributes a or b writes a judge for validation only: give --out")
     learned = AttributeModel.from_json(args.attribute_model.read_bytes()) if args.attribute_model else None
-    model, report = train(args.rounds, args.seed, args.l2, fold=args.attributes, attribute_model=learned)
+    model, report = train(args.rounds, args.seed, args.l2, fold=args.attributes, attribute_model=learned,
+                          wide_fold=args.wide)
     args.out.write_bytes(model.to_json() + b"\n")
     sys.stdout.write(orjson.dumps(report, option=orjson.OPT_INDENT_2).decode() + "\n")
 

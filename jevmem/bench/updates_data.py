@@ -38,7 +38,7 @@ validated on (``scripts/train_update_judge.py``) from the same tables.
 from __future__ import annotations
 
 import random
-from collections.abc import Collection, Iterator, Mapping
+from collections.abc import Collection, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Literal
@@ -68,7 +68,10 @@ class Attribute:
     updates by wording kind; ``restate``: the same value again (not an update); ``other``: the
     same attribute of someone else (a look-alike); ``other_update``: someone else's value
     changes; ``ack``: the partner's reply naming the value; ``ask``: the partner asks about it;
-    ``now``/``before``: benchmark questions about the present and the past."""
+    ``now``/``before``: benchmark questions about the present and the past; ``remark``: the
+    person speaks of the same thing again without changing it (no value, or ``{v}`` unchanged),
+    a non-update the judge is trained on where a table has them (the wide pool's,
+    :mod:`jevmem.bench.wide`)."""
 
     name: str
     values: tuple[str, ...]
@@ -83,6 +86,7 @@ class Attribute:
     ask: tuple[str, ...]
     now: tuple[str, ...]
     before: tuple[str, ...]
+    remark: tuple[str, ...] = ()
 
     def tables(self) -> dict[str, tuple[str, ...]]:
         """The wording tables by name (``<attribute>.<part>``)."""
@@ -665,6 +669,9 @@ SEED = 11
 """Seed of the update judge's training and validation pairs."""
 ROUNDS = 30
 """Rounds of pairs per attribute (each round: 7 updates and 25 non-updates)."""
+WIDE_ROUNDS = 10
+"""Rounds of pairs per attribute of the wide pool (each also has 9 more non-updates: remarks,
+the assistant after itself, the person's own questions)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -705,23 +712,30 @@ def _pool(attributes: Collection[str] | None) -> tuple[Attribute, ...]:
 
 
 def judge_pairs(wordings: Wordings, seed: int = SEED, rounds: int = ROUNDS,
-                attributes: Collection[str] | None = None) -> list[Pair]:
+                attributes: Collection[str] | None = None, extra: Sequence[Attribute] = (),
+                extra_rounds: int = WIDE_ROUNDS) -> list[Pair]:
     """Labelled pairs from the ``wordings`` templates of every table (deterministic), about
-    ``attributes`` only (names; None: all; another attribute of a pair is one of them too).
+    ``attributes`` only (names; None: all; another attribute of a pair is one of them too),
+    then ``extra_rounds`` rounds about each of ``extra`` (attributes beyond the tables,
+    :mod:`jevmem.bench.wide`; they join the pool another attribute is drawn from).
 
     Updates: a statement and its update by the same person in each wording kind; a restatement
     and an update; someone else's value and that same person's update (told by the person, or
     told of them by name by another speaker and updated by them). Non-updates: a look-alike about
     someone else after or before the statement; the same wording by another speaker; a
     restatement of the same value; another attribute of the same person; two different third
-    parties; small talk, the partner's question or acknowledgement on either side. Every pair
+    parties; small talk, the partner's question or acknowledgement on either side; for a table
+    with remarks (the wide pool's), also the assistant after itself, the person's own questions,
+    and remarks on the same thing that change nothing (after the statement, a restatement, an
+    update). Every pair
     draws its turn gap and hours from one distribution, whatever its label."""
     if wordings not in WORDINGS:
         raise ValueError(f"wordings must be one of {WORDINGS}, not {wordings!r}")
-    pool = _pool(attributes)
+    tables = _pool(attributes)
+    pool = tables + tuple(extra)
     out: list[Pair] = []
     for a in pool:
-        for r in range(rounds):
+        for r in range(rounds if a in tables else extra_rounds):
             out += _Round(random.Random(f"{seed}:{wordings}:{a.name}:{r}"), wordings, a, pool).pairs()
     return out
 
@@ -811,4 +825,18 @@ class _Round:
         add(bot(self.text(a, "ask")), mine(self.update(v1, v0)), False, "question")
         add(state, bot(self.text(a, "ack", v=v0)), False, "ack")
         add(bot(self.text(a, "ack", v=v0)), mine(self.update(v1, v0)), False, "ack")
+        if a.remark:  # a table with remarks (the wide pool's): the pairs the tables' rounds leave out
+            # outside the gate, as the write path also asks them: the assistant after itself, the
+            # person's own questions (a question states nothing to replace, nor replaces a statement)
+            said = self.f.pick("small_talk.assistant", SMALL_TALK_ASSISTANT, {})[0]
+            add(bot(said), bot(self.f.pick("small_talk.assistant", SMALL_TALK_ASSISTANT, {})[0]), False, "assistant")
+            add(bot(self.text(a, "ack", v=v0)), bot(self.text(a, "ack", v=v1)), False, "assistant")
+            add(bot(self.text(a, "ask")), bot(self.text(b, "ask")), False, "assistant")
+            add(state, mine(self.text(a, "ask")), False, "own_question")
+            add(mine(self.text(a, "ask")), mine(self.update(v1, v0)), False, "own_question")
+            add(mine(self.text(a, "ask")), mine(self.text(b, "ask")), False, "own_question")
+            # the same thing spoken of again, unchanged: after its statement, a restatement, an update
+            add(state, mine(self.text(a, "remark", v=v0)), False, "remark")
+            add(mine(self.text(a, "restate", v=v0)), mine(self.text(a, "remark", v=v0)), False, "remark")
+            add(mine(self.update(v1, v0)), mine(self.text(a, "remark", v=v1)), False, "remark")
         return self.out

@@ -323,6 +323,11 @@ def test_a_new_turn_supersedes_the_pairs_about_the_attribute_it_is_most_about() 
     # overlaps unknown (-1) or none: only the best pair, by answer
     assert [n.id for _, n in same_attribute([((-1.0, 0.9), older("a")), ((-1.0, 0.95), older("b"))])] == ["b"]
     assert same_attribute([]) == []
+    # a new turn the attribute model does not read as an attribute it knows: its overlaps are
+    # noise, and only the pair the judge is surest of is replaced
+    assert [n.id for _, n in same_attribute(pairs, known=False)] == ["b"]  # the surest, then the higher overlap
+    assert [n.id for _, n in same_attribute([((0.7, 0.9), older("a")), ((0.1, 0.95), older("b"))],
+                                            known=False)] == ["b"]
 
 
 def test_only_a_question_that_asks_for_a_value_lets_one_statement_answer_alone() -> None:

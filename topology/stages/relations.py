@@ -208,15 +208,24 @@ def closest_incoming(edges: Sequence[EdgeEvent]) -> dict[str, EdgeEvent]:
 #: A new turn supersedes each earlier statement judged an update whose attribute overlap is at
 #: least this fraction of the best one's (:func:`same_attribute`).
 SAME_ATTRIBUTE = 0.9
+#: ... when the learned attribute model reads the new turn as about an attribute it knows with at
+#: least this probability (:meth:`Attributes.about`); below it the overlaps are noise, and the
+#: judge's answer alone picks the one statement replaced.
+MIN_KNOWN = 0.5
 
 
-def same_attribute(pairs: Sequence[tuple[tuple[float, float], MemoryNode]]) -> list[tuple[tuple[float, float], MemoryNode]]:
+def same_attribute(pairs: Sequence[tuple[tuple[float, float], MemoryNode]],
+                   known: bool = True) -> list[tuple[tuple[float, float], MemoryNode]]:
     """Of one new turn's pairs judged updates, ``((attribute overlap, -1 when unknown; p), older
     memory)``, those it supersedes, in ``pairs`` order: each whose overlap is at least
     :data:`SAME_ATTRIBUTE` times the best overlap; when the best overlap is unknown or not
-    positive, only the best pair (the highest overlap, then answer, then older id)."""
+    positive, only the best pair (the highest overlap, then answer, then older id). ``known``
+    False (the learned attribute model does not read the new turn as an attribute it knows, so
+    the overlaps are noise): only the pair with the highest answer (then overlap, then older id)."""
     if not pairs:
         return []
+    if not known:
+        return [max(pairs, key=lambda kp: (kp[0][1], kp[0][0], kp[1].id))]
     best = max(pairs, key=lambda kp: (kp[0], kp[1].id))
     top = best[0][0]
     if top <= 0.0:
@@ -240,8 +249,9 @@ async def judge(csets: Sequence[CandidateSet], earlier: dict[str, MemoryNode], s
     answer is at or above ``params.theta_update`` and whose attribute overlap (``attributes``) is
     at least :data:`SAME_ATTRIBUTE` times the best such pair's (the judge's answers saturate near
     1 on statements of one person; the attribute tells which of them the new one replaces: every
-    earlier value of it, a chain's older links too; without attribute overlaps, the single pair
-    with the highest answer), when both turns are statements
+    earlier value of it, a chain's older links too; without attribute overlaps, or where the
+    learned model does not read the new turn as an attribute it knows (:data:`MIN_KNOWN`), the
+    single pair with the highest answer), when both turns are statements
     (:meth:`Attributes.statement`: a question, tool turn, advice or chatter neither
     replaces a fact nor states one to replace, whatever the pair's answer), among its candidates and its
     ``updates_only`` pairs (node id -> the
@@ -309,7 +319,8 @@ async def judge(csets: Sequence[CandidateSet], earlier: dict[str, MemoryNode], s
             edges.append(_edge(node, "causal", node.id, other.id, j.causes, "causes", "system_one", True))
     nodes = {cs.node.id: cs.node for cs in csets}
     for target, pairs in sorted(replaced.items()):
-        for (_, p), replaced_node in same_attribute(list(pairs.values())):
+        about = attributes.about(target)
+        for (_, p), replaced_node in same_attribute(list(pairs.values()), about is None or about >= MIN_KNOWN):
             edges.append(_edge(nodes[target], "temporal", target, replaced_node.id, p, SUPERSEDES, "system_one", True))
     keep = strongest(judgments, params.semantic_per_turn, params.theta_semantic)
     close = nearest(csets, earlier)
