@@ -16,7 +16,7 @@ and writes the weights to ``--out`` (default: the package file,
 (:mod:`topology.systemone.attributes`) come from the default embedder, each text read after
 another line (small talk or a statement);
 the weights record its name (``meta.embedder``), and the write path sends the feature only under
-that embedder. About 20 s on two cores.
+that embedder. About 20 s on two cores, and a minute more for ``heldout_wide``.
 
 ``--wide a`` (``b``, ``all``) also fits on that half of the wide pool (:mod:`jevmem.bench.wide`:
 36 attributes beyond the tables, with remarks that change nothing), and adds ``heldout_wide``:
