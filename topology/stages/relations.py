@@ -15,7 +15,7 @@ import numpy as np
 from topology import ids
 from topology.params import Params
 from topology.schemas import CandidateFeatures, CandidateSet, EdgeEvent, MemoryNode, RelationJudgment
-from topology.stages.updates import statement
+from topology.stages.updates import MIN_ABOUT, statement
 from topology.systemone.attributes import AttributeSpace, before_rows
 from topology.systemone.catalog import ALIAS, RELATION
 from topology.systemone.port import Item, SystemOne
@@ -208,10 +208,9 @@ def closest_incoming(edges: Sequence[EdgeEvent]) -> dict[str, EdgeEvent]:
 #: A new turn supersedes each earlier statement judged an update whose attribute overlap is at
 #: least this fraction of the best one's (:func:`same_attribute`).
 SAME_ATTRIBUTE = 0.9
-#: ... when the learned attribute model reads the new turn as about an attribute it knows with at
-#: least this probability (:meth:`Attributes.about`); below it the overlaps are noise, and the
-#: judge's answer alone picks the one statement replaced.
-MIN_KNOWN = 0.5
+#: ... when the learned attribute model reads the new turn as about an attribute it knows
+#: (:meth:`Attributes.about` at least :data:`topology.stages.updates.MIN_ABOUT`); below it the
+#: overlaps are noise, and the judge's answer alone picks the one statement replaced.
 
 
 def same_attribute(pairs: Sequence[tuple[tuple[float, float], MemoryNode]],
@@ -250,7 +249,7 @@ async def judge(csets: Sequence[CandidateSet], earlier: dict[str, MemoryNode], s
     at least :data:`SAME_ATTRIBUTE` times the best such pair's (the judge's answers saturate near
     1 on statements of one person; the attribute tells which of them the new one replaces: every
     earlier value of it, a chain's older links too; without attribute overlaps, or where the
-    learned model does not read the new turn as an attribute it knows (:data:`MIN_KNOWN`), the
+    learned model does not read the new turn as an attribute it knows (:data:`~topology.stages.updates.MIN_ABOUT`), the
     single pair with the highest answer), when both turns are statements
     (:meth:`Attributes.statement`: a question, tool turn, advice or chatter neither
     replaces a fact nor states one to replace, whatever the pair's answer), among its candidates and its
@@ -320,7 +319,7 @@ async def judge(csets: Sequence[CandidateSet], earlier: dict[str, MemoryNode], s
     nodes = {cs.node.id: cs.node for cs in csets}
     for target, pairs in sorted(replaced.items()):
         about = attributes.about(target)
-        for (_, p), replaced_node in same_attribute(list(pairs.values()), about is None or about >= MIN_KNOWN):
+        for (_, p), replaced_node in same_attribute(list(pairs.values()), about is None or about >= MIN_ABOUT):
             edges.append(_edge(nodes[target], "temporal", target, replaced_node.id, p, SUPERSEDES, "system_one", True))
     keep = strongest(judgments, params.semantic_per_turn, params.theta_semantic)
     close = nearest(csets, earlier)

@@ -15,7 +15,6 @@ Contract: names are unique and none is a bench attribute's; :data:`WIDE_FOLDS` s
 
 from __future__ import annotations
 
-from collections.abc import Collection
 from typing import Literal
 
 from jevmem.bench.updates_data import Attribute
@@ -46,7 +45,3 @@ def held_out(fold: WideFold) -> tuple[Attribute, ...]:
     every one for ``none``)."""
     return {"a": wide("b"), "b": wide("a"), "none": WIDE}.get(fold, ())
 
-
-def names(attributes: Collection[Attribute]) -> list[str]:
-    """The attributes' names, in order."""
-    return [a.name for a in attributes]
