@@ -65,7 +65,7 @@ def embedded_stores(data_dir: Path | str, dim: int, embedder: str | None = None,
 
     return Stores(
         nodes=SqliteNodeStore(conns[0], lock), edges=SqliteEdgeStore(conns[1]),
-        vectors=MatrixVectorIndex(conns[0], dim, vector_rows),
+        vectors=MatrixVectorIndex(conns[0], dim, vector_rows, None if mem else Path(data_dir) / "realms"),
         lexical=SqliteLexicalIndex(conns[2]), dead_letters=SqliteDeadLetters(conns[3]),
         purge=None if mem else purge,
     )
@@ -162,6 +162,11 @@ class EmbeddedService:
         if self._mem is None:
             raise RuntimeError("service not started")
         return self._mem
+
+    def restarted(self) -> EmbeddedService:
+        """A new (not yet started) service over the same store, settings and embedder: what a
+        process started afresh over this one's directory would be (stop this one first)."""
+        return EmbeddedService(self.settings, self._embedder, self._data_dir)
 
     async def start(self) -> None:
         self._mem = build_embedded(self.settings, self._embedder, self._data_dir)

@@ -2,7 +2,9 @@
 
 Three caches grow with what a process has seen, and share the budget: the embedded store's
 SQLite page cache, the write path's in-memory conversations (:class:`storage.scope_cache.ScopeCache`)
-and the embedded read path's vectors (:class:`storage.sqlite.vectors.MatrixVectorIndex`). Everything
+and the embedded read path's vectors (:class:`storage.sqlite.vectors.MatrixVectorIndex`: a
+conversation's rows, and a realm file's lookups; a realm file's vectors are mapped, in the
+operating system's page cache rather than the process). Everything
 else a process holds is bounded by constants and does not grow with the store: the embedding
 model and runtime (about 150-350 MB by model), the read path's decoded-node, node-info and edge
 caches (about 60 MB), and the allocator's slack.

@@ -17,12 +17,18 @@ Contracts:
   a conversation not held is read from the node store on its next search, and :meth:`upsert`
   replaces or appends the rows of a held one, so a node is one row however the two interleave.
   :meth:`delete` and :meth:`delete_scope` drop the held conversation (read again on next use).
-* Realms (:meth:`search_realm`): a tenant's or a user's rows are held as one matrix of their own
-  (loaded on first use, kept current by :meth:`upsert`, dropped by any delete of the tenant) and
-  ranked with one float32 product; the best candidates are then ranked exactly as above, in
-  float64. A realm limited to a list of conversations ranks their held rows together.
-* Memory is bounded: at most ``max_rows`` rows over all held conversations and realms; the least
-  recently searched are dropped first (the one being searched is always kept).
+* Realms (:meth:`search_realm`): with a ``realms`` folder, a tenant's and each user's rows are
+  kept in realm files (:mod:`storage.sqlite.realm_files`: written by :meth:`upsert`, overwritten
+  with zeros by a delete, checked against the node table when first opened) and ranked in place
+  with one float32 product; without one (a store in memory), each realm's rows are read from the
+  node table into one matrix on first use (kept current by :meth:`upsert`, dropped by any delete
+  of the tenant). Either way the best candidates are then ranked exactly, in float64 (each
+  row's score the same wherever the row sits: :func:`~storage.sqlite.realm_files.exact_scores`).
+  A user's realm limited to a list of conversations ranks their rows together.
+* Memory is bounded: at most ``max_rows`` rows over all held conversations and in-memory realms,
+  and over the realm files' lookups (a writer's ids, the conversations); the least recently
+  searched are dropped first (the one being searched is always kept). A realm file's vectors
+  are mapped, not held: the operating system's page cache keeps them.
 * The store has one writing process (:class:`storage.sqlite.base.DirLock`), so no write bypasses
   :meth:`upsert`.
 """
@@ -31,12 +37,14 @@ from __future__ import annotations
 
 import sqlite3
 from collections import OrderedDict
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from pathlib import Path
 
 import numpy as np
 
 from storage.ports import Hit
 from storage.sqlite.base import translated
+from storage.sqlite.realm_files import Entry, RealmFile, exact_scores, fits, realm_path
 from storage.sqlite.store import retrieval_matrix
 from topology.schemas import MemoryNode, Realm, Scope
 
@@ -90,16 +98,63 @@ _REALM_MARGIN = 16
 #: Queries of one realm ranked by one matrix product in :meth:`MatrixVectorIndex.search_realms`
 #: (its rows x this many float32 scores at a time: 12.8 MB at 100,000 rows).
 _REALMS_AT_ONCE = 32
+#: Realm files open at once (each maps its files; the least recently used is closed first).
+OPEN_REALMS = 128
 
 
 class MatrixVectorIndex:
     """A :class:`~storage.ports.VectorIndex` (and batch search) over the embeddings of the node
     table of ``conn`` (see the module)."""
 
-    def __init__(self, conn: sqlite3.Connection, dim: int, max_rows: int = MAX_ROWS) -> None:
+    def __init__(self, conn: sqlite3.Connection, dim: int, max_rows: int = MAX_ROWS,
+                 realms: Path | None = None) -> None:
         self._conn, self._dim, self._max = conn, dim, max(1, max_rows)
         self._held: OrderedDict[Scope | _RealmKey, _Held] = OrderedDict()
         self._rows = 0
+        self._folder = realms
+        self._files: OrderedDict[_RealmKey, RealmFile] = OrderedDict()
+        #: realms held in memory although a folder is given (a node id too long for a record)
+        self._unfiled: set[_RealmKey] = set()
+
+    def _realm_rows(self, key: _RealmKey) -> Iterator[tuple[str, str, int, bytes | None]]:
+        """The realm's node rows in the node table: (id, conversation, seq, embedding)."""
+        tenant, user = key
+        where, args = ("AND user=?", (tenant, user)) if user is not None else ("", (tenant,))
+        for nid, conv, seq, blob in self._conn.execute(
+                f"SELECT id, conv, seq, embedding FROM nodes WHERE tenant=? {where} ORDER BY n", args):
+            yield str(nid), str(conv), int(seq), blob
+
+    def _file(self, key: _RealmKey, create: bool = False) -> RealmFile | None:
+        """The realm's open file, checked against the node table (rebuilt from it when they do not
+        agree); None where realms are held in memory. A realm with no rows and no file gets a
+        file only when ``create`` (a search of a user never written leaves nothing on disk)."""
+        if self._folder is None or key in self._unfiled:
+            return None
+        got = self._files.get(key)
+        if got is not None:
+            self._files.move_to_end(key)
+            return got
+        tenant, user = key
+        where, args = ("AND user=?", (tenant, user)) if user is not None else ("", (tenant,))
+        [(count,)] = self._conn.execute(f"SELECT count(*) FROM nodes WHERE tenant=? {where}", args).fetchall()
+        f = RealmFile(realm_path(self._folder, tenant, user), self._dim)
+        if not f.check(int(count)):
+            if not count and not create:
+                return f  # empty: nothing to rank
+            rows = list(self._realm_rows(key))
+            if not all(fits(r[0]) for r in rows):
+                self._unfiled.add(key)
+                return None
+            f.rebuild(Entry(nid, conv, seq, retrieval_matrix([blob], self._dim)[0]
+                            if blob is not None and len(blob) == 4 * self._dim else None)
+                      for nid, conv, seq, blob in rows)
+        self._files[key] = f
+        while len(self._files) > OPEN_REALMS or (len(self._files) > 1 and self._file_rows() > self._max):
+            self._files.popitem(last=False)[1].close()
+        return f
+
+    def _file_rows(self) -> int:
+        return sum(f.held for f in self._files.values())
 
     def _load(self, scope: Scope) -> _Held:
         held = self._held.get(scope)
@@ -168,7 +223,11 @@ class MatrixVectorIndex:
             raise TypeError("a vector realm search takes a vector")
         if realm.conversation_ids is not None:
             return self._rank_conversations(realm, query, limit)
-        return self._rank_realm(self._load_realm((realm.tenant_id, realm.user_id)), query, limit)
+        key = (realm.tenant_id, realm.user_id)
+        f = self._file(key)
+        if f is not None:
+            return [Hit(nid, score, conv) for nid, score, conv in f.search(query, limit)]
+        return self._rank_realm(self._load_realm(key), query, limit)
 
     @translated
     async def search_realms(self, queries: Sequence[tuple[Realm, Sequence[float]]], limit: int) -> list[list[Hit]]:
@@ -185,10 +244,19 @@ class MatrixVectorIndex:
             else:
                 groups.setdefault((realm.tenant_id, realm.user_id), []).append(i)
         for key, idx in groups.items():
-            held = self._load_realm(key)
+            f = self._file(key)
+            held = self._load_realm(key) if f is None else None
             for at in range(0, len(idx), _REALMS_AT_ONCE):
                 part = idx[at:at + _REALMS_AT_ONCE]
-                rough = held.matrix[:held.n] @ np.asarray([queries[i][1] for i in part], dtype=np.float32).T
+                block = np.asarray([queries[i][1] for i in part], dtype=np.float32)
+                if f is not None:
+                    rough = f.rough(block)
+                    for j, i in enumerate(part):
+                        out[i] = [Hit(nid, score, conv) for nid, score, conv
+                                  in f.search(queries[i][1], limit, rough=rough[:, j])]
+                    continue
+                assert held is not None
+                rough = held.matrix[:held.n] @ block.T
                 for j, i in enumerate(part):
                     out[i] = self._rank_realm(held, queries[i][1], limit, rough=rough[:, j])
         return out
@@ -208,7 +276,7 @@ class MatrixVectorIndex:
             rough = rows @ np.asarray(query, dtype=np.float32)
         take = min(len(kept), limit + _REALM_MARGIN)
         best = kept[np.argpartition(-rough, take - 1)[:take]] if take < len(kept) else kept
-        exact = (held.matrix[best].astype(np.float64) @ np.asarray(query, dtype=np.float64)).tolist()
+        exact = exact_scores(held.matrix[best], query)
         rows, ids = best.tolist(), held.ids
         seq = held.seqs[best].tolist()
         order = sorted(range(len(rows)), key=lambda j: (-exact[j], seq[j], ids[rows[j]]))[:limit]
@@ -217,6 +285,10 @@ class MatrixVectorIndex:
     def _rank_conversations(self, realm: Realm, vector: Sequence[float], limit: int) -> list[Hit]:
         """A realm limited to its ``conversation_ids``: each conversation's best, ranked together."""
         if realm.user_id is not None:  # the user's rows, then only those of the listed conversations
+            f = self._file((realm.tenant_id, realm.user_id))
+            if f is not None:
+                return [Hit(nid, score, conv) for nid, score, conv
+                        in f.search(vector, limit, list(realm.conversation_ids or ()))]
             return self._rank_realm(self._load_realm((realm.tenant_id, realm.user_id)), vector, limit,
                                     set(realm.conversation_ids or ()))
         convs = list(dict.fromkeys(realm.conversation_ids or ()))
@@ -235,13 +307,22 @@ class MatrixVectorIndex:
                           limit: int) -> list[list[Hit]]:
         return [self._rank(self._load(s), v, limit, b) for s, v, b in queries]
 
+    @translated
     async def upsert(self, nodes: Sequence[MemoryNode]) -> None:
+        """The nodes' rows in every held conversation and realm, and in their realms' files (the
+        tenant's, and the user's where the node has one): replaced where the row is there,
+        appended otherwise. A node without a usable vector is a row of its realms' files that is
+        never a hit (the files then count every node of the realm, as the node table does)."""
+        if self._folder is not None:
+            self._write_files(nodes)
         for n in nodes:
             if n.embedding is None or len(n.embedding) != self._dim:
                 continue
             vec: np.ndarray | None = None
-            keys: list[Scope | _RealmKey] = [n.scope, (n.tenant_id, None)]
-            if n.user_id is not None:
+            keys: list[Scope | _RealmKey] = [n.scope]
+            if self._folder is None or (n.tenant_id, None) in self._unfiled:
+                keys.append((n.tenant_id, None))
+            if n.user_id is not None and (self._folder is None or (n.tenant_id, n.user_id) in self._unfiled):
                 keys.append((n.tenant_id, n.user_id))
             for key in keys:
                 held = self._held.get(key)
@@ -257,16 +338,62 @@ class MatrixVectorIndex:
                 self._rows += held.n - before
         self._evict()
 
-    async def delete(self, scope: Scope, ids: Sequence[str]) -> None:
-        if ids:
-            await self.delete_scope(scope)
+    def _write_files(self, nodes: Sequence[MemoryNode]) -> None:
+        by_realm: dict[_RealmKey, list[Entry]] = {}
+        for n in nodes:
+            ok = n.embedding is not None and len(n.embedding) == self._dim
+            e = Entry(n.id, n.conversation_id, n.seq,
+                      np.asarray(n.retrieval_vector(), dtype=np.float32) if ok else None)
+            by_realm.setdefault((n.tenant_id, None), []).append(e)
+            if n.user_id is not None:
+                by_realm.setdefault((n.tenant_id, n.user_id), []).append(e)
+        for key, entries in by_realm.items():
+            f = self._file(key, create=True)
+            if f is None:
+                continue
+            if not all(fits(e.id) for e in entries):  # held in memory from now on
+                self._files.pop(key)
+                f.close()
+                self._unfiled.add(key)
+                continue
+            f.write(entries)
 
+    @translated
+    async def delete(self, scope: Scope, ids: Sequence[str]) -> None:
+        """Drops the held conversation and every held realm of its tenant (read again on next
+        use), and overwrites the nodes' rows in their realms' files with zeros (called before the
+        node table deletes them)."""
+        if ids:
+            self._forget(scope, ids)
+
+    @translated
     async def delete_scope(self, scope: Scope) -> None:
-        """Drops the held conversation and every held realm of its tenant (read again on next use)."""
+        """:meth:`delete` of every node of the conversation."""
+        self._forget(scope, None)
+
+    def _forget(self, scope: Scope, ids: Sequence[str] | None) -> None:
         for key in [k for k in self._held if k == scope or (isinstance(k, tuple) and k[0] == scope.tenant_id)]:
             self._rows -= self._held.pop(key).n
+        if self._folder is None:
+            return
+        found = self._conn.execute("SELECT id, user FROM nodes WHERE tenant=? AND conv=?",
+                                   (scope.tenant_id, scope.conversation_id)).fetchall()
+        wanted = None if ids is None else set(ids)
+        users: dict[str | None, list[str]] = {}
+        for nid, user in found:
+            if wanted is None or nid in wanted:
+                users.setdefault(None, []).append(nid)
+                if user is not None:
+                    users.setdefault(str(user), []).append(nid)
+        for user, gone in users.items():
+            f = self._file((scope.tenant_id, user))
+            if f is not None:
+                f.delete(gone)
 
     async def close(self) -> None:
         """The connection belongs to the node store, which closes it."""
         self._held.clear()
         self._rows = 0
+        for f in self._files.values():
+            f.close()
+        self._files.clear()
