@@ -85,6 +85,18 @@ def fits(node_id: str) -> bool:
     return len(raw) <= MAX_ID_BYTES and b"\0" not in raw
 
 
+def _zero(path: Path) -> None:
+    """Overwrite the file at ``path``, if any, with zeros."""
+    try:
+        with open(path, "r+b") as f:
+            size = f.seek(0, os.SEEK_END)
+            f.seek(0)
+            for at in range(0, size, 1 << 20):
+                f.write(bytes(min(1 << 20, size - at)))
+    except FileNotFoundError:
+        return
+
+
 class RealmFile:
     """One realm's files (see the module): :meth:`check` or :meth:`rebuild` before any other call."""
 
@@ -124,12 +136,13 @@ class RealmFile:
         recs = self._rows()
         flags = recs["flag"]
         if int(np.count_nonzero(flags != GONE)) != rows_in_store or (n and int(recs["conv"].max()) >= len(names)):
-            self.n, self.convs = 0, []
+            self.n, self.convs, self._maps = 0, [], None
             return False
         self.conv_at = {c: i for i, c in enumerate(names)}
         self.skip = set(np.flatnonzero(flags != VECTOR).tolist())
-        if vec.stat().st_size != n * self.dim * 4:  # a torn append's vector bytes
-            os.truncate(vec, n * self.dim * 4)
+        for path, size in ((vec, n * self.dim * 4), (rows, n * ROW.itemsize)):  # a torn append's bytes
+            if path.stat().st_size != size:
+                os.truncate(path, size)
         return True
 
     def rebuild(self, entries: Iterable[Entry]) -> None:
@@ -137,18 +150,15 @@ class RealmFile:
         self.base.parent.mkdir(parents=True, exist_ok=True)
         self._row_of, self._maps = None, None
         self.n, self.convs, self.conv_at, self.skip, self._pending = 0, [], {}, set(), []
-        old = self._file(".vec")
-        if old.exists():  # what it held may include deleted rows' vectors: not left on the disk
-            with open(old, "r+b") as f:
-                size = f.seek(0, os.SEEK_END)
-                f.seek(0)
-                for at in range(0, size, 1 << 20):
-                    f.write(bytes(min(1 << 20, size - at)))
+        # what they held may include deleted rows: not left on the disk; without ``.rows`` from
+        # here on, a crash before the new files are in place is a rebuild again
+        _zero(self._file(".rows"))
+        self._file(".rows").unlink(missing_ok=True)
+        _zero(self._file(".vec"))
         fresh = {s: self._file(s + ".new") for s in (".rows", ".vec", ".convs")}
         for p in fresh.values():
             p.write_bytes(b"")
         self._append(list(entries), fresh)
-        self._file(".rows").unlink(missing_ok=True)
         for s in (".vec", ".convs", ".rows"):
             fresh[s].replace(self._file(s))
 
@@ -274,26 +284,29 @@ class RealmFile:
         recs, vecs = self._mapped()
         if not self.n or limit <= 0:
             return []
-        if convs is not None:
-            wanted = [self.conv_at[c] for c in dict.fromkeys(convs) if c in self.conv_at]
-            kept = np.flatnonzero(np.isin(recs["conv"], wanted))
-        elif self.skip:
-            kept = np.arange(self.n)
-        else:
-            kept = None
-        if kept is not None and self.skip:
-            kept = kept[~np.isin(kept, np.fromiter(self.skip, dtype=np.int64, count=len(self.skip)))]
         q32 = np.asarray(query, dtype=np.float32)
-        if kept is None:
-            scores = rough if rough is not None else vecs @ q32
-            rows = np.arange(self.n)
-        else:
-            scores = rough[kept] if rough is not None else vecs[kept] @ q32
-            rows = kept
-        if not len(rows):
+        skip = np.fromiter(self.skip, dtype=np.int64, count=len(self.skip)) if self.skip else None
+        if convs is not None:  # the listed conversations' rows, gathered
+            wanted = [self.conv_at[c] for c in dict.fromkeys(convs) if c in self.conv_at]
+            rows = np.flatnonzero(np.isin(np.asarray(recs["conv"]), wanted))
+            if skip is not None:
+                rows = rows[~np.isin(rows, skip)]
+            scores = rough[rows] if rough is not None else np.asarray(vecs[rows]) @ q32
+            live = len(rows)
+        else:  # every row in place; rows not ranked score -inf (never among the best ``live``)
+            rows = None
+            scores = np.array(rough if rough is not None else np.asarray(vecs) @ q32, dtype=np.float32,
+                              copy=skip is not None)
+            if skip is not None:
+                scores[skip] = -np.inf
+            live = self.n - (0 if skip is None else len(skip))
+        if not live:
             return []
-        take = min(len(rows), limit + MARGIN)
-        best = rows[np.argpartition(-scores, take - 1)[:take]] if take < len(rows) else rows
+        take = min(live, limit + MARGIN)
+        at = np.argpartition(-scores, take - 1)[:take] if take < len(scores) else np.arange(len(scores))
+        if take >= len(scores) and skip is not None and rows is None:
+            at = at[np.isfinite(scores[at])]
+        best = at if rows is None else rows[at]
         exact = exact_scores(vecs[best], query)
         picked = recs[best]
         ids = [raw.decode("utf-8") for raw in picked["id"].tolist()]

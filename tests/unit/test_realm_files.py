@@ -97,9 +97,11 @@ async def test_files_that_disagree_with_the_node_table_are_rebuilt_from_it(tmp_p
     rows, vec = base.with_name(base.name + ".rows"), base.with_name(base.name + ".vec")
     if damage == "no rows file":  # a crash inside a rebuild
         rows.unlink()
-    elif damage == "torn append":  # vectors written, their records not
+    elif damage == "torn append":  # vectors written, their records not, or in part
         with open(vec, "ab") as f:
             f.write(b"\1" * (4 * DIM * 3))
+        with open(rows, "ab") as f:
+            f.write(b"\1" * 30)
     elif damage == "rows the table lacks":  # a crash after the index was told, before the table
         extra = MemoryNode(id=ids.node_id("a", "c1", "x"), tenant_id="a", conversation_id="c1", event_id="x",
                            seq=999, content="x", user_id="u1", embedding=[1.0] + [0.0] * (DIM - 1))
@@ -112,6 +114,11 @@ async def test_files_that_disagree_with_the_node_table_are_rebuilt_from_it(tmp_p
                 p.unlink()
     again = MatrixVectorIndex(connect(tmp_path / "m.sqlite3"), DIM, realms=folder)
     assert [await again.search_realm(r, q, 10) for r, q in queries] == before
+    late = MemoryNode(id=ids.node_id("a", "c2", "late"), tenant_id="a", conversation_id="c2", event_id="late",
+                      seq=500, content="x", user_id="u1", embedding=list(queries[0][1]))
+    await again.upsert([late])  # written after the repair: found first for its own vector
+    await SqliteNodeStore(again._conn).upsert([late])
+    assert (await again.search_realm(Realm(tenant_id="a", user_id="u1"), late.embedding or [], 1))[0].id == late.id
 
 
 async def test_a_forgotten_node_leaves_the_realm_files(tmp_path: Path) -> None:

@@ -1,15 +1,19 @@
 """Recall right after a restart: a user's memory written by one process is recalled by the next,
-and the first recall of a started service embeds only its question (what a search needs was
-built at start, not on the way)."""
+and the first recall of a started service embeds only its question and reads the user's vectors
+from their realm file, not from the node table (what a search needs was built at start or is on
+disk, not built on the way)."""
 
 from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
+import pytest
+
 from jevmem.settings import Settings
 from jevmem.wiring import EmbeddedService
 from query_api import service as service_api
+from storage.sqlite.vectors import MatrixVectorIndex
 from tests.conftest import CountingEmbedder
 from topology.ports import Embedder
 from topology.schemas import Observation
@@ -25,12 +29,17 @@ def _sessions() -> list[Observation]:
 
 
 async def test_a_restarted_service_recalls_the_users_fact_and_embeds_only_the_question_first(
-        tmp_path: Path, model_embedder: Embedder) -> None:
+        tmp_path: Path, model_embedder: Embedder, monkeypatch: pytest.MonkeyPatch) -> None:
     first = EmbeddedService(Settings(), embedder=model_embedder, data_dir=tmp_path)
     await first.start()
     assert await first.submit(_sessions()) == []
     await first.stop()
 
+    def no_scan(*_: object) -> None:
+        raise AssertionError("a realm's rows were read from the node table")
+
+    monkeypatch.setattr(MatrixVectorIndex, "_realm_rows", no_scan)
+    monkeypatch.setattr(MatrixVectorIndex, "_load_realm", no_scan)
     counting = CountingEmbedder(model_embedder)
     again = EmbeddedService(Settings(), embedder=counting, data_dir=tmp_path)  # type: ignore[arg-type]
     await again.start()
