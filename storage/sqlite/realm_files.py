@@ -200,13 +200,19 @@ class RealmFile:
         if new:
             self._append(new, {s: self._file(s) for s in (".rows", ".vec", ".convs")})
 
-    def _record(self, e: Entry) -> tuple[np.ndarray, np.ndarray]:
-        ok = e.vector is not None and len(e.vector) == self.dim
-        rec = np.zeros(1, dtype=ROW)
-        rec["id"], rec["seq"], rec["conv"], rec["flag"] = e.id.encode("utf-8"), e.seq, self._conv(e.conv), \
-            VECTOR if ok else NONE
-        vec = np.asarray(e.vector, dtype=np.float32) if ok else np.zeros(self.dim, dtype=np.float32)
-        return rec, vec
+    def _records(self, entries: Sequence[Entry]) -> tuple[np.ndarray, np.ndarray]:
+        """The entries' records and float32 vectors (zeros for an entry without a usable one)."""
+        ok = [e.vector is not None and len(e.vector) == self.dim for e in entries]
+        recs = np.zeros(len(entries), dtype=ROW)
+        recs["id"] = [e.id.encode("utf-8") for e in entries]
+        recs["seq"] = [e.seq for e in entries]
+        recs["conv"] = [self._conv(e.conv) for e in entries]
+        recs["flag"] = np.where(ok, VECTOR, NONE)
+        vecs = np.zeros((len(entries), self.dim), dtype=np.float32)
+        good = [j for j, y in enumerate(ok) if y]
+        if good:
+            vecs[good] = np.asarray([entries[j].vector for j in good], dtype=np.float32)
+        return recs, vecs
 
     def _conv(self, conv: str) -> int:
         at = self.conv_at.get(conv)
@@ -223,29 +229,24 @@ class RealmFile:
             self._pending = []
 
     def _append(self, entries: Sequence[Entry], files: dict[str, Path]) -> None:
-        recs = np.zeros(len(entries), dtype=ROW)
-        vecs = np.zeros((len(entries), self.dim), dtype=np.float32)
-        for j, e in enumerate(entries):
-            rec, vec = self._record(e)
-            recs[j], vecs[j] = rec[0], vec
+        recs, vecs = self._records(entries)
         with open(files[".vec"], "ab") as f:
             f.write(vecs.tobytes())
         self._write_convs(files[".convs"])
         with open(files[".rows"], "ab") as f:
             f.write(recs.tobytes())
         start = self.n
-        for j, e in enumerate(entries):
-            if recs["flag"][j] != VECTOR:
-                self.skip.add(start + j)
-            if self._row_of is not None:
-                self._row_of[e.id.encode("utf-8")] = start + j
+        self.skip.update((start + np.flatnonzero(recs["flag"] != VECTOR)).tolist())
+        if self._row_of is not None:
+            self._row_of.update(zip(recs["id"].tolist(), range(start, start + len(entries)), strict=True))
         self.n += len(entries)
         self._maps = None
 
     def _put(self, at: int, e: Entry) -> None:
         """Row ``at`` rewritten with ``e``; without a usable vector, the row keeps the one it has
         (as the node table keeps a stored embedding)."""
-        rec, vec = self._record(e)
+        rec, vecs_in = self._records([e])
+        vec = vecs_in[0]
         if rec["flag"][0] != VECTOR:
             recs, vecs = self._mapped()
             rec["flag"], vec = recs["flag"][at], np.array(vecs[at])

@@ -19,7 +19,8 @@ Contracts:
   :meth:`delete` and :meth:`delete_scope` drop the held conversation (read again on next use).
 * Realms (:meth:`search_realm`): with a ``realms`` folder, a tenant's and each user's rows are
   kept in realm files (:mod:`storage.sqlite.realm_files`: written by :meth:`upsert`, overwritten
-  with zeros by a delete, checked against the node table when first opened) and ranked in place
+  with zeros by a delete, checked against the node table when first opened; a tenant's whole
+  realm, while every node written has a user, only from its first search on) and ranked in place
   with one float32 product; without one (a store in memory), each realm's rows are read from the
   node table into one matrix on first use (kept current by :meth:`upsert`, dropped by any delete
   of the tenant). Either way the best candidates are then ranked exactly, in float64 (each
@@ -100,6 +101,11 @@ _REALM_MARGIN = 16
 _REALMS_AT_ONCE = 32
 #: Realm files open at once (each maps its files; the least recently used is closed first).
 OPEN_REALMS = 128
+
+
+def _exists(base: Path) -> bool:
+    """Whether a realm file's records exist at ``base``."""
+    return base.with_name(base.name + ".rows").exists()
 
 
 class MatrixVectorIndex:
@@ -348,6 +354,9 @@ class MatrixVectorIndex:
             if n.user_id is not None:
                 by_realm.setdefault((n.tenant_id, n.user_id), []).append(e)
         for key, entries in by_realm.items():
+            if key[1] is None and key not in self._files and all(n.user_id is not None for n in nodes) \
+                    and self._folder is not None and not _exists(realm_path(self._folder, *key)):
+                continue  # a tenant whose nodes have users gets its whole realm's file when first searched
             f = self._file(key, create=True)
             if f is None:
                 continue
@@ -386,7 +395,10 @@ class MatrixVectorIndex:
                 if user is not None:
                     users.setdefault(str(user), []).append(nid)
         for user, gone in users.items():
-            f = self._file((scope.tenant_id, user))
+            key = (scope.tenant_id, user)
+            if key not in self._files and not _exists(realm_path(self._folder, *key)):
+                continue  # no file yet: built from the node table, after these deletes, when first used
+            f = self._file(key)
             if f is not None:
                 f.delete(gone)
 

@@ -131,6 +131,8 @@ async def test_a_forgotten_node_leaves_the_realm_files(tmp_path: Path) -> None:
     await store.upsert(nodes)
     gone = nodes[9]  # user u1, conversation c2
     raw = np.asarray(gone.embedding, dtype=np.float32).tobytes()
+    assert len(list(folder.rglob("*.rows"))) == 2  # the users' (the tenant's whole realm waits for a search)
+    await index.search_realm(Realm(tenant_id="a"), list(gone.embedding or []), 1)
     files = [p for p in folder.rglob("*") if p.is_file()]
     assert sum(p.read_bytes().count(raw) for p in files) == 2  # its user's realm and its tenant's
     scope = Scope(tenant_id="a", conversation_id="c2")
