@@ -43,6 +43,8 @@ from pathlib import Path
 import numpy as np
 import orjson
 
+from storage.ports import Hit
+
 #: Bytes a node id may take in a record; a realm with a longer id is not kept on disk.
 MAX_ID_BYTES = 64
 #: A ``.rows`` record.
@@ -277,9 +279,9 @@ class RealmFile:
         return gone
 
     def search(self, query: Sequence[float], limit: int, convs: Sequence[str] | None = None,
-               rough: np.ndarray | None = None) -> list[tuple[str, float, str]]:
-        """The best ``limit`` rows (of the conversations ``convs``, when given) as (id, score,
-        conversation): one float32 product over the mapped vectors (``rough``, when given: that
+               rough: np.ndarray | None = None) -> list[Hit]:
+        """The best ``limit`` rows (of the conversations ``convs``, when given) as hits naming
+        their conversation: one float32 product over the mapped vectors (``rough``, when given: that
         product already made), then the best :data:`MARGIN` more ranked exactly (float64 dot
         product), best first, ties by earlier seq, then id."""
         recs, vecs = self._mapped()
@@ -313,7 +315,7 @@ class RealmFile:
         ids = [raw.decode("utf-8") for raw in picked["id"].tolist()]
         seqs, conv = picked["seq"].tolist(), picked["conv"].tolist()
         order = sorted(range(len(ids)), key=lambda j: (-exact[j], seqs[j], ids[j]))[:limit]
-        return [(ids[j], exact[j], self.convs[conv[j]]) for j in order]
+        return [Hit(ids[j], exact[j], self.convs[conv[j]]) for j in order]
 
     def rough(self, queries: np.ndarray) -> np.ndarray:
         """The float32 products of every row with each of ``queries`` (rows x queries)."""

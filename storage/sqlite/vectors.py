@@ -103,9 +103,10 @@ _REALMS_AT_ONCE = 32
 OPEN_REALMS = 128
 
 
-def _exists(base: Path) -> bool:
-    """Whether a realm file's records exist at ``base``."""
-    return base.with_name(base.name + ".rows").exists()
+def _where(key: _RealmKey) -> tuple[str, tuple[str, ...]]:
+    """The node table's filter for the realm ``key`` (after ``WHERE tenant=?``) and its arguments."""
+    tenant, user = key
+    return ("AND user=?", (tenant, user)) if user is not None else ("", (tenant,))
 
 
 class MatrixVectorIndex:
@@ -124,11 +125,17 @@ class MatrixVectorIndex:
 
     def _realm_rows(self, key: _RealmKey) -> Iterator[tuple[str, str, int, bytes | None]]:
         """The realm's node rows in the node table: (id, conversation, seq, embedding)."""
-        tenant, user = key
-        where, args = ("AND user=?", (tenant, user)) if user is not None else ("", (tenant,))
+        where, args = _where(key)
         for nid, conv, seq, blob in self._conn.execute(
                 f"SELECT id, conv, seq, embedding FROM nodes WHERE tenant=? {where} ORDER BY n", args):
             yield str(nid), str(conv), int(seq), blob
+
+    def _on_disk(self, key: _RealmKey) -> bool:
+        """Whether the realm's file is open in this process or its records are on disk."""
+        if key in self._files or self._folder is None:
+            return key in self._files
+        base = realm_path(self._folder, *key)
+        return base.with_name(base.name + ".rows").exists()
 
     def _file(self, key: _RealmKey, create: bool = False) -> RealmFile | None:
         """The realm's open file, checked against the node table (rebuilt from it when they do not
@@ -140,10 +147,9 @@ class MatrixVectorIndex:
         if got is not None:
             self._files.move_to_end(key)
             return got
-        tenant, user = key
-        where, args = ("AND user=?", (tenant, user)) if user is not None else ("", (tenant,))
+        where, args = _where(key)
         [(count,)] = self._conn.execute(f"SELECT count(*) FROM nodes WHERE tenant=? {where}", args).fetchall()
-        f = RealmFile(realm_path(self._folder, tenant, user), self._dim)
+        f = RealmFile(realm_path(self._folder, *key), self._dim)
         if not f.check(int(count)):
             if not count and not create:
                 return f  # empty: nothing to rank
@@ -151,9 +157,11 @@ class MatrixVectorIndex:
             if not all(fits(r[0]) for r in rows):
                 self._unfiled.add(key)
                 return None
-            f.rebuild(Entry(nid, conv, seq, retrieval_matrix([blob], self._dim)[0]
-                            if blob is not None and len(blob) == 4 * self._dim else None)
-                      for nid, conv, seq, blob in rows)
+            usable = [j for j, r in enumerate(rows) if r[3] is not None and len(r[3]) == 4 * self._dim]
+            vectors: list[np.ndarray | None] = [None] * len(rows)
+            for j, row in zip(usable, retrieval_matrix([rows[j][3] for j in usable], self._dim), strict=True):
+                vectors[j] = row
+            f.rebuild(Entry(nid, conv, seq, vec) for (nid, conv, seq, _), vec in zip(rows, vectors, strict=True))
         self._files[key] = f
         while len(self._files) > OPEN_REALMS or (len(self._files) > 1 and self._file_rows() > self._max):
             self._files.popitem(last=False)[1].close()
@@ -182,8 +190,7 @@ class MatrixVectorIndex:
         if isinstance(held, _HeldRealm):
             self._held.move_to_end(key)
             return held
-        tenant, user = key
-        where, args = ("AND user=?", (tenant, user)) if user is not None else ("", (tenant,))
+        where, args = _where(key)
         found = [(nid, str(conv), int(seq), blob) for nid, conv, seq, blob in self._conn.execute(
             f"SELECT id, conv, seq, embedding FROM nodes WHERE tenant=? {where} "
             "AND embedding IS NOT NULL", args) if len(blob) == 4 * self._dim]
@@ -232,7 +239,7 @@ class MatrixVectorIndex:
         key = (realm.tenant_id, realm.user_id)
         f = self._file(key)
         if f is not None:
-            return [Hit(nid, score, conv) for nid, score, conv in f.search(query, limit)]
+            return f.search(query, limit)
         return self._rank_realm(self._load_realm(key), query, limit)
 
     @translated
@@ -258,8 +265,7 @@ class MatrixVectorIndex:
                 if f is not None:
                     rough = f.rough(block)
                     for j, i in enumerate(part):
-                        out[i] = [Hit(nid, score, conv) for nid, score, conv
-                                  in f.search(queries[i][1], limit, rough=rough[:, j])]
+                        out[i] = f.search(queries[i][1], limit, rough=rough[:, j])
                     continue
                 assert held is not None
                 rough = held.matrix[:held.n] @ block.T
@@ -293,8 +299,7 @@ class MatrixVectorIndex:
         if realm.user_id is not None:  # the user's rows, then only those of the listed conversations
             f = self._file((realm.tenant_id, realm.user_id))
             if f is not None:
-                return [Hit(nid, score, conv) for nid, score, conv
-                        in f.search(vector, limit, list(realm.conversation_ids or ()))]
+                return f.search(vector, limit, list(realm.conversation_ids or ()))
             return self._rank_realm(self._load_realm((realm.tenant_id, realm.user_id)), vector, limit,
                                     set(realm.conversation_ids or ()))
         convs = list(dict.fromkeys(realm.conversation_ids or ()))
@@ -353,9 +358,9 @@ class MatrixVectorIndex:
             by_realm.setdefault((n.tenant_id, None), []).append(e)
             if n.user_id is not None:
                 by_realm.setdefault((n.tenant_id, n.user_id), []).append(e)
+        all_users = all(n.user_id is not None for n in nodes)
         for key, entries in by_realm.items():
-            if key[1] is None and key not in self._files and all(n.user_id is not None for n in nodes) \
-                    and self._folder is not None and not _exists(realm_path(self._folder, *key)):
+            if key[1] is None and all_users and not self._on_disk(key):
                 continue  # a tenant whose nodes have users gets its whole realm's file when first searched
             f = self._file(key, create=True)
             if f is None:
@@ -396,7 +401,7 @@ class MatrixVectorIndex:
                     users.setdefault(str(user), []).append(nid)
         for user, gone in users.items():
             key = (scope.tenant_id, user)
-            if key not in self._files and not _exists(realm_path(self._folder, *key)):
+            if not self._on_disk(key):
                 continue  # no file yet: built from the node table, after these deletes, when first used
             f = self._file(key)
             if f is not None:
