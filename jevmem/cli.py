@@ -645,6 +645,11 @@ def bench_users(users: Annotated[int, typer.Option(metavar="N", help="Users.")] 
                     metavar="FOLD", help="Facts of one fold of the attributes only (a or b; all: every one): with "
                                          "JEVMEM_ATTRIBUTE_MODEL and JEVMEM_UPDATE_JUDGE trained on the other fold, "
                                          "facts of attributes the models never saw.")] = "all",
+                stores: Annotated[str, typer.Option(
+                    metavar="WHERE", help="embedded (a fresh store a scenario), or distributed: a fresh store "
+                                          "generation a scenario on the Elasticsearch and Qdrant servers of "
+                                          "JEVMEM_ELASTICSEARCH_URL and JEVMEM_QDRANT_URL, written by a worker's "
+                                          "write path in this process (no broker).")] = "embedded",
                 as_json: Json = False) -> None:
     """User memory across sessions through recall (POST /v1/recall's code): is a fact the user
     stated once ranked first, above their own later questions about it, tool calls and results,
@@ -656,12 +661,15 @@ def bench_users(users: Annotated[int, typer.Option(metavar="N", help="Users.")] 
     if split is None:
         raise typer.BadParameter(f"--wordings must be one of {', '.join(WORDINGS)}")
     fold = _fold(attributes)
+    where = next((w for w in ("embedded", "distributed") if w == stores), None)
+    if where is None:
+        raise typer.BadParameter("--stores must be embedded or distributed")
     settings = _settings()
     require_model(settings)
     with _progress() as bar:
         progress = _labelled(bar)
         out = _run(run_users(settings, assembly.load_embedder(settings), users, sessions, facts, split, seed, many_sessions,
-                             repeats, scale_sessions, progress, fold))
+                             repeats, scale_sessions, progress, fold, where))
     if as_json:
         sys.stdout.write(orjson.dumps(out).decode() + "\n")
         return

@@ -131,6 +131,17 @@ class NodeReader(Protocol):
 
 
 @runtime_checkable
+class NodeReads(Protocol):
+    """Many node reads in one call (optional): a realm reads the nodes of many conversations of
+    one tenant, which a server store answers in one request instead of one a conversation."""
+
+    async def get_many(self, reads: Sequence[tuple[Scope, Sequence[str]]]) -> list[list[MemoryNode]]:
+        """For each ``(scope, ids)`` of ``reads``, what :meth:`NodeReader.get` returns for it, in
+        the order of ``reads``."""
+        ...
+
+
+@runtime_checkable
 class NodeHeads(Protocol):
     """A node store that can read nodes without their vectors (optional): for a caller that
     filters many nodes by their fields and needs the vectors of a few of them."""

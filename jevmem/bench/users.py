@@ -2,8 +2,9 @@
 
 The product is measured through its service layer as an API user would: an embedded service
 (:class:`jevmem.wiring.EmbeddedService`) in a fresh temporary directory, observations sent with
-``service.submit``, questions asked with
-:func:`query_api.service.recall_across` (the code behind ``POST /v1/recall``) and nothing else.
+``service.submit``, questions asked with :func:`query_api.recall.recall` (the code behind
+``POST /v1/recall``) and nothing else. With ``stores="distributed"`` the same, over the
+Elasticsearch and Qdrant servers (:mod:`jevmem.bench.servers`).
 The data are :mod:`jevmem.bench.users_data`'s synthetic users; only each question's text goes to the
 product, its gold (the stating turn's event id) stays here.
 
@@ -42,19 +43,23 @@ import resource
 import sys
 import tempfile
 import time
+import uuid
 from collections.abc import AsyncIterator, Callable, Sequence
 from datetime import datetime
-from typing import Any, Protocol
+from typing import Any, Literal, Protocol
 
 from jevmem.bench.dense import DenseSearch
 from jevmem.bench.folds import Fold, attributes_of
 from jevmem.bench.locomo import percentile
+from jevmem.bench.servers import ServerStores
 from jevmem.bench.users_data import Dataset, Question, Turn, Wordings, generate, many_sessions
 from jevmem.settings import Settings
 from jevmem.wiring import EmbeddedService
-from query_api import service as service_api
+from query_api.items import ItemError
+from query_api.recall import recall
+from query_api.retrieval.controller import Retrieval
 from topology.ports import Embedder
-from topology.schemas import Observation
+from topology.schemas import Observation, Realm
 from topology.stages.memory_nodes import embedding_text
 
 TOP_K = 10
@@ -69,11 +74,29 @@ four are the ones the benchmark is about; small talk and another fact's statemen
 too. Another user's turn is not a class: it should never be recalled at all (``other_user_recalled``)."""
 
 Progress = Callable[[str, int, int], None]
+Deployment = Literal["embedded", "distributed"]
+"""Where a run's memory lives: an embedded store, or the Elasticsearch and Qdrant servers."""
+
+
+class BenchService(Protocol):
+    """What a run asks of a deployment (:class:`jevmem.wiring.EmbeddedService`,
+    :class:`jevmem.bench.servers.ServerStores`): a subset of
+    :class:`query_api.service.MemoryService`, and a restart."""
+
+    async def start(self) -> None: ...
+
+    async def stop(self) -> None: ...
+
+    async def submit(self, observations: Sequence[Observation]) -> list[ItemError]: ...
+
+    async def recall(self, realm: Realm, question: str, top_k: int, as_of: datetime | None = None) -> Retrieval: ...
+
+    def restarted(self) -> BenchService: ...
 
 
 def user_scoped() -> bool:
     """Whether this product's recall takes ``user_id`` and its observations can carry one."""
-    return ("user_id" in inspect.signature(service_api.recall_across).parameters
+    return ("user_id" in inspect.signature(recall).parameters
             and "user_id" in Observation.model_fields)
 
 
@@ -143,10 +166,13 @@ class SyntheticRun:
     tenant of their own. ``label`` prefixes the progress names."""
 
     def __init__(self, settings: Settings, embedder: Embedder, data: SyntheticData, progress: Progress | None,
-                 tenant: str, label: str | None = None) -> None:
+                 tenant: str, label: str | None = None, stores: Deployment = "embedded") -> None:
         self.settings, self.embedder, self.progress = settings, embedder, progress
         self.synthetic, self.shared_tenant, self.label = data, tenant, label
         self.scoped = user_scoped()
+        self.stores = stores
+        #: the service :meth:`fresh_service` stops on exit (a restart replaces it)
+        self.live: BenchService | None = None
 
     def tenant(self, user_id: str) -> str:
         return self.shared_tenant if self.scoped else f"bench-{user_id}"
@@ -158,10 +184,31 @@ class SyntheticRun:
         with tempfile.TemporaryDirectory(prefix=prefix) as tmp:
             service = EmbeddedService(self.settings, embedder=self.embedder, data_dir=tmp)
             await service.start()
+            self.live = service
             try:
                 yield service
             finally:
-                await service.stop()
+                await self.live.stop()
+
+    @contextlib.asynccontextmanager
+    async def fresh_deployment(self, prefix: str) -> AsyncIterator[BenchService]:
+        """:meth:`fresh_service`, or with ``stores="distributed"`` a started
+        :class:`jevmem.bench.servers.ServerStores` over a new store generation on the configured
+        servers (named ``prefix``...), stopped and dropped on exit."""
+        if self.stores == "embedded":
+            async with self.fresh_service(prefix) as service:
+                yield service
+            return
+        servers = ServerStores(self.settings, self.embedder, f"{prefix}{uuid.uuid4().hex[:8]}-")
+        try:
+            await servers.start()
+            self.live = servers
+            try:
+                yield servers
+            finally:
+                await self.live.stop()
+        finally:
+            await servers.drop()
 
     def observation(self, t: SyntheticTurn) -> Observation:
         fields: dict[str, Any] = {"tenant_id": self.tenant(t.user_id), "conversation_id": t.conversation_id,
@@ -171,7 +218,7 @@ class SyntheticRun:
             fields["user_id"] = t.user_id
         return Observation(**fields)
 
-    async def ingest(self, service: EmbeddedService) -> float:
+    async def ingest(self, service: BenchService) -> float:
         """Submit every turn in arrival order; seconds taken."""
         stream = self.synthetic.stream()
         spent = 0.0
@@ -190,30 +237,27 @@ class _Run(SyntheticRun):
     """One fresh embedded service in a temporary directory, fed and asked one dataset."""
 
     def __init__(self, settings: Settings, embedder: Embedder, data: Dataset, progress: Progress | None,
-                 label: str, dense: bool = True, restart: bool = False) -> None:
-        super().__init__(settings, embedder, data, progress, TENANT, label)
+                 label: str, dense: bool = True, restart: bool = False, stores: Deployment = "embedded") -> None:
+        super().__init__(settings, embedder, data, progress, TENANT, label, stores)
         self.data, self.dense, self.restart = data, dense, restart
         self.turns = {t.event_id: t for t in data.turns()}
 
-    async def ask(self, service: EmbeddedService, q: Question) -> tuple[list[str], float, int, int]:
+    async def ask(self, service: BenchService, q: Question) -> tuple[list[str], float, int, int]:
         """(event ids recalled best first, ms, sessions skipped, sessions searched) for ``q``."""
         extra: dict[str, Any] = {"user_id": q.user_id} if self.scoped else {}
         t0 = time.perf_counter()
-        res = await service_api.recall_across(service, self.tenant(q.user_id), q.text, TOP_K, None, **extra)
+        res = await recall(service, self.tenant(q.user_id), q.text, TOP_K, None, **extra)
         ms = (time.perf_counter() - t0) * 1000
         return [e.event_id for e in res.evidence], ms, int(getattr(res, "skipped", 0)), int(res.searched)
 
-    async def after_restart(self, service: EmbeddedService) -> dict[str, float]:
+    async def after_restart(self, service: BenchService) -> dict[str, float]:
         """Stop ``service``, start another over its store (a process started afresh; the model is
         loaded already) and ask every question again: the first recall's ms (``first``) and the
         later ones' p50 / p95."""
         await service.stop()
-        again = service.restarted()
+        again = self.live = service.restarted()
         await again.start()
-        try:
-            ms = [(await self.ask(again, q))[1] for q in self.data.questions]
-        finally:
-            await again.stop()
+        ms = [(await self.ask(again, q))[1] for q in self.data.questions]
         later = ms[1:] or ms
         return {"first": round(ms[0], 1) if ms else 0.0, "p50": round(percentile(later, 50), 1),
                 "p95": round(percentile(later, 95), 1)}
@@ -230,7 +274,7 @@ class _Run(SyntheticRun):
         skipped: list[int] = []
         searched: list[int] = []
         dense_found = {1: 0, 5: 0, 10: 0}
-        async with self.fresh_service("jevmem-users-") as service:
+        async with self.fresh_deployment("jevmem-users-") as service:
             ingest_s = await self.ingest(service)
             rss_after_ingest = peak_rss_mb()
             turns = list(self.turns.values())
@@ -280,28 +324,33 @@ def _frac(k: int, n: int) -> float:
 
 async def run_users(settings: Settings, embedder: Embedder, users: int = 6, sessions: int = 16, facts: int = 5,
                     wordings: Wordings = "all", seed: int = 7, many: int = 400, repeats: int = 20,
-                    scale_sessions: int = 0, progress: Progress | None = None, attributes: Fold = "all") -> dict[str, Any]:
+                    scale_sessions: int = 0, progress: Progress | None = None, attributes: Fold = "all",
+                    stores: Deployment = "embedded") -> dict[str, Any]:
     """Run the scenarios (``many`` 0 or ``scale_sessions`` 0 leaves that one out) and return::
 
         {"mode": "user_id" | "tenant_per_user", "config": {...}, "users": {...},
          "many_sessions": {...} | None, "scale": {...} | None}
 
-    Every fraction is in [0, 1]; latencies are ms around ``recall_across`` (p50/p95, nearest rank).
+    Every fraction is in [0, 1]; latencies are ms around ``recall`` (p50/p95, nearest rank).
     ``attributes``: the users state facts of one fold of the attributes only
-    (:mod:`jevmem.bench.folds`; the many-sessions fact, ``locker``, is asked in its fold or all)."""
+    (:mod:`jevmem.bench.folds`; the many-sessions fact, ``locker``, is asked in its fold or all).
+    ``stores``: each scenario's memory in a fresh embedded store, or in a fresh store generation
+    on the configured servers (``distributed``: :mod:`jevmem.bench.servers`)."""
     out: dict[str, Any] = {
         "mode": "user_id" if user_scoped() else "tenant_per_user",
         "config": {"users": users, "sessions": sessions, "facts": facts, "wordings": wordings, "seed": seed,
                    "many_sessions": many, "repeats": repeats, "scale_sessions": scale_sessions, "top_k": TOP_K,
-                   "embedder": embedder.name, "attributes": attributes},
+                   "embedder": embedder.name, "attributes": attributes, "stores": stores,
+                   "vectors": ("qdrant" if settings.qdrant_url else "elasticsearch") if stores == "distributed"
+                   else "embedded"},
     }
     names = attributes_of(attributes)
     data = generate(users, sessions, facts, wordings, seed, attributes=names)
-    out["users"] = await _Run(settings, embedder, data, progress, "users").run()
+    out["users"] = await _Run(settings, embedder, data, progress, "users", stores=stores).run()
     out["many_sessions"] = None
     if many and (names is None or "locker" in names):
         m = await _Run(settings, embedder, many_sessions(many, repeats, wordings, seed), progress, "many sessions",
-                       restart=True).run()
+                       restart=True, stores=stores).run()
         out["many_sessions"] = {k: m[k] for k in ("sessions", "observations", "questions", "fact_at_1", "fact_in_top10",
                                                   "skipped", "searched_mean", "recall_ms", "recall_ms_after_restart")}
     out["scale"] = None
@@ -309,7 +358,7 @@ async def run_users(settings: Settings, embedder: Embedder, users: int = 6, sess
         # every fact asked in every question wording the split allows: more recalls for the percentiles
         big = generate(1, scale_sessions, facts, wordings, seed, gap_hours=(1.0, 6.0), every_wording=True,
                        attributes=names)
-        s = await _Run(settings, embedder, big, progress, "scale", dense=False, restart=True).run()
+        s = await _Run(settings, embedder, big, progress, "scale", dense=False, restart=True, stores=stores).run()
         out["scale"] = {k: s[k] for k in ("sessions", "observations", "questions", "ingest_seconds",
                                           "observations_per_second", "fact_at_1", "fact_in_top10", "recall_ms",
                                           "recall_ms_after_restart", "skipped", "searched_mean")}

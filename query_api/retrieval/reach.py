@@ -13,7 +13,9 @@ turns its reads (anchor searches, node fetches, edge reads) into store calls:
   ``supersedes`` edge from a user's later session to a memory of an earlier one, kept with the
   later session: a labelled read (:meth:`RealmReach.labelled`) asks every conversation of the
   given nodes about all of them. Conversations without a candidate are never read, so a realm
-  may hold any number of conversations.
+  may hold any number of conversations. A store that answers many reads in one call
+  (:class:`~storage.ports.EdgeReads`, :class:`~storage.ports.NodeReads`: a server's one request
+  instead of one a conversation) is asked once for all of a step's conversations.
 """
 
 from __future__ import annotations
@@ -29,6 +31,7 @@ from storage.ports import (
     Hit,
     LexicalIndex,
     NodeReader,
+    NodeReads,
     NodeRows,
     RealmSearch,
     VectorSearch,
@@ -147,7 +150,12 @@ class RealmReach(_Reads):
 
     async def rows(self, ids: Sequence[str], dim: int) -> tuple[list[MemoryNode], np.ndarray | None]:
         groups = self._by_conversation(ids)
-        parts = await asyncio.gather(*(self._rows_of(self._scope(c), got, dim) for c, got in groups.items()))
+        parts: Sequence[tuple[list[MemoryNode], np.ndarray | None]]
+        if self._row_reader is None and isinstance(self._nodes, NodeReads):  # one call for every conversation
+            parts = [(nodes, None) for nodes in await self._nodes.get_many([(self._scope(c), got)
+                                                                           for c, got in groups.items()])]
+        else:
+            parts = await asyncio.gather(*(self._rows_of(self._scope(c), got, dim) for c, got in groups.items()))
         found: dict[str, tuple[MemoryNode, np.ndarray | None]] = {}
         for nodes, rows in parts:
             for j, n in enumerate(nodes):

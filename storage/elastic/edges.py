@@ -50,6 +50,9 @@ _DECISIONS: dict[str, Any] = {"dynamic": "strict", "properties": {
 }}
 #: The newest document first wins: hits are read in this order and later versions replace earlier ones.
 _ORDER = [{"written": "asc"}, {"gid": "asc"}]
+#: Reads answered by one search in :meth:`ElasticEdgeStore.read_many` (its clauses stay far
+#: below the server's clause limit).
+_READS_A_SEARCH = 128
 #: Edges per group document when moving a legacy index.
 _MOVE_CHUNK = 500
 
@@ -161,6 +164,42 @@ class ElasticEdgeStore(_Elastic):
     async def labelled(self, scope: Scope, node_ids: Sequence[str], views: Sequence[View], limit: int,
                        label: str) -> list[EdgeEvent]:
         return [e for e in await self.neighbours(scope, node_ids, views, limit) if e.label == label]
+
+    async def read_many(self, reads: Sequence[tuple[Scope, Sequence[str]]], views: Sequence[View], limit: int,
+                        label: str | None) -> list[list[EdgeEvent]]:
+        """:class:`~storage.ports.EdgeReads`: each read as :meth:`neighbours` (or :meth:`labelled`)
+        answers it, from one search a :data:`_READS_A_SEARCH` reads: the group documents of any
+        read's conversation that hold one of that read's node ids (a document of a conversation
+        read twice is offered to both reads; each keeps the edges at its own ids, so the extra
+        documents change no answer)."""
+        out: list[list[EdgeEvent]] = [[] for _ in reads]
+        wanted = [k for k, (_, ids) in enumerate(reads) if ids]
+        index = await self._existing(GROUPS) if wanted and views and limit > 0 else None
+        if index is None:
+            return out
+        docs: dict[tuple[str, str], list[dict[str, Any]]] = {}
+        for at in range(0, len(wanted), _READS_A_SEARCH):
+            part = wanted[at: at + _READS_A_SEARCH]
+            should = [{"bool": {"filter": _scoped(reads[k][0], {"terms": {"nodes": sorted(set(reads[k][1]))}})}}
+                      for k in part]
+            query = {"bool": {"filter": [{"terms": {"views": sorted(set(views))}}], "should": should,
+                              "minimum_should_match": 1}}
+            try:
+                hits = await self._hits(index, query, _ORDER, ["body", "written", "gid", "tenant_id", "conversation_id"])
+            except NotFoundError:
+                return out
+            for h in hits:  # in _ORDER within each conversation, as _groups reads them
+                src = h["_source"]
+                docs.setdefault((src["tenant_id"], src["conversation_id"]), []).append(h)
+        vs = set(views)
+        for k in wanted:
+            scope, node_ids = reads[k]
+            ids = set(node_ids)
+            latest = _latest(docs.get((scope.tenant_id, scope.conversation_id), []))
+            edges = _ranked([e for e in latest.values() if e["view"] in vs and (e["source"] in ids or e["target"] in ids)],
+                            limit)
+            out[k] = edges if label is None else [e for e in edges if e.label == label]
+        return out
 
     async def scan(self, scope: Scope) -> list[EdgeEvent]:
         """All edges of the scope by id."""

@@ -563,24 +563,35 @@ class ElasticNodeStore(_Memories):
 
     async def get(self, scope: Scope, ids: Sequence[str]) -> list[MemoryNode]:
         """Nodes (with their vectors) in the order of ``ids``; unknown and other-scope ids are skipped."""
-        index = await self._index(scope) if ids else None
-        if index is None:
-            return []
+        return (await self.get_many([(scope, ids)]))[0]
+
+    async def get_many(self, reads: Sequence[tuple[Scope, Sequence[str]]]) -> list[list[MemoryNode]]:
+        """:class:`~storage.ports.NodeReads`: each read as :meth:`get` answers it, with one
+        ``mget`` a tenant index for all of them."""
+        by_index: dict[str, list[int]] = {}
+        for k, (scope, ids) in enumerate(reads):
+            index = await self._index(scope) if ids else None
+            if index is not None:
+                by_index.setdefault(index, []).append(k)
+        if not by_index:
+            return [[] for _ in reads]
         await self._sent()
-        with es_errors(f"mget {index}"):
-            res = await self._client.mget(index=index, ids=list(dict.fromkeys(ids)),
-                                          source=["tenant_id", "conversation_id", "body", "embedding_f32", "embedding",
-                                                  "context_f16"])
-        found: dict[str, MemoryNode] = {}
-        for d in res["docs"]:
-            src = d.get("_source") or {}
-            if (d.get("found") and "body" in src and src.get("tenant_id") == scope.tenant_id
-                    and src.get("conversation_id") == scope.conversation_id):
-                vector = decode_vector(src["embedding_f32"]) if "embedding_f32" in src else src.get("embedding")
-                context = decode_vector(src["context_f16"], "<f2") if src.get("context_f16") else None
-                found[d["_id"]] = MemoryNode.model_validate({**orjson.loads(src["body"]), "embedding": vector,
-                                                             "context": context})
-        return [found[i] for i in ids if i in found]
+        found: dict[tuple[str, str, str], MemoryNode] = {}  # (tenant, conversation, node id)
+        for index, ks in by_index.items():
+            wanted = list(dict.fromkeys(i for k in ks for i in reads[k][1]))
+            with es_errors(f"mget {index}"):
+                res = await self._client.mget(index=index, ids=wanted,
+                                              source=["tenant_id", "conversation_id", "body", "embedding_f32",
+                                                      "embedding", "context_f16"])
+            for d in res["docs"]:
+                src = d.get("_source") or {}
+                if d.get("found") and "body" in src:
+                    vector = decode_vector(src["embedding_f32"]) if "embedding_f32" in src else src.get("embedding")
+                    context = decode_vector(src["context_f16"], "<f2") if src.get("context_f16") else None
+                    found[(str(src.get("tenant_id")), str(src.get("conversation_id")), d["_id"])] = \
+                        MemoryNode.model_validate({**orjson.loads(src["body"]), "embedding": vector, "context": context})
+        return [[n for i in ids if (n := found.get((scope.tenant_id, scope.conversation_id, i))) is not None]
+                for scope, ids in reads]
 
     async def seqs(self, scope: Scope, event_ids: Sequence[str]) -> dict[str, int]:
         """event_id -> seq for the events already stored."""

@@ -33,7 +33,7 @@ from storage.ports import Hit  # noqa: E402
 from storage.sqlite.store import SqliteEdgeStore, SqliteLexicalIndex, SqliteNodeStore, connect  # noqa: E402
 from topology import ids  # noqa: E402
 from topology.errors import StoreUnavailable  # noqa: E402
-from topology.schemas import VIEWS, ConsolidationDecision, EdgeEvent, MemoryNode, Observation, Realm, Scope  # noqa: E402
+from topology.schemas import VIEWS, ConsolidationDecision, EdgeEvent, MemoryNode, Observation, Realm, Scope, View  # noqa: E402
 from topology.stages.memory_nodes import describe  # noqa: E402
 
 A = Scope(tenant_id="tenant-a", conversation_id="conv-1")
@@ -218,6 +218,47 @@ async def test_parity_with_sqlite(stores: Stores) -> None:
                 assert got[key] == want[key], key
     finally:
         conn.close()
+
+
+async def test_many_reads_in_one_request_answer_as_each_read_alone(stores: Stores,
+                                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    """A realm's step reads many conversations: ``read_many`` answers every read with one search
+    and ``get_many`` with one mget a tenant, each read as its own call would answer it (ids of
+    another conversation, unknown ids and a conversation asked twice included)."""
+    written = {scope: make_nodes(scope, CHAT if scope != A2 else CHAT[::-1]) for scope in (A, B, A2)}
+    for nodes in written.values():
+        await write_all(stores, nodes, make_edges(nodes), make_decisions(nodes))
+    a, b, a2 = (written[s] for s in (A, B, A2))
+    reads = [(A, [a[5].id, a[9].id, a2[0].id]), (A2, [a2[1].id, a2[7].id, "missing"]), (B, [b[3].id]),
+             (A, [a[0].id]), (A2, [])]
+    label = make_edges(a2)[0].label
+    counted = {"search": 0, "mget": 0}
+    client = stores.edges._client
+
+    def counting(name: str) -> None:
+        call = getattr(client, name)
+
+        async def wrapped(*args: object, **kwargs: object) -> object:
+            counted[name] += 1
+            return await call(*args, **kwargs)
+        monkeypatch.setattr(client, name, wrapped)
+
+    view_sets: list[list[View]] = [["semantic"], list(VIEWS)]
+    for views in view_sets:
+        alone = [await stores.edges.neighbours(scope, ids_, views, 3) for scope, ids_ in reads]
+        tagged = [await stores.edges.labelled(scope, ids_, views, 50, label) for scope, ids_ in reads]
+        nodes_alone = [await stores.nodes.get(scope, ids_) for scope, ids_ in reads]
+        counting("search")
+        counting("mget")
+        assert await stores.edges.read_many(reads, views, 3, None) == alone
+        assert await stores.edges.read_many(reads, views, 50, label) == tagged
+        assert counted["search"] == 2
+        got = await stores.nodes.get_many(reads)
+        assert counted["mget"] == 2  # one a tenant
+        assert got == nodes_alone and any(got[0]) and got[4] == []
+        assert [n.id for n in got[0]] == [a[5].id, a[9].id]  # another conversation's id is not this one's
+        monkeypatch.undo()
+        counted.update(search=0, mget=0)
 
 
 async def test_idempotent_and_order_independent(stores: Stores) -> None:
