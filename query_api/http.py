@@ -354,10 +354,10 @@ def routes(service: MemoryService, auth: Authenticator) -> APIRouter:
                                    trace_id=observe.TRACE_ID.get()))
 
     @router.post("/recall", response_model=Recall | PromptEvidence, responses=documented(400, 413, 422, 502))
-    async def recall_all(req: RecallRequest, who: Principal = query_key) -> Recall | PromptEvidence:
+    async def recall_all(req: RecallRequest, who: Principal = query_key) -> Response:
         found = (await svc.ask_across(service, who, req.question, req.top_k, req.conversation_ids, req.user_id,
                                       req.as_of, answer=False)).found
-        return PromptEvidence.of(req.question, found.evidence) if req.format == "prompt" else found
+        return _json(PromptEvidence.of(req.question, found.evidence) if req.format == "prompt" else found)
 
     @router.get("/conversations", response_model=list[Conversation])
     async def conversations(who: Principal = query_key) -> list[Conversation]:

@@ -2,6 +2,9 @@
 
     python scripts/restart_recall.py build DIR --sessions N
     python scripts/restart_recall.py ask DIR --sessions N
+    python scripts/restart_recall.py build PREFIX --sessions N --stores distributed
+    python scripts/restart_recall.py ask PREFIX --sessions N --stores distributed
+    python scripts/restart_recall.py drop PREFIX --stores distributed
 
 ``build`` writes ``jevmem bench users``' scale scenario (one user, N sessions, its seed and
 wordings) into a new embedded store in DIR and prints the ingest time. ``ask`` starts an embedded
@@ -10,6 +13,11 @@ question of that scenario once, in order, through recall with the user's id, and
 object: the service's start in ms, the first recall's ms (``first``), the later ones' p50 / p95,
 and the share with the fact first. Two versions of the code can be compared on one store by
 running ``ask`` with each, alternately.
+
+With ``--stores distributed`` the store is the generation PREFIX (ending in ``-``) on the
+Elasticsearch and Qdrant servers of ``JEVMEM_ELASTICSEARCH_URL`` and ``JEVMEM_QDRANT_URL``,
+written and read as ``bench users --stores distributed`` does (:mod:`jevmem.bench.servers`);
+``drop`` removes it.
 """
 
 from __future__ import annotations
@@ -22,18 +30,26 @@ from pathlib import Path
 
 from jevmem import assembly
 from jevmem.bench.locomo import percentile
-from jevmem.bench.users import _Run
+from jevmem.bench.servers import ServerStores
+from jevmem.bench.users import BenchService, Deployment, _Run
 from jevmem.bench.users_data import generate
 from jevmem.settings import Settings
 from jevmem.wiring import EmbeddedService
 
 
-async def main(command: str, data_dir: Path, sessions: int) -> dict[str, float]:
+async def main(command: str, where: str, sessions: int, stores: Deployment) -> dict[str, float]:
     settings = Settings()
     embedder = assembly.load_embedder(settings)
+    service: BenchService
+    if stores == "distributed":
+        service = ServerStores(settings, embedder, where)
+        if command == "drop":
+            await service.drop()
+            return {}
+    else:
+        service = EmbeddedService(settings, embedder=embedder, data_dir=Path(where))
     data = generate(1, sessions, 5, "all", 7, gap_hours=(1.0, 6.0), every_wording=True)
-    run = _Run(settings, embedder, data, None, "scale", dense=False)
-    service = EmbeddedService(settings, embedder=embedder, data_dir=data_dir)
+    run = _Run(settings, embedder, data, None, "scale", dense=False, stores=stores)
     t0 = time.perf_counter()
     await service.start()
     start_ms = (time.perf_counter() - t0) * 1000
@@ -55,8 +71,13 @@ async def main(command: str, data_dir: Path, sessions: int) -> dict[str, float]:
 
 if __name__ == "__main__":
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("command", choices=["build", "ask"])
-    ap.add_argument("data_dir", type=Path)
-    ap.add_argument("--sessions", type=int, required=True)
+    ap.add_argument("command", choices=["build", "ask", "drop"])
+    ap.add_argument("where", help="the store's directory (embedded) or generation prefix (distributed)")
+    ap.add_argument("--sessions", type=int, default=0)
+    ap.add_argument("--stores", choices=["embedded", "distributed"], default="embedded")
     args = ap.parse_args()
-    print(json.dumps(asyncio.run(main(args.command, args.data_dir, args.sessions))))
+    if args.command == "drop" and args.stores != "distributed":
+        ap.error("drop is for a distributed generation (remove an embedded store's directory)")
+    if args.command != "drop" and args.sessions <= 0:
+        ap.error("--sessions N is needed")
+    print(json.dumps(asyncio.run(main(args.command, args.where, args.sessions, args.stores))))
