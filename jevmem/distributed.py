@@ -160,6 +160,17 @@ def distributed_stores(settings: Settings, prefix: str, dim: int, owner: bool = 
                   visibility=seen.flush, invalidate=seen.invalidate, purge=purge)
 
 
+async def open_for_reads(stores: Stores) -> None:
+    """Do at a reader's start what its first request would otherwise do on the way: the vector
+    index's collection (or index) checked and made ready, as its first search would, and the
+    edge-group index looked up. A tenant's first request still looks its memories index up, once
+    a process."""
+    if isinstance(stores.vectors, QdrantVectorIndex | ElasticVectorIndex):
+        await stores.vectors.prepare()
+    if isinstance(stores.edges, ElasticEdgeStore):
+        await stores.edges.look_up()
+
+
 def purged_stores(settings: Settings) -> tuple[str, ...]:
     """The stores whose files a purge of :func:`distributed_stores` cleans (named in ``forget purged``)."""
     return ("elasticsearch", "qdrant") if settings.qdrant_url else ("elasticsearch",)
@@ -226,6 +237,7 @@ class DistributedService:
         await check_vectors(self.settings)
         self._keyring = await checked_keyring(self.settings)
         self._stores = distributed_stores(self.settings, prefix, self.embedder.dim, owner=True, keyring=self._keyring)
+        await open_for_reads(self._stores)
         self._producer = ObservationProducer(assembly.kafka(self.settings), self.settings.topic_prefix, keyring=self._keyring)
         self._controller = assembly.paths(self.settings, self._stores, self.embedder, embedded=False,
                                           writes=False).controller

@@ -27,7 +27,7 @@ from collections.abc import Sequence
 from datetime import datetime
 
 from jevmem import assembly
-from jevmem.distributed import META_INDEX, check_model, distributed_stores, prepare_indices
+from jevmem.distributed import META_INDEX, check_model, distributed_stores, open_for_reads, prepare_indices
 from jevmem.settings import Settings
 from query_api.items import ItemError
 from query_api.retrieval.controller import Retrieval, RetrievalController
@@ -55,6 +55,7 @@ class ServerStores:
         await check_model(self.settings, self.prefix, self.embedder.name)
         await prepare_indices(self.settings, self.prefix, self.embedder.dim)
         self._stores = distributed_stores(self.settings, self.prefix, self.embedder.dim, owner=True)
+        await open_for_reads(self._stores)
         built = assembly.paths(self.settings, self._stores, self.embedder, embedded=False)
         self._writer = InProcessWriter(self._stores, built.writer(), built.system_one, self.settings.write_batch)
         self._controller = built.controller

@@ -119,6 +119,10 @@ class ElasticEdgeStore(_Elastic):
         self._found.discard(old)
         return len(hits)
 
+    async def look_up(self) -> None:
+        """Look the edge-group index up now (a reader's start), so a first read does not."""
+        await self._existing(GROUPS)
+
     async def upsert(self, edges: Sequence[EdgeEvent]) -> None:
         """One group document per conversation of ``edges`` (an edge given twice: the last)."""
         if not edges:

@@ -224,6 +224,9 @@ class Visibility:
     Gets (``mget``, realtime) and every other request (a delete, a non-deferred write) send the
     buffer first (:meth:`_Elastic._sent`), so requests apply in the order this process made them.
 
+    It also remembers the indices any adapter sharing it has seen to exist, so a process looks
+    each index up once.
+
     Failure: a flush that fails raises :class:`StoreUnavailable` from the call that triggered
     it and drops the buffer (the caller's batch is retried as a whole and writes it again; every
     write is an idempotent upsert); a failed refresh leaves the index to be refreshed by the
@@ -242,6 +245,8 @@ class Visibility:
         self._refreshes: dict[str, tuple[int, asyncio.Future[None]]] = {}
         #: refresh requests sent (for tests and benchmarks)
         self.refreshes = 0
+        #: indices seen to exist by any adapter sharing this (each is looked up once a process)
+        self.found: set[str] = set()
 
     def defer(self, index: str | None, ops: list[dict[str, Any]]) -> None:
         """Buffer bulk ``ops`` (action lines without ``_index`` go to ``index``); an
@@ -321,7 +326,9 @@ class _Elastic:
         self._prefix = prefix
         self._visibility = visibility
         self._ready: set[str] = set()    # created or given this release's fields by this process
-        self._found: set[str] = set()    # seen to exist (by a read: its fields may be an older release's)
+        # seen to exist (by a read: its fields may be an older release's), by every adapter sharing
+        # the visibility: the lexical index and the node store read one memories index
+        self._found: set[str] = visibility.found if visibility is not None else set()
         self._lock = asyncio.Lock()
 
     @classmethod
