@@ -1,0 +1,125 @@
+"""What a recall over a user's sessions asks the servers, in the distributed deployment: the
+sessions written by a worker's write path into a real Elasticsearch node and a real Qdrant server
+(:class:`jevmem.bench.servers.ServerStores`), then recalled by a reader started afresh.
+
+* A step of the retrieval reads every conversation of its candidates in one request (edges: one
+  search; nodes: one mget), however many sessions the pool spans.
+* The first recall after a start asks what later ones ask, plus the one lookup of the tenant's
+  memories index: the vector collection and the edge index are made ready at the start.
+
+Needs ``JEVMEM_TEST_ES_URL`` and ``JEVMEM_TEST_QDRANT_URL`` (``scripts/test`` starts the servers).
+"""
+
+from __future__ import annotations
+
+import re
+import time
+import uuid
+from collections import Counter
+from collections.abc import AsyncIterator, Awaitable, Callable
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import pytest
+
+pytestmark = pytest.mark.integration
+
+from tests.integration.servers import ES_URL, QDRANT_URL  # noqa: E402
+
+if not (ES_URL and QDRANT_URL):
+    pytest.skip("JEVMEM_TEST_ES_URL / JEVMEM_TEST_QDRANT_URL not set", allow_module_level=True)
+
+import elastic_transport  # noqa: E402
+import httpx  # noqa: E402
+
+from jevmem.bench.servers import ServerStores  # noqa: E402
+from jevmem.settings import Settings  # noqa: E402
+from topology.embedding import default_embedder  # noqa: E402
+from topology.schemas import Observation, Realm  # noqa: E402
+
+T0 = datetime(2024, 3, 1, tzinfo=UTC)
+SESSIONS = 24
+FACT = "My locker code at the gym is 4417, I keep forgetting it."
+QUESTION = "What is my locker code at the gym?"
+
+
+def sessions() -> list[Observation]:
+    """Ana's three-turn sessions about the gym, her plants and cooking; session 9 states the code."""
+    out = []
+    for s in range(SESSIONS):
+        turns = [f"I went to the gym on day {s} and used locker {s + 10} again.",
+                 f"Remind me to water the plants and cook soup number {s}.",
+                 FACT if s == 9 else f"The gym was crowded on day {s}, I skipped the sauna."]
+        out += [Observation(tenant_id="acme", conversation_id=f"ana-s{s:03d}", event_id=f"t{t}", user_id="ana",
+                            content=text, speaker="ana", observed_at=T0 + timedelta(days=s, minutes=t))
+                for t, text in enumerate(turns)]
+    return out
+
+
+@pytest.fixture
+def requests(monkeypatch: pytest.MonkeyPatch) -> Counter[str]:
+    """Every request to Elasticsearch (``es METHOD /index/_endpoint``) and Qdrant (``qd METHOD
+    /path``) made while the test runs, counted; index names end ``<tenant>`` for the memories."""
+    seen: Counter[str] = Counter()
+    es_call = elastic_transport.AsyncTransport.perform_request
+    qd_call = httpx.AsyncClient.send
+
+    async def es(self: Any, method: str, target: str, **kwargs: Any) -> Any:
+        seen["es " + method + " " + re.sub(r"[^/]*memories-[0-9a-f]+", "<memories>", target.split("?")[0])] += 1
+        return await es_call(self, method, target, **kwargs)
+
+    async def qd(self: Any, request: httpx.Request, **kwargs: Any) -> Any:
+        seen["qd " + request.method + " " + request.url.path] += 1
+        return await qd_call(self, request, **kwargs)
+
+    monkeypatch.setattr(elastic_transport.AsyncTransport, "perform_request", es)
+    monkeypatch.setattr(httpx.AsyncClient, "send", qd)
+    return seen
+
+
+@pytest.fixture
+async def written() -> AsyncIterator[ServerStores]:
+    tag = uuid.uuid4().hex[:8]
+    settings = Settings(elasticsearch_url=ES_URL or "", qdrant_url=QDRANT_URL, write_batch=16)
+    writer = ServerStores(settings, default_embedder(), f"rd{tag}-")
+    await writer.start()
+    try:
+        assert await writer.submit(sessions()) == []
+        await writer.stop()
+        yield writer
+    finally:
+        await writer.stop()
+        await writer.drop()
+
+
+async def asked(requests: Counter[str], call: Callable[[], Awaitable[Any]]) -> tuple[Any, Counter[str]]:
+    requests.clear()
+    out = await call()
+    return out, Counter(requests)
+
+
+async def test_a_recall_reads_each_step_in_one_request_and_its_first_asks_no_more_than_later_ones(
+        written: ServerStores, requests: Counter[str]) -> None:
+    reader = written.restarted()
+    await reader.start()
+    try:
+        realm = Realm(tenant_id="acme", user_id="ana")
+        t0 = time.perf_counter()
+        first, at_first = await asked(requests, lambda: reader.recall(realm, QUESTION, 10))
+        first_ms = (time.perf_counter() - t0) * 1000
+        again, later = await asked(requests, lambda: reader.recall(realm, QUESTION, 10))
+    finally:
+        await reader.stop()
+    assert first.evidence[0].content == FACT
+    assert [e.node_id for e in again.evidence] == [e.node_id for e in first.evidence]
+    spanned = first.trace.conversations
+    assert len(spanned) >= 12, spanned  # the pool spans many sessions
+    # each step reads its conversations in one request: a handful of requests in all, where a
+    # read a conversation would make one for each of them in every step
+    assert later["es POST /<memories>/_mget"] <= 5, later
+    assert later["es POST /" + written.prefix + "edges-grouped/_search"] <= 6, later
+    assert sum(later.values()) <= 16 < len(spanned) + 5, later
+    # the first asks what later ones ask, and looks the tenant's index up once
+    extra = at_first - later
+    assert set(extra) <= {"es HEAD /<memories>", "es GET /_cluster/health/<memories>"}, (extra, first_ms)
+    assert later - at_first == Counter()
