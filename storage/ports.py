@@ -135,8 +135,10 @@ class NodeReads(Protocol):
     """Many node reads in one call (optional): a realm reads the nodes of many conversations of
     one tenant, which a server store answers in one request instead of one a conversation."""
 
-    async def get_many(self, reads: Sequence[tuple[Scope, Sequence[str]]]) -> list[list[MemoryNode]]:
-        """For each ``(scope, ids)`` of ``reads``, what :meth:`NodeReader.get` returns for it, in
+    async def get_many(self, reads: Sequence[tuple[Scope, Sequence[str]]],
+                       vectors: bool = True) -> list[list[MemoryNode]]:
+        """For each ``(scope, ids)`` of ``reads``, what :meth:`NodeReader.get` returns for it
+        (``vectors`` False: the nodes without their vectors, :meth:`NodeHeads.get_heads`), in
         the order of ``reads``."""
         ...
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Sequence
 
-from storage.ports import NodeHeads, NodeReader, RealmSearch, searches_realm, searches_realms
+from storage.ports import NodeHeads, NodeReader, NodeReads, RealmSearch, searches_realm, searches_realms
 from storage.scope_cache import ScopeCache
 from topology.schemas import MemoryNode, Realm, Scope
 from topology.stages.updates import earlier
@@ -125,12 +125,15 @@ class RealmSpeakerFacts:
                 for n, hits in zip(nodes, searches, strict=True)]
 
     async def _read(self, wanted: dict[tuple[str, str], set[str]], vectors: bool = False) -> dict[str, MemoryNode]:
-        """The nodes ``wanted`` (by (tenant, conversation)), one read per conversation, by id:
-        without their vectors when the store reads nodes that way (:class:`~storage.ports.NodeHeads`)
-        and ``vectors`` is False, else with them."""
+        """The nodes ``wanted`` (by (tenant, conversation)), by id: without their vectors when
+        the store reads nodes that way (:class:`~storage.ports.NodeHeads`) and ``vectors`` is
+        False, else with them; in one call where the store reads many conversations at once
+        (:class:`~storage.ports.NodeReads`), else one read per conversation."""
         nodes = self.nodes
         scopes = [(Scope(tenant_id=t, conversation_id=c), sorted(ids)) for (t, c), ids in wanted.items()]
-        if not vectors and isinstance(nodes, NodeHeads):
+        if isinstance(nodes, NodeReads):
+            read = await nodes.get_many(scopes, vectors=vectors or not isinstance(nodes, NodeHeads))
+        elif not vectors and isinstance(nodes, NodeHeads):
             read = await asyncio.gather(*(nodes.get_heads(s, ids) for s, ids in scopes))
         else:
             read = await asyncio.gather(*(nodes.get(s, ids) for s, ids in scopes))

@@ -225,7 +225,9 @@ class Visibility:
     buffer first (:meth:`_Elastic._sent`), so requests apply in the order this process made them.
 
     It also remembers the indices any adapter sharing it has seen to exist, so a process looks
-    each index up once.
+    each index up once, and those seen not to exist until the next :meth:`invalidate` (an index
+    another process creates is then looked up again: an owner reads what it writes itself until
+    a partition assignment invalidates; a service invalidates every request).
 
     Failure: a flush that fails raises :class:`StoreUnavailable` from the call that triggered
     it and drops the buffer (the caller's batch is retried as a whole and writes it again; every
@@ -247,6 +249,8 @@ class Visibility:
         self.refreshes = 0
         #: indices seen to exist by any adapter sharing this (each is looked up once a process)
         self.found: set[str] = set()
+        #: indices seen not to exist since the last :meth:`invalidate` (looked up again after it)
+        self.absent: set[str] = set()
 
     def defer(self, index: str | None, ops: list[dict[str, Any]]) -> None:
         """Buffer bulk ``ops`` (action lines without ``_index`` go to ``index``); an
@@ -289,6 +293,7 @@ class Visibility:
         """From now on, the first read of each index refreshes it (it then sees every write any
         process acknowledged before this call)."""
         self._epoch += 1
+        self.absent.clear()
 
     async def fresh(self, index: str) -> None:
         """Send the buffer, then refresh ``index`` when the read about to be made needs it (see
@@ -355,6 +360,8 @@ class _Elastic:
                         await self._await_active(index)  # created by another process: maybe not started yet
                         await self._add_fields(index, mappings)
                 self._ready.add(index)
+                if self._visibility is not None:
+                    self._visibility.absent.discard(index)
         return index
 
     async def _add_fields(self, index: str, mappings: dict[str, Any]) -> None:
@@ -390,12 +397,16 @@ class _Elastic:
         index = self._prefix + name
         if index in self._ready or index in self._found:
             return index
+        if self._visibility is not None and index in self._visibility.absent:
+            return None
         with es_errors(f"exists {index}"):
             found = bool(await self._client.indices.exists(index=index))
         if found:
             await self._await_active(index)
             self._found.add(index)  # not _ready: the first write still adds missing fields (_ensure)
             return index
+        if self._visibility is not None:
+            self._visibility.absent.add(index)
         return None
 
     async def _own_writes(self, index: str) -> None:
@@ -572,9 +583,14 @@ class ElasticNodeStore(_Memories):
         """Nodes (with their vectors) in the order of ``ids``; unknown and other-scope ids are skipped."""
         return (await self.get_many([(scope, ids)]))[0]
 
-    async def get_many(self, reads: Sequence[tuple[Scope, Sequence[str]]]) -> list[list[MemoryNode]]:
-        """:class:`~storage.ports.NodeReads`: each read as :meth:`get` answers it, with one
-        ``mget`` a tenant index for all of them."""
+    async def get_heads(self, scope: Scope, ids: Sequence[str]) -> list[MemoryNode]:
+        """:class:`~storage.ports.NodeHeads`: :meth:`get`'s nodes without their vectors (not read)."""
+        return (await self.get_many([(scope, ids)], vectors=False))[0]
+
+    async def get_many(self, reads: Sequence[tuple[Scope, Sequence[str]]],
+                       vectors: bool = True) -> list[list[MemoryNode]]:
+        """:class:`~storage.ports.NodeReads`: each read as :meth:`get` (``vectors`` False:
+        :meth:`get_heads`) answers it, with one ``mget`` a tenant index for all of them."""
         by_index: dict[str, list[int]] = {}
         for k, (scope, ids) in enumerate(reads):
             index = await self._index(scope) if ids else None
@@ -586,10 +602,10 @@ class ElasticNodeStore(_Memories):
         found: dict[tuple[str, str, str], MemoryNode] = {}  # (tenant, conversation, node id)
         for index, ks in by_index.items():
             wanted = list(dict.fromkeys(i for k in ks for i in reads[k][1]))
+            fields = ["tenant_id", "conversation_id", "body", *(("embedding_f32", "embedding", "context_f16") if vectors
+                                                                 else ())]
             with es_errors(f"mget {index}"):
-                res = await self._client.mget(index=index, ids=wanted,
-                                              source=["tenant_id", "conversation_id", "body", "embedding_f32",
-                                                      "embedding", "context_f16"])
+                res = await self._client.mget(index=index, ids=wanted, source=fields)
             for d in res["docs"]:
                 src = d.get("_source") or {}
                 if d.get("found") and "body" in src:

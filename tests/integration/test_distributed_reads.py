@@ -123,3 +123,22 @@ async def test_a_recall_reads_each_step_in_one_request_and_its_first_asks_no_mor
     extra = at_first - later
     assert set(extra) <= {"es HEAD /<memories>", "es GET /_cluster/health/<memories>"}, (extra, first_ms)
     assert later - at_first == Counter()
+
+
+async def test_the_write_path_reads_a_users_earlier_sessions_in_one_request_a_step(
+        written: ServerStores, requests: Counter[str]) -> None:
+    """New sessions' statements are judged against the speaker's earlier memories across the
+    user's 24 sessions (``storage.speaker_facts``): those memories are read in one request a
+    step, not one a session."""
+    writer = written.restarted()
+    await writer.start()
+    try:
+        later = [o.model_copy(update={"conversation_id": f"ana-new{o.conversation_id[-3:]}",
+                                      "observed_at": (o.observed_at or T0) + timedelta(days=SESSIONS)})
+                 for o in sessions()[:12]]
+        _, counted = await asked(requests, lambda: writer.submit(later))
+    finally:
+        await writer.stop()
+    # a few reads a write chunk (the hits, then the memories kept); read one session at a time,
+    # the same write made 58
+    assert counted["es POST /<memories>/_mget"] <= len(later), sorted(counted.items())

@@ -257,6 +257,9 @@ async def test_many_reads_in_one_request_answer_as_each_read_alone(stores: Store
         assert counted["mget"] == 2  # one a tenant
         assert got == nodes_alone and any(got[0]) and got[4] == []
         assert [n.id for n in got[0]] == [a[5].id, a[9].id]  # another conversation's id is not this one's
+        heads = await stores.nodes.get_many(reads, vectors=False)
+        assert heads == [[n.without_embedding() for n in part] for part in nodes_alone]
+        assert await stores.nodes.get_heads(A, [a[2].id, "missing"]) == [a[2].without_embedding()]
         monkeypatch.undo()
         counted.update(search=0, mget=0)
 
