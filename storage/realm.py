@@ -39,16 +39,24 @@ def first(points: list[Point], limit: int) -> list[Hit]:
     return [Hit(p.id, p.score, p.conversation_id) for p in best]
 
 
+def first_ask(limit: int, most: int) -> int:
+    """How many points a realm search asks a server for first: twice ``limit`` (at least
+    ``limit + 1``, at most ``most``). An exact search pays for the points it scans, not for those
+    it returns, and a realm of repeated turns (greetings, a template's lines) often ties at the
+    ``limit``-th: asked for one more, it would be asked again."""
+    return min(max(limit + 1, 2 * limit), most)
+
+
 async def rank_with_ties(fetch: Callable[[int], Awaitable[list[Point]]], limit: int, most: int) -> list[Hit]:
     """The best ``limit`` points, ties by earlier seq, then id, as hits naming their conversation.
 
     ``fetch(n)`` returns the server's best ``n`` points, best score first (ties in any order).
-    It is called with ``limit + 1`` first, then with twice as many while the last point returned
-    ties with the ``limit``-th (at most ``most``: the server's own cap, where a tie that wide is cut
-    in the server's order)."""
+    It is called with :func:`first_ask` first, then with twice as many while the last point
+    returned ties with the ``limit``-th (at most ``most``: the server's own cap, where a tie that
+    wide is cut in the server's order)."""
     if limit <= 0:
         return []
-    n = min(limit + 1, most)
+    n = first_ask(limit, most)
     while True:
         points = await fetch(n)
         if complete(points, n, limit, most):

@@ -63,7 +63,7 @@ from qdrant_client.http.exceptions import ApiException, UnexpectedResponse
 
 from storage.ports import Hit
 from storage.qdrant.purge import WAL_CAPACITY_MB, purge
-from storage.realm import Point, complete, first, rank_with_ties
+from storage.realm import Point, complete, first, first_ask, rank_with_ties
 from topology.errors import IncompatibleStore, StoreUnavailable
 from topology.schemas import MemoryNode, Realm, Scope
 
@@ -362,7 +362,7 @@ class QdrantVectorIndex:
         asked = [(i, realm, list(vector)) for i, (realm, vector) in enumerate(queries) if realm.conversation_ids != ()]
         if limit <= 0 or not asked:
             return out
-        n = min(limit + 1, REALM_MOST)
+        n = first_ask(limit, REALM_MOST)
         requests = [models.QueryRequest(query=vector, filter=self._realm_filter(realm), limit=n,
                                         params=models.SearchParams(exact=True), with_payload=["seq", "conversation_id"],
                                         with_vector=False) for _, realm, vector in asked]
