@@ -23,6 +23,7 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
+from typing import Any
 
 import numpy as np
 from pydantic import BaseModel
@@ -198,6 +199,8 @@ class _Run:
     depth: int
     t0: float
     lex_hits: list[Hit]
+    #: the anchors' vector search, started as soon as the question's vector was known
+    vec_hits: asyncio.Future[list[Hit]]
     timings: dict[str, float] = field(default_factory=dict)
     anchors: int = 0
     #: the latest observation time of the anchors (the recency reference t*)
@@ -225,7 +228,7 @@ class _Run:
 Recorder = Callable[[str, Sequence[MemoryNode], Sequence[ScoreState]], None]
 
 
-def _settle(fut: asyncio.Future[list[list[float]]]) -> None:
+def _settle(fut: asyncio.Future[Any]) -> None:
     """Cancel ``fut`` if still pending, else mark its outcome retrieved (no unretrieved-error log)."""
     if not fut.done():
         fut.cancel()
@@ -357,17 +360,27 @@ class RetrievalController:
         # the question's embedding runs in a worker thread while the route and the BM25 search
         # (which need no vector) run here
         embedding = asyncio.ensure_future(asyncio.to_thread(self.embedder.embed_query, [question]))
+        lexical: asyncio.Future[list[Hit]] | None = None
+        vectors: asyncio.Future[list[Hit]] | None = None
         try:
             route_ans = (await so.ask([Item(ROUTE, {"question": question})]))[0]
-            lex_hits = await reach.lexical(question, p.anchor_pool)
-            qvec = (await embedding)[0]
+            lexical = asyncio.ensure_future(reach.lexical(question, p.anchor_pool))
+            raw = (await embedding)[0]
+            if self._space is None and self._reads_attributes():  # embedded once, off the loop
+                await asyncio.to_thread(self.attributes)
+            qvec = self._steered(raw)
+            # the vector search starts as soon as its vector is known, while the lexical one may run on
+            vectors = asyncio.ensure_future(reach.vectors(qvec, p.anchor_pool))
+            lex_hits = await lexical
+        except BaseException:
+            for pending in (lexical, vectors):
+                if pending is not None:
+                    _settle(pending)
+            raise
         finally:
             _settle(embedding)
         embed_ms = _ms(t0)
-        if self._space is None and self._reads_attributes():  # embedded once, off the loop
-            await asyncio.to_thread(self.attributes)
-        asked = np.asarray(qvec, dtype=np.float32)
-        qvec = self._steered(qvec)
+        asked = np.asarray(raw, dtype=np.float32)
         route = {q.key: route_ans.p(q.key) for q in ROUTE.nouls()}
         views = formulas.active_views(route, p.theta_act)
         budgets = formulas.allocate_budget({v: route[v] for v in views}, p.budget_total, p.budget_min, p.budget_gamma)
@@ -375,7 +388,7 @@ class RetrievalController:
                          query_names(question), route, subjects.asked_roles(question), asked=asked,
                          dates=qf.question_dates(question))
         return _Run(so, st, views, budgets, formulas.depth(route["multi_hop"], p.depth_max, p.limits.depth), t0,
-                    lex_hits, timings={"embed": embed_ms}, remaining=dict(budgets))
+                    lex_hits, vectors, timings={"embed": embed_ms}, remaining=dict(budgets))
 
     def _steered(self, qvec: list[float]) -> list[float]:
         """``qvec`` moved towards the attribute of a person it asks about
@@ -395,7 +408,7 @@ class RetrievalController:
     async def _anchor(self, reach: Reach, run: _Run) -> None:
         """Step 2: the anchors (RRF of the vector and BM25 rankings) as the first pool, scored."""
         p, st, t1 = self.params, run.st, time.perf_counter()
-        vec_hits = await reach.vectors(st.qvec, p.anchor_pool)
+        vec_hits = await run.vec_hits
         lex_hits = run.lex_hits
         fused = formulas.rrf([[h.id for h in vec_hits], [h.id for h in lex_hits]], p.rrf_kappa)
         top_bm25 = max((h.score for h in lex_hits), default=0.0)
