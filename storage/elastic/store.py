@@ -225,9 +225,10 @@ class Visibility:
     buffer first (:meth:`_Elastic._sent`), so requests apply in the order this process made them.
 
     It also remembers the indices any adapter sharing it has seen to exist, so a process looks
-    each index up once, and those seen not to exist until the next :meth:`invalidate` (an index
-    another process creates is then looked up again: an owner reads what it writes itself until
-    a partition assignment invalidates; a service invalidates every request).
+    each index up once, and, for an owner (not ``strict_reads``), those seen not to exist until
+    the next :meth:`invalidate` (an index another process creates is then looked up again: an
+    owner reads what it writes itself until a partition assignment invalidates; a service
+    invalidates every request). A strict reader looks an absent index up at every read.
 
     Failure: a flush that fails raises :class:`StoreUnavailable` from the call that triggered
     it and drops the buffer (the caller's batch is retried as a whole and writes it again; every
@@ -249,7 +250,8 @@ class Visibility:
         self.refreshes = 0
         #: indices seen to exist by any adapter sharing this (each is looked up once a process)
         self.found: set[str] = set()
-        #: indices seen not to exist since the last :meth:`invalidate` (looked up again after it)
+        #: indices seen not to exist since the last :meth:`invalidate` (looked up again after it;
+        #: never remembered with ``strict_reads``, whose every read sees what exists by then)
         self.absent: set[str] = set()
 
     def defer(self, index: str | None, ops: list[dict[str, Any]]) -> None:
@@ -288,6 +290,11 @@ class Visibility:
         bad = failed_items(res)
         if bad:
             raise StoreUnavailable(f"elasticsearch bulk: {len(bad)} failed, first: {bad[0]['error']}")
+
+    @property
+    def strict(self) -> bool:
+        """Whether every read refreshes what it reads (``strict_reads``)."""
+        return self._strict
 
     def invalidate(self) -> None:
         """From now on, the first read of each index refreshes it (it then sees every write any
@@ -397,7 +404,8 @@ class _Elastic:
         index = self._prefix + name
         if index in self._ready or index in self._found:
             return index
-        if self._visibility is not None and index in self._visibility.absent:
+        absent = self._visibility.absent if self._visibility is not None and not self._visibility.strict else None
+        if absent is not None and index in absent:
             return None
         with es_errors(f"exists {index}"):
             found = bool(await self._client.indices.exists(index=index))
@@ -405,8 +413,8 @@ class _Elastic:
             await self._await_active(index)
             self._found.add(index)  # not _ready: the first write still adds missing fields (_ensure)
             return index
-        if self._visibility is not None:
-            self._visibility.absent.add(index)
+        if absent is not None:
+            absent.add(index)
         return None
 
     async def _own_writes(self, index: str) -> None:
