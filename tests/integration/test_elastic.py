@@ -307,6 +307,26 @@ async def test_paging_beyond_one_page(stores: Stores, monkeypatch: pytest.Monkey
     assert len(await stores.nodes.seqs(A, [n.event_id for n in nodes])) == len(nodes)
 
 
+async def test_an_index_made_by_another_process_is_found_by_a_strict_reader_at_once_by_an_owner_after_invalidate(
+        es: tuple[AsyncElasticsearch, str]) -> None:
+    """Index lookups are remembered per process: an index seen to exist stays found; one seen
+    absent is looked up again at every read of a strict reader, and by an owner after
+    :meth:`Visibility.invalidate` (a partition assignment, a service's request)."""
+    client, prefix = es
+    strict, owner = elastic.Visibility(client), elastic.Visibility(client, strict_reads=False)
+    readers = {v: ElasticNodeStore(client, prefix, v) for v in (strict, owner)}
+    for reader in readers.values():
+        assert await reader.observation_count(A) == 0 and await reader.scan(A) == []
+    writer = ElasticNodeStore(client, prefix)  # another process: its own client state
+    nodes = make_nodes(A)
+    await writer.upsert(nodes)
+    assert await readers[strict].observation_count(A) == len(CHAT)
+    assert await readers[owner].observation_count(A) == 0  # remembered absent until an invalidate
+    owner.invalidate()
+    assert await readers[owner].observation_count(A) == len(CHAT)
+    assert prefix + elastic.memories_index(A.tenant_id) in owner.found
+
+
 async def test_deferred_writes_are_one_request_merged_per_document_and_read_back(
         es: tuple[AsyncElasticsearch, str]) -> None:
     client, prefix = es
