@@ -145,6 +145,14 @@ class GroupWrite:
             self._queue = []
 
 
+def failed_items(observations: Sequence[Observation], report: IngestReport) -> list[ItemError]:
+    """The items of ``observations`` that ``report`` says failed permanently, with their indexes
+    and reasons (every copy of a duplicated event)."""
+    reasons = {(f.item.tenant_id, f.item.conversation_id, f.item.event_id): f.reason for f in report.failed}
+    return [ItemError(index=i, reason=reasons[key]) for i, o in enumerate(observations)
+            if (key := (o.tenant_id, o.conversation_id, o.event_id)) in reasons]
+
+
 class EmbeddedService:
     """:class:`query_api.service.MemoryService` over the embedded deployment (one process owns the
     store). Its stores translate their own failures (a locked, closed, full or corrupt database
@@ -184,10 +192,7 @@ class EmbeddedService:
         in-process writer, sourced ``api:<stage>``) are returned with their indexes (every copy of a
         duplicated event)."""
         now = datetime.now(UTC)
-        report = await self._group.submit([o.stamped(now) for o in observations])
-        reasons = {(f.item.tenant_id, f.item.conversation_id, f.item.event_id): f.reason for f in report.failed}
-        return [ItemError(index=i, reason=reasons[key]) for i, o in enumerate(observations)
-                if (key := (o.tenant_id, o.conversation_id, o.event_id)) in reasons]
+        return failed_items(observations, await self._group.submit([o.stamped(now) for o in observations]))
 
     async def load(self, payloads: Sequence[bytes | str], *, source: str, offset: int = 0) -> IngestReport:
         """Bulk-load raw records (JSON observations and forget records, as on the observations

@@ -29,6 +29,7 @@ from datetime import datetime
 from jevmem import assembly
 from jevmem.distributed import META_INDEX, check_model, distributed_stores, open_for_reads, prepare_indices
 from jevmem.settings import Settings
+from jevmem.wiring import failed_items
 from query_api.items import ItemError
 from query_api.retrieval.controller import Retrieval, RetrievalController
 from streams.in_process import InProcessWriter
@@ -72,9 +73,7 @@ class ServerStores:
         assert self._writer is not None and self._stores is not None, "not started"
         report = await self._writer.ingest(list(observations))
         await self._stores.sync()
-        failed = {(f.item.tenant_id, f.item.conversation_id, f.item.event_id): f.reason for f in report.failed}
-        return [ItemError(index=i, reason=failed[key]) for i, o in enumerate(observations)
-                if (key := (o.tenant_id, o.conversation_id, o.event_id)) in failed]
+        return failed_items(observations, report)
 
     async def recall(self, realm: Realm, question: str, top_k: int, as_of: datetime | None = None) -> Retrieval:
         assert self._controller is not None and self._stores is not None, "not started"

@@ -46,7 +46,7 @@ import time
 import uuid
 from collections.abc import AsyncIterator, Callable, Sequence
 from datetime import datetime
-from typing import Any, Literal, Protocol
+from typing import Any, Literal, Protocol, TypeVar
 
 from jevmem.bench.dense import DenseSearch
 from jevmem.bench.folds import Fold, attributes_of
@@ -160,6 +160,9 @@ class SyntheticData(Protocol):
     def stream(self) -> Sequence[SyntheticTurn]: ...
 
 
+_S = TypeVar("_S", bound=BenchService)
+
+
 class SyntheticRun:
     """One fresh embedded service fed a synthetic dataset in arrival order: each person under
     ``tenant`` with their ``user_id`` when recall takes one (:func:`user_scoped`), else in a
@@ -171,7 +174,7 @@ class SyntheticRun:
         self.synthetic, self.shared_tenant, self.label = data, tenant, label
         self.scoped = user_scoped()
         self.stores = stores
-        #: the service :meth:`fresh_service` stops on exit (a restart replaces it)
+        #: the service :meth:`_live` stops on exit (a restart replaces it)
         self.live: BenchService | None = None
 
     def tenant(self, user_id: str) -> str:
@@ -182,13 +185,8 @@ class SyntheticRun:
         """A started embedded service over a new temporary directory (named ``prefix``...),
         stopped and removed on exit."""
         with tempfile.TemporaryDirectory(prefix=prefix) as tmp:
-            service = EmbeddedService(self.settings, embedder=self.embedder, data_dir=tmp)
-            await service.start()
-            self.live = service
-            try:
+            async with self._live(EmbeddedService(self.settings, embedder=self.embedder, data_dir=tmp)) as service:
                 yield service
-            finally:
-                await self.live.stop()
 
     @contextlib.asynccontextmanager
     async def fresh_deployment(self, prefix: str) -> AsyncIterator[BenchService]:
@@ -201,14 +199,20 @@ class SyntheticRun:
             return
         servers = ServerStores(self.settings, self.embedder, f"{prefix}{uuid.uuid4().hex[:8]}-")
         try:
-            await servers.start()
-            self.live = servers
-            try:
-                yield servers
-            finally:
-                await self.live.stop()
+            async with self._live(servers) as live:
+                yield live
         finally:
             await servers.drop()
+
+    @contextlib.asynccontextmanager
+    async def _live(self, service: _S) -> AsyncIterator[_S]:
+        """``service`` started; on exit, the service then live (a restart replaces it) stopped."""
+        await service.start()
+        self.live = service
+        try:
+            yield service
+        finally:
+            await (self.live or service).stop()
 
     def observation(self, t: SyntheticTurn) -> Observation:
         fields: dict[str, Any] = {"tenant_id": self.tenant(t.user_id), "conversation_id": t.conversation_id,

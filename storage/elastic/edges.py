@@ -138,18 +138,14 @@ class ElasticEdgeStore(_Elastic):
             ops += [{"index": {"_id": gid}}, _group_doc(tenant, conv, gid, written, list(group.values()))]
         await self._bulk(index, ops, deferred=True)
 
-    async def _groups(self, scope: Scope, node_ids: Sequence[str] | None,
-                      views: Sequence[View] | None = None) -> list[dict[str, Any]]:
-        """The scope's group documents holding one of ``node_ids`` (all: None) and one of
-        ``views`` (any: None), in :data:`_ORDER`."""
+    async def _groups(self, scope: Scope, node_ids: Sequence[str] | None) -> list[dict[str, Any]]:
+        """The scope's group documents holding one of ``node_ids`` (all: None), in :data:`_ORDER`."""
         index = await self._existing(GROUPS)
         if index is None:
             return []
         extra: list[dict[str, Any]] = []
         if node_ids is not None:
             extra.append({"terms": {"nodes": sorted(set(node_ids))}})
-        if views is not None:
-            extra.append({"terms": {"views": sorted(set(views))}})
         try:
             return await self._hits(index, {"bool": {"filter": _scoped(scope, *extra)}}, _ORDER,
                                     ["body", "written", "gid"])
@@ -158,16 +154,11 @@ class ElasticEdgeStore(_Elastic):
 
     async def neighbours(self, scope: Scope, node_ids: Sequence[str], views: Sequence[View], limit: int) -> list[EdgeEvent]:
         """Edges of ``views`` touching any of ``node_ids`` (either end): probability desc, then id."""
-        if not node_ids or not views or limit <= 0:
-            return []
-        ids, vs = set(node_ids), set(views)
-        latest = _latest(await self._groups(scope, node_ids, views))
-        return _ranked([e for e in latest.values() if e["view"] in vs and (e["source"] in ids or e["target"] in ids)],
-                       limit)
+        return (await self.read_many([(scope, node_ids)], views, limit, None))[0]
 
     async def labelled(self, scope: Scope, node_ids: Sequence[str], views: Sequence[View], limit: int,
                        label: str) -> list[EdgeEvent]:
-        return [e for e in await self.neighbours(scope, node_ids, views, limit) if e.label == label]
+        return (await self.read_many([(scope, node_ids)], views, limit, label))[0]
 
     async def read_many(self, reads: Sequence[tuple[Scope, Sequence[str]]], views: Sequence[View], limit: int,
                         label: str | None) -> list[list[EdgeEvent]]:
