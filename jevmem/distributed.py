@@ -19,13 +19,14 @@ from jevmem.settings import Settings
 from query_api.items import ItemError
 from query_api.retrieval.controller import Retrieval, RetrievalController
 from query_api.service import ForgetAccepted
-from storage.elastic.edges import ElasticEdgeStore
+from storage.elastic.edges import GROUPS, ElasticEdgeStore
 from storage.elastic.store import (
     ElasticLexicalIndex,
     ElasticNodeStore,
     Visibility,
     check_prefix,
     es_errors,
+    memories_index,
 )
 from storage.elastic.vectors import ElasticVectorIndex
 from storage.ports import VectorIndex
@@ -155,9 +156,12 @@ def distributed_stores(settings: Settings, prefix: str, dim: int, owner: bool = 
         if isinstance(vectors, QdrantVectorIndex):
             await vectors.purge()
 
+    def refresh_ahead(tenant_id: str) -> None:  # what a request reads that a refresh makes current
+        seen.ahead([prefix + memories_index(tenant_id), prefix + GROUPS])
+
     return Stores(nodes=ElasticNodeStore(es, prefix, seen), edges=ElasticEdgeStore(es, prefix, seen), vectors=vectors,
                   lexical=ElasticLexicalIndex(es, prefix, seen), dead_letters=TopicDeadLetters(settings, keyring),
-                  visibility=seen.flush, invalidate=seen.invalidate, purge=purge)
+                  visibility=seen.flush, invalidate=seen.invalidate, refresh_ahead=refresh_ahead, purge=purge)
 
 
 async def open_for_reads(stores: Stores) -> None:
@@ -274,13 +278,13 @@ class DistributedService:
         await self._producer.dead_letter(letters)
 
     async def retrieve(self, scope: Scope, question: str, top_k: int, as_of: datetime | None = None) -> Retrieval:
-        assert self._controller is not None
-        self.stores.fresh_reads()
+        assert self._controller is not None and self._stores is not None, "service not started"
+        self._stores.fresh_reads(scope.tenant_id)
         return await self._controller.retrieve(scope, question, top_k, as_of)
 
     async def recall(self, realm: Realm, question: str, top_k: int, as_of: datetime | None = None) -> Retrieval:
-        assert self._controller is not None
-        self.stores.fresh_reads()
+        assert self._controller is not None and self._stores is not None, "service not started"
+        self._stores.fresh_reads(realm.tenant_id)
         return await self._controller.retrieve_realm(realm, question, top_k, as_of)
 
     async def answer(self, question: str, evidence: Sequence[str]) -> str | None:

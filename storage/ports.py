@@ -255,6 +255,34 @@ class EdgeReads(Protocol):
                         label: str | None) -> list[list[EdgeEvent]]: ...
 
 
+class EdgeSession(EdgeReads, Protocol):
+    """The edge reads of one retrieval, sharing what they fetch (see :class:`EdgeSessions`): each
+    answers as the store's :meth:`EdgeReader.neighbours`, :meth:`EdgeReader.labelled` and
+    :meth:`EdgeReads.read_many` answer."""
+
+    def ahead(self, reads: Sequence[tuple[Scope, Sequence[str]]]) -> None:
+        """Start fetching, in the background, what reads at ``reads``' node ids in their
+        conversations need; a later read waits for it instead of asking again. A failure is
+        raised by the next read."""
+        ...
+
+    async def neighbours(self, scope: Scope, node_ids: Sequence[str], views: Sequence[View], limit: int) -> list[EdgeEvent]: ...
+
+    async def labelled(self, scope: Scope, node_ids: Sequence[str], views: Sequence[View], limit: int,
+                       label: str) -> list[EdgeEvent]: ...
+
+
+@runtime_checkable
+class EdgeSessions(Protocol):
+    """An edge store whose reads for one retrieval can share what they fetch (optional): a server
+    store, whose every read is a request, fetches what a retrieval's next reads need while it
+    reads the nodes they start from, and asks once for what several reads need."""
+
+    def session(self) -> EdgeSession:
+        """A new session: for one retrieval, not to be kept (it sees the store as of its fetches)."""
+        ...
+
+
 def reads_many(store: object) -> TypeGuard[EdgeReads]:
     """Whether ``store`` implements :class:`EdgeReads` (has a callable ``read_many``)."""
     return callable(getattr(store, "read_many", None))

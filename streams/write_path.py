@@ -70,6 +70,9 @@ class Stores:
     #: makes the next read of each store see every write any process acknowledged before the call
     #: (``storage.elastic.store.Visibility.invalidate``); None: every read already does (SQLite)
     invalidate: Callable[[], None] | None = None
+    #: starts refreshing, in the background, what a request of the tenant reads
+    #: (``storage.elastic.store.Visibility.ahead``), so that its reads wait less; None: nothing to start
+    refresh_ahead: Callable[[str], None] | None = None
     #: where the write path reads seqs (:func:`number`): the write path's in-memory
     #: conversations once attached, else the node store
     seq_source: SeqSource | None = None
@@ -111,10 +114,13 @@ class Stores:
         if self.visibility is not None:
             await self.visibility()
 
-    def fresh_reads(self) -> None:
-        """The next read of each store sees every write acknowledged before this call."""
+    def fresh_reads(self, tenant_id: str | None = None) -> None:
+        """The next read of each store sees every write acknowledged before this call; with
+        ``tenant_id`` (a request of that tenant), what its reads need starts now (``refresh_ahead``)."""
         if self.invalidate is not None:
             self.invalidate()
+        if tenant_id is not None and self.refresh_ahead is not None:
+            self.refresh_ahead(tenant_id)
 
     async def materialise(self, nodes: Sequence[MemoryNode]) -> None:
         """Write nodes to every store that candidate discovery and queries read; the node store

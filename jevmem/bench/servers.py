@@ -77,7 +77,7 @@ class ServerStores:
 
     async def recall(self, realm: Realm, question: str, top_k: int, as_of: datetime | None = None) -> Retrieval:
         assert self._controller is not None and self._stores is not None, "not started"
-        self._stores.fresh_reads()
+        self._stores.fresh_reads(realm.tenant_id)
         return await self._controller.retrieve_realm(realm, question, top_k, as_of)
 
     async def drop(self) -> None:

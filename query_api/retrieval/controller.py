@@ -301,9 +301,10 @@ class RetrievalController:
             return RealmReach(where, self.vectors, self.lexical, self.nodes, self.edges)
         return ConversationReach(where, self.vectors, self.lexical, self.nodes, self.edges)
 
-    async def _fetch(self, reach: Reach, ids: Sequence[str]) -> list[tuple[MemoryNode, NodeInfo]]:
-        """The nodes ``ids`` the reach holds (unknown ids skipped), each with its info."""
-        nodes, rows = await reach.rows(ids, self.info.dim)
+    async def _fetch(self, reach: Reach, ids: Sequence[str], edges_next: bool = False) -> list[tuple[MemoryNode, NodeInfo]]:
+        """The nodes ``ids`` the reach holds (unknown ids skipped), each with its info;
+        ``edges_next``: edges at them will be read (:meth:`Reach.rows`)."""
+        nodes, rows = await reach.rows(ids, self.info.dim, edges_next)
         if rows is None:
             return [(n, self.info.get(n)) for n in nodes]
         return [(n, self.info.get(n, rows[j])) for j, n in enumerate(nodes)]
@@ -420,7 +421,7 @@ class RetrievalController:
         anchor_ids = list(dict.fromkeys([h.id for h in vec_hits[: min(p.top_k, cap)]] + formulas.fused_order(fused)))[:cap]
         best = 2.0 / (p.rrf_kappa + 1)  # the fused score of an id first in both rankings
         st.anchor_strength = {i: fused[i] / best for i in anchor_ids}
-        fetched = [(n, i) for n, i in await self._fetch(reach, anchor_ids) if currency.recallable(n, run.as_of)]
+        fetched = [(n, i) for n, i in await self._fetch(reach, anchor_ids, edges_next=True) if currency.recallable(n, run.as_of)]
         cosines = matrix([info for _, info in fetched], self.info.dim) @ st.q
         if len(cosines):
             st.cos_range = (float(cosines.min()), float(cosines.max()))
@@ -520,7 +521,7 @@ class RetrievalController:
                 if v > want.get(other, -1.0):
                     want[other], prob[other] = v, e.probability
             chosen = sorted(want, key=lambda i: (-want[i], i))[: min(run.remaining[view], room)]
-            for n, info in await self._fetch(reach, chosen):
+            for n, info in await self._fetch(reach, chosen, edges_next=True):
                 if not currency.recallable(n, run.as_of):
                     continue
                 added.append(_Cand(n, info, view, st.route[view], prob[n.id]))

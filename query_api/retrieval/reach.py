@@ -28,6 +28,8 @@ import numpy as np
 
 from storage.ports import (
     EdgeReader,
+    EdgeSession,
+    EdgeSessions,
     Hit,
     LexicalIndex,
     NodeReader,
@@ -49,10 +51,11 @@ class Reach(Protocol):
 
     async def vectors(self, vector: Sequence[float], limit: int) -> list[Hit]: ...
 
-    async def rows(self, ids: Sequence[str], dim: int) -> tuple[list[MemoryNode], np.ndarray | None]:
+    async def rows(self, ids: Sequence[str], dim: int, edges_next: bool = False) -> tuple[list[MemoryNode], np.ndarray | None]:
         """The nodes ``ids`` (unknown ids skipped, in the order of ``ids``) and, when the node
         store has matrix reads (:class:`~storage.ports.NodeRows`), their retrieval rows (else
-        None: the nodes carry their embeddings)."""
+        None: the nodes carry their embeddings). ``edges_next``: the retrieval will read edges at
+        these nodes; an edge store with sessions starts fetching them now."""
         ...
 
     async def neighbours(self, node_ids: Sequence[str], views: Sequence[View], limit: int) -> list[EdgeEvent]:
@@ -68,8 +71,11 @@ class _Reads:
     """The stores a reach reads."""
 
     def __init__(self, vectors: VectorSearch, lexical: LexicalIndex, nodes: NodeReader, edges: EdgeReader) -> None:
-        self._vec, self._lex, self._nodes, self._edges = vectors, lexical, nodes, edges
+        self._vec, self._lex, self._nodes = vectors, lexical, nodes
         self._row_reader: NodeRows | None = nodes if isinstance(nodes, NodeRows) else None
+        #: one retrieval's edge session, when the store has them (:class:`~storage.ports.EdgeSessions`)
+        self._session: EdgeSession | None = edges.session() if isinstance(edges, EdgeSessions) else None
+        self._edges: EdgeReader = self._session if self._session is not None else edges
 
     async def _rows_of(self, scope: Scope, ids: Sequence[str], dim: int) -> tuple[list[MemoryNode], np.ndarray | None]:
         if self._row_reader is None:
@@ -91,7 +97,9 @@ class ConversationReach(_Reads):
     async def vectors(self, vector: Sequence[float], limit: int) -> list[Hit]:
         return await self._vec.search(self.scope, vector, limit)
 
-    async def rows(self, ids: Sequence[str], dim: int) -> tuple[list[MemoryNode], np.ndarray | None]:
+    async def rows(self, ids: Sequence[str], dim: int, edges_next: bool = False) -> tuple[list[MemoryNode], np.ndarray | None]:
+        if edges_next and self._session is not None:
+            self._session.ahead([(self.scope, ids)])
         return await self._rows_of(self.scope, ids, dim)
 
     async def neighbours(self, node_ids: Sequence[str], views: Sequence[View], limit: int) -> list[EdgeEvent]:
@@ -120,6 +128,8 @@ class RealmReach(_Reads):
         #: node id -> its conversation, for every node this reach has seen named
         self.conversation_of: dict[str, str] = {}
         self._scopes: dict[str, Scope] = {}
+        #: conversation -> the ids read with ``edges_next`` there
+        self._edges_next: dict[str, list[str]] = {}
 
     def _scope(self, conversation_id: str) -> Scope:
         scope = self._scopes.get(conversation_id)
@@ -148,8 +158,21 @@ class RealmReach(_Reads):
     async def vectors(self, vector: Sequence[float], limit: int) -> list[Hit]:
         return self._learn(await self._vec_realm.search_realm(self.realm, vector, limit))
 
-    async def rows(self, ids: Sequence[str], dim: int) -> tuple[list[MemoryNode], np.ndarray | None]:
+    def _ahead(self, groups: dict[str, list[str]]) -> None:
+        """Start the edge session fetching, for every conversation read with ``edges_next`` so
+        far, the edges at every id read so (what :meth:`neighbours` and :meth:`labelled` of those
+        ids will ask; the session skips what it holds)."""
+        if self._session is None:
+            return
+        for conv, got in groups.items():
+            self._edges_next.setdefault(conv, []).extend(got)
+        every = [i for got in self._edges_next.values() for i in got]
+        self._session.ahead([(self._scope(conv), every) for conv in self._edges_next])
+
+    async def rows(self, ids: Sequence[str], dim: int, edges_next: bool = False) -> tuple[list[MemoryNode], np.ndarray | None]:
         groups = self._by_conversation(ids)
+        if edges_next:
+            self._ahead(groups)
         parts: Sequence[tuple[list[MemoryNode], np.ndarray | None]]
         if self._row_reader is None and isinstance(self._nodes, NodeReads):  # one call for every conversation
             parts = [(nodes, None) for nodes in await self._nodes.get_many([(self._scope(c), got)

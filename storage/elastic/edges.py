@@ -26,10 +26,11 @@ any later write wins) and deletes that index.
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import time
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, NamedTuple
 
 import orjson
 from elasticsearch import NotFoundError
@@ -82,6 +83,140 @@ def _latest(hits: Sequence[dict[str, Any]]) -> dict[str, _Edge]:
 def _ranked(edges: Sequence[_Edge], limit: int) -> list[EdgeEvent]:
     chosen = sorted(edges, key=lambda e: (-e["probability"], e["id"]))
     return [EdgeEvent.model_validate(e) for e in (chosen[:limit] if limit >= 0 else chosen)]
+
+
+class _Doc(NamedTuple):
+    """A group document as a session holds it: its order (:data:`_ORDER`), its edges, their endpoints."""
+
+    order: tuple[int, str]
+    edges: list[_Edge]
+    nodes: frozenset[str]
+
+
+class EdgeSession:
+    """The edge reads of one retrieval (:class:`~storage.ports.EdgeSession`): each group document
+    is fetched once, and every read is answered from the documents fetched.
+
+    A read of ``(scope, ids)`` needs every document of the scope's conversation holding one of
+    ``ids`` (an endpoint). The session remembers, per conversation, the ids whose documents it
+    has fetched (or is fetching: :meth:`ahead` starts that in the background); a read fetches
+    only what is missing, in one search for all its conversations, then selects, ranks and limits
+    as :meth:`ElasticEdgeStore.neighbours` does. The extra documents a read finds (fetched for
+    other ids) hold no version of an edge at its ids that the documents at its ids lack, so the
+    answers are the store's. Documents are read once: a session sees the index as of its
+    fetches, and is meant for one retrieval (one request), not to be kept. A failed fetch fails
+    every later read of the session."""
+
+    def __init__(self, store: ElasticEdgeStore) -> None:
+        self._store = store
+        #: (tenant, conversation) -> document id -> document
+        self._docs: dict[tuple[str, str], dict[str, _Doc]] = {}
+        #: (tenant, conversation) -> the ids whose documents are fetched or being fetched
+        self._covered: dict[tuple[str, str], set[str]] = {}
+        self._pending: list[asyncio.Future[None]] = []
+        self._failed: BaseException | None = None
+
+    def _claim(self, reads: Sequence[tuple[Scope, Sequence[str]]]) -> dict[tuple[str, str], set[str]]:
+        """The ids of ``reads`` not yet covered, per conversation, now marked covered."""
+        need: dict[tuple[str, str], set[str]] = {}
+        for scope, ids in reads:
+            key = (scope.tenant_id, scope.conversation_id)
+            covered = self._covered.setdefault(key, set())
+            new = set(ids) - covered
+            if new:
+                covered |= new
+                need.setdefault(key, set()).update(new)
+        return need
+
+    def ahead(self, reads: Sequence[tuple[Scope, Sequence[str]]]) -> None:
+        """Start fetching, in the background, what reads of ``reads`` would fetch; a later read
+        waits for it instead of asking again."""
+        need = self._claim(reads)
+        if need and self._failed is None:
+            task = asyncio.ensure_future(self._fetch(need))
+            task.add_done_callback(_retrieved)
+            self._pending.append(task)
+
+    async def _settled(self) -> None:
+        pending, self._pending = self._pending, []
+        for task in pending:
+            try:
+                await task
+            except BaseException as exc:
+                self._failed = self._failed or exc
+        if self._failed is not None:
+            raise self._failed
+
+    async def _fetch(self, need: dict[tuple[str, str], set[str]]) -> None:
+        """Fetch the documents of each conversation of ``need`` holding one of its ids, leaving
+        out those already held: one search per :data:`_READS_A_SEARCH` groups of conversations
+        (conversations asking the same ids share a clause)."""
+        index = await self._store._existing(GROUPS)
+        if index is None:
+            return
+        by_ids: dict[tuple[str, frozenset[str]], list[str]] = {}
+        for (tenant, conv), ids in need.items():
+            by_ids.setdefault((tenant, frozenset(ids)), []).append(conv)
+        clauses = [{"bool": {"filter": [{"term": {"tenant_id": tenant}}, {"terms": {"conversation_id": sorted(convs)}},
+                                        {"terms": {"nodes": sorted(ids)}}]}} for (tenant, ids), convs in by_ids.items()]
+        held = sorted({gid for key in need for gid in self._docs.get(key, {})})
+        for at in range(0, len(clauses), _READS_A_SEARCH):
+            query: dict[str, Any] = {"bool": {"should": clauses[at: at + _READS_A_SEARCH], "minimum_should_match": 1}}
+            if held:
+                query["bool"]["must_not"] = [{"ids": {"values": held}}]
+            try:
+                hits = await self._store._hits(index, query, _ORDER, ["body", "written", "gid", "tenant_id", "conversation_id"])
+            except NotFoundError:
+                return
+            for h in hits:
+                src = h["_source"]
+                edges: list[_Edge] = orjson.loads(src["body"])
+                self._docs.setdefault((src["tenant_id"], src["conversation_id"]), {})[h["_id"]] = _Doc(
+                    (int(src["written"]), str(src["gid"])), edges,
+                    frozenset(e["source"] for e in edges) | frozenset(e["target"] for e in edges))
+
+    async def read_many(self, reads: Sequence[tuple[Scope, Sequence[str]]], views: Sequence[View], limit: int,
+                        label: str | None) -> list[list[EdgeEvent]]:
+        """:class:`~storage.ports.EdgeReads`, answered from this session's documents (see the class)."""
+        out: list[list[EdgeEvent]] = [[] for _ in reads]
+        wanted = [k for k, (_, ids) in enumerate(reads) if ids]
+        if not (wanted and views and limit > 0):
+            return out
+        need = self._claim([reads[k] for k in wanted])
+        await self._settled()
+        if need:
+            try:
+                await self._fetch(need)
+            except BaseException as exc:
+                self._failed = exc
+                raise
+        vs = set(views)
+        for k in wanted:
+            scope, node_ids = reads[k]
+            ids = set(node_ids)
+            docs = sorted((d for d in self._docs.get((scope.tenant_id, scope.conversation_id), {}).values()
+                           if not d.nodes.isdisjoint(ids)), key=lambda d: d.order)
+            latest: dict[str, _Edge] = {}
+            for d in docs:  # in _ORDER: later versions replace earlier ones
+                for e in d.edges:
+                    latest[e["id"]] = e
+            edges = _ranked([e for e in latest.values() if e["view"] in vs and (e["source"] in ids or e["target"] in ids)],
+                            limit)
+            out[k] = edges if label is None else [e for e in edges if e.label == label]
+        return out
+
+    async def neighbours(self, scope: Scope, node_ids: Sequence[str], views: Sequence[View], limit: int) -> list[EdgeEvent]:
+        return (await self.read_many([(scope, node_ids)], views, limit, None))[0]
+
+    async def labelled(self, scope: Scope, node_ids: Sequence[str], views: Sequence[View], limit: int,
+                       label: str) -> list[EdgeEvent]:
+        return (await self.read_many([(scope, node_ids)], views, limit, label))[0]
+
+
+def _retrieved(task: asyncio.Future[None]) -> None:
+    """Mark a background fetch's failure as seen (a later read of its session raises it)."""
+    if not task.cancelled():
+        task.exception()
 
 
 class ElasticEdgeStore(_Elastic):
@@ -163,38 +298,12 @@ class ElasticEdgeStore(_Elastic):
     async def read_many(self, reads: Sequence[tuple[Scope, Sequence[str]]], views: Sequence[View], limit: int,
                         label: str | None) -> list[list[EdgeEvent]]:
         """:class:`~storage.ports.EdgeReads`: each read as :meth:`neighbours` (or :meth:`labelled`)
-        answers it, from one search a :data:`_READS_A_SEARCH` reads: the group documents of any
-        read's conversation that hold one of that read's node ids (a document of a conversation
-        read twice is offered to both reads; each keeps the edges at its own ids, so the extra
-        documents change no answer)."""
-        out: list[list[EdgeEvent]] = [[] for _ in reads]
-        wanted = [k for k, (_, ids) in enumerate(reads) if ids]
-        index = await self._existing(GROUPS) if wanted and views and limit > 0 else None
-        if index is None:
-            return out
-        docs: dict[tuple[str, str], list[dict[str, Any]]] = {}
-        for at in range(0, len(wanted), _READS_A_SEARCH):
-            part = wanted[at: at + _READS_A_SEARCH]
-            should = [{"bool": {"filter": _scoped(reads[k][0], {"terms": {"nodes": sorted(set(reads[k][1]))}})}}
-                      for k in part]
-            query = {"bool": {"filter": [{"terms": {"views": sorted(set(views))}}], "should": should,
-                              "minimum_should_match": 1}}
-            try:
-                hits = await self._hits(index, query, _ORDER, ["body", "written", "gid", "tenant_id", "conversation_id"])
-            except NotFoundError:
-                return out
-            for h in hits:  # in _ORDER within each conversation, as _groups reads them
-                src = h["_source"]
-                docs.setdefault((src["tenant_id"], src["conversation_id"]), []).append(h)
-        vs = set(views)
-        for k in wanted:
-            scope, node_ids = reads[k]
-            ids = set(node_ids)
-            latest = _latest(docs.get((scope.tenant_id, scope.conversation_id), []))
-            edges = _ranked([e for e in latest.values() if e["view"] in vs and (e["source"] in ids or e["target"] in ids)],
-                            limit)
-            out[k] = edges if label is None else [e for e in edges if e.label == label]
-        return out
+        answers it, from one search a :data:`_READS_A_SEARCH` reads (:class:`EdgeSession`)."""
+        return await self.session().read_many(reads, views, limit, label)
+
+    def session(self) -> EdgeSession:
+        """:class:`~storage.ports.EdgeSessions`: the reads of one retrieval, sharing what they fetch."""
+        return EdgeSession(self)
 
     async def scan(self, scope: Scope) -> list[EdgeEvent]:
         """All edges of the scope by id."""

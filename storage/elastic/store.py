@@ -304,25 +304,53 @@ class Visibility:
 
     async def fresh(self, index: str) -> None:
         """Send the buffer, then refresh ``index`` when the read about to be made needs it (see
-        the class contract); concurrent reads share a refresh started for their epoch."""
+        the class contract); concurrent reads share a refresh started for their epoch (also one
+        started by :meth:`ahead`)."""
         await self.flush()
         if self._strict:
             self.invalidate()
-        epoch = self._epoch
         started = self._refreshes.get(index)
-        if started is not None and started[0] >= epoch and index not in self._pending:
+        if started is not None and started[0] >= self._epoch and index not in self._pending:
             await asyncio.shield(started[1])
             return
-        self._pending.discard(index)
+        await self._refresh([index])
+
+    def ahead(self, indices: Sequence[str]) -> None:
+        """Start refreshing now, in one request, those of ``indices`` that the reads of this
+        epoch would refresh (an owner's: not ``strict_reads``, nothing buffered), e.g. at the
+        start of a request, while its question is embedded; each such read then waits for it. An
+        index that does not exist is skipped; a failure is raised by the reads that wait for it."""
+        if self._strict or self._ops:
+            return
+        wanted = [i for i in dict.fromkeys(indices)
+                  if (started := self._refreshes.get(i)) is None or started[0] < self._epoch or i in self._pending]
+        if wanted:
+            task = asyncio.ensure_future(self._send(wanted, self._started(wanted)))
+            task.add_done_callback(lambda t: t.cancelled() or t.exception())
+
+    async def _refresh(self, indices: list[str]) -> None:
+        """Refresh ``indices`` in one request, as the refresh of this epoch for each of them."""
+        await self._send(indices, self._started(indices))
+
+    def _started(self, indices: list[str]) -> asyncio.Future[None]:
+        """Record a refresh of ``indices`` as started in this epoch; it is done when the future is."""
         done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-        self._refreshes[index] = (epoch, done)
+        for index in indices:
+            self._pending.discard(index)
+            self._refreshes[index] = (self._epoch, done)
         self.refreshes += 1
+        return done
+
+    async def _send(self, indices: list[str], done: asyncio.Future[None]) -> None:
+        names = ",".join(indices)
         try:
-            with es_errors(f"refresh {index}"), contextlib.suppress(NotFoundError):  # none: nothing to read yet
-                await self._client.indices.refresh(index=index)
+            with es_errors(f"refresh {names}"), contextlib.suppress(NotFoundError):  # none: nothing to read yet
+                await self._client.indices.refresh(index=names, ignore_unavailable=True)
         except StoreUnavailable as exc:
-            self._pending.add(index)
-            self._refreshes.pop(index, None)
+            for index in indices:
+                self._pending.add(index)
+                if self._refreshes.get(index, (0, None))[1] is done:
+                    self._refreshes.pop(index)
             done.set_exception(StoreUnavailable(str(exc)))
             done.exception()  # retrieved: a waiter re-raises it
             raise

@@ -3,7 +3,9 @@ sessions written by a worker's write path into a real Elasticsearch node and a r
 (:class:`jevmem.bench.servers.ServerStores`), then recalled by a reader started afresh.
 
 * A step of the retrieval reads every conversation of its candidates in one request (edges: one
-  search; nodes: one mget), however many sessions the pool spans.
+  search; nodes: one mget), however many sessions the pool spans; the edges at the nodes a step
+  fetches are fetched beside them, and no group document twice.
+* A recall refreshes the indices it reads once, in one request sent as it starts.
 * The first recall after a start asks what later ones ask, plus the one lookup of the tenant's
   memories index: the vector collection and the edge index are made ready at the start.
 
@@ -117,8 +119,13 @@ async def test_a_recall_reads_each_step_in_one_request_and_its_first_asks_no_mor
     # each step reads its conversations in one request: a handful of requests in all, where a
     # read a conversation would make one for each of them in every step
     assert later["es POST /<memories>/_mget"] <= 5, later
-    assert later["es POST /" + written.prefix + "edges-grouped/_search"] <= 6, later
-    assert sum(later.values()) <= 16 < len(spanned) + 5, later
+    assert sum(later.values()) <= 12 < len(spanned) + 5, later
+    # the edges at the nodes a step fetches are fetched beside them, each document once; the
+    # read of what superseded what, at the end, finds them fetched
+    assert later["es POST /" + written.prefix + "edges-grouped/_search"] <= later["es POST /<memories>/_mget"], later
+    # what a refresh makes current is refreshed once, both indices in one request, at the start
+    assert [k for k in later if k.endswith("/_refresh")] == [f"es POST /<memories>,{written.prefix}edges-grouped/_refresh"]
+    assert later[f"es POST /<memories>,{written.prefix}edges-grouped/_refresh"] == 1, later
     # the first asks what later ones ask, and looks the tenant's index up once
     extra = at_first - later
     assert set(extra) <= {"es HEAD /<memories>", "es GET /_cluster/health/<memories>"}, (extra, first_ms)

@@ -23,6 +23,7 @@ ES_URL = os.environ.get("JEVMEM_TEST_ES_URL")
 if not ES_URL:
     pytest.skip("JEVMEM_TEST_ES_URL is not set", allow_module_level=True)
 
+import elastic_transport  # noqa: E402
 import orjson  # noqa: E402
 from elasticsearch import AsyncElasticsearch  # noqa: E402
 
@@ -264,6 +265,51 @@ async def test_many_reads_in_one_request_answer_as_each_read_alone(stores: Store
         counted.update(search=0, mget=0)
 
 
+async def test_an_edge_session_fetches_each_document_once_and_answers_as_the_store(
+        stores: Stores, monkeypatch: pytest.MonkeyPatch) -> None:
+    """One retrieval's edge reads (``EdgeSession``): what ``ahead`` fetched answers later reads
+    without a request; a read asks once for what it lacks, in one search for all its
+    conversations; every answer is the store's; a failed fetch fails the reads after it."""
+    written = {scope: make_nodes(scope, CHAT if scope != A2 else CHAT[::-1]) for scope in (A, B, A2)}
+    for nodes in written.values():
+        await write_all(stores, nodes, make_edges(nodes), make_decisions(nodes))
+    a, b, a2 = (written[s] for s in (A, B, A2))
+    label = make_edges(a2)[0].label
+    views: list[View] = list(VIEWS)
+    reads = [(A, [a[5].id, a[9].id, a2[0].id]), (A2, [a2[1].id, a2[7].id]), (B, [b[3].id])]
+    alone = [await stores.edges.neighbours(scope, ids_, views, 3) for scope, ids_ in reads]
+    tagged = await stores.edges.labelled(A2, [a2[1].id], views, 50, label)
+    wider = await stores.edges.neighbours(A, [a[5].id, a[6].id], views, 10)
+    searches = 0
+    search = stores.edges._client.search
+
+    async def counting(*args: object, **kwargs: object) -> object:
+        nonlocal searches
+        searches += 1
+        return await search(*args, **kwargs)
+    monkeypatch.setattr(stores.edges._client, "search", counting)
+
+    session = stores.edges.session()
+    session.ahead(reads[:2])
+    assert searches == 0  # started, not yet sent
+    assert [await session.neighbours(scope, ids_, views, 3) for scope, ids_ in reads[:2]] == alone[:2]
+    assert await session.labelled(A2, [a2[1].id], views, 50, label) == tagged
+    assert searches == 1  # the one fetch ahead answered all three
+    assert await session.read_many(reads, views, 3, None) == alone
+    assert await session.neighbours(A, [a[5].id, a[6].id], views, 10) == wider
+    assert searches == 3  # B's documents, then A's at a[6]: what each read lacked
+
+    failing = stores.edges.session()
+
+    async def down(*args: object, **kwargs: object) -> object:
+        raise elastic_transport.ConnectionError("down")
+    monkeypatch.setattr(stores.edges._client, "search", down)
+    failing.ahead(reads)
+    for _ in range(2):  # the failure is raised by the read that waits for it, and by every later one
+        with pytest.raises(StoreUnavailable):
+            await failing.neighbours(*reads[0], views, 3)
+
+
 async def test_idempotent_and_order_independent(stores: Stores) -> None:
     nodes, other = make_nodes(A), make_nodes(B)
     edges, decisions = make_edges(nodes), make_decisions(nodes)
@@ -391,6 +437,33 @@ async def test_an_owner_refreshes_for_its_own_writes_and_after_invalidate_only(
     await owner.flush()
     assert await mine.observation_count(A) == len(CHAT) and owner.refreshes == 3
     assert len(await mine.scan(A)) == len(nodes)
+
+
+async def test_a_refresh_started_ahead_serves_the_reads_of_its_epoch(es: tuple[AsyncElasticsearch, str]) -> None:
+    """A service's request starts refreshing the indices it reads at once, in one request
+    (``Visibility.ahead``): its reads then wait for that refresh instead of sending their own,
+    and see what another process acknowledged before; an index that does not exist yet is no
+    error; a strict reader starts none."""
+    client, prefix = es
+    owner, other = elastic.Visibility(client, strict_reads=False), elastic.Visibility(client, strict_reads=False)
+    mine, theirs = ElasticNodeStore(client, prefix, owner), ElasticNodeStore(client, prefix, other)
+    lex = ElasticLexicalIndex(client, prefix, owner)
+    index = prefix + elastic.memories_index(A.tenant_id)
+    nodes = make_nodes(A)
+    await ElasticLexicalIndex(client, prefix, other).upsert(nodes)
+    await theirs.upsert(nodes)
+    await other.flush()
+    owner.invalidate()
+    owner.ahead([index, prefix + "not-made-yet"])
+    assert owner.refreshes == 1
+    assert await mine.observation_count(A) == len(CHAT)
+    assert (await lex.search(A, "Biscuit", 3))[0].id in {n.id for n in nodes}
+    assert owner.refreshes == 1  # both reads waited for the one refresh
+    owner.ahead([index])  # the same epoch: already refreshed
+    assert owner.refreshes == 1
+    strict = elastic.Visibility(client)
+    strict.ahead([index])
+    assert strict.refreshes == 0
 
 
 async def test_errors_become_store_unavailable(es: tuple[AsyncElasticsearch, str]) -> None:
