@@ -17,7 +17,7 @@ from typing import Any
 
 from elasticsearch import AsyncElasticsearch
 
-from storage.elastic.store import _KW, Visibility, _Elastic, _in_realm, _scoped, _user, es_errors
+from storage.elastic.store import _KW, READ_HOT, Visibility, _Elastic, _in_realm, _scoped, _user, es_errors
 from storage.ports import Hit
 from storage.realm import Point, rank_with_ties
 from topology.schemas import MemoryNode, Realm, Scope
@@ -59,10 +59,10 @@ class ElasticVectorIndex(_Elastic):
 
     async def prepare(self) -> None:
         """Create the vectors index now (a worker at startup), not on first write."""
-        await self._ensure("vectors", self._mappings)
+        await self._ensure("vectors", self._mappings, READ_HOT)
 
     async def upsert(self, nodes: Sequence[MemoryNode]) -> None:
-        index = await self._ensure("vectors", self._mappings)
+        index = await self._ensure("vectors", self._mappings, READ_HOT)
         ops: list[dict[str, Any]] = []
         for n in nodes:
             if n.embedding is None:
@@ -72,7 +72,7 @@ class ElasticVectorIndex(_Elastic):
         await self._bulk(index, ops, deferred=True)
 
     async def search(self, scope: Scope, vector: Sequence[float], limit: int, before_seq: int | None = None) -> list[Hit]:
-        index = await self._ensure("vectors", self._mappings)
+        index = await self._ensure("vectors", self._mappings, READ_HOT)
         extra = [{"range": {"seq": {"lt": before_seq}}}] if before_seq is not None else []
         await self._own_writes(index)
         with es_errors(f"knn {index}"):
@@ -96,7 +96,7 @@ class ElasticVectorIndex(_Elastic):
             raise TypeError("a vector realm search takes a vector")
         if limit <= 0 or realm.conversation_ids == ():
             return []
-        index = await self._ensure("vectors", self._mappings)
+        index = await self._ensure("vectors", self._mappings, READ_HOT)
         vector, where = list(query), _in_realm(realm)
         await self._own_writes(index)
         score = await self._scorer(index)
