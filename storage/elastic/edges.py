@@ -30,7 +30,7 @@ import asyncio
 import hashlib
 import time
 from collections.abc import Sequence
-from typing import Any, NamedTuple
+from typing import Any
 
 import orjson
 from elasticsearch import NotFoundError
@@ -80,17 +80,25 @@ def _latest(hits: Sequence[dict[str, Any]]) -> dict[str, _Edge]:
     return out
 
 
-def _ranked(edges: Sequence[_Edge], limit: int) -> list[EdgeEvent]:
-    chosen = sorted(edges, key=lambda e: (-e["probability"], e["id"]))
-    return [EdgeEvent.model_validate(e) for e in (chosen[:limit] if limit >= 0 else chosen)]
+class _Held:
+    """A conversation's group documents as a session holds them: each edge's latest version over
+    the documents held (:data:`_ORDER`)."""
 
+    def __init__(self) -> None:
+        self.docs: set[str] = set()
+        #: edge id -> (its document's order, the edge)
+        self.latest: dict[str, tuple[tuple[int, str], _Edge]] = {}
 
-class _Doc(NamedTuple):
-    """A group document as a session holds it: its order (:data:`_ORDER`), its edges, their endpoints."""
-
-    order: tuple[int, str]
-    edges: list[_Edge]
-    nodes: frozenset[str]
+    def add(self, doc_id: str, order: tuple[int, str], edges: list[_Edge]) -> list[str]:
+        """Take a document; returns the ids of the edges whose latest version it now holds."""
+        self.docs.add(doc_id)
+        newer = []
+        for e in edges:
+            held = self.latest.get(e["id"])
+            if held is None or held[0] < order:
+                self.latest[e["id"]] = (order, e)
+                newer.append(e["id"])
+        return newer
 
 
 class EdgeSession:
@@ -109,8 +117,10 @@ class EdgeSession:
 
     def __init__(self, store: ElasticEdgeStore) -> None:
         self._store = store
-        #: (tenant, conversation) -> document id -> document
-        self._docs: dict[tuple[str, str], dict[str, _Doc]] = {}
+        #: (tenant, conversation) -> its documents held
+        self._held: dict[tuple[str, str], _Held] = {}
+        #: (tenant, conversation, edge id) -> its latest version held, validated once
+        self._events: dict[tuple[str, str, str], EdgeEvent] = {}
         #: (tenant, conversation) -> the ids whose documents are fetched or being fetched
         self._covered: dict[tuple[str, str], set[str]] = {}
         self._pending: list[asyncio.Future[None]] = []
@@ -159,7 +169,7 @@ class EdgeSession:
             by_ids.setdefault((tenant, frozenset(ids)), []).append(conv)
         clauses = [{"bool": {"filter": [{"term": {"tenant_id": tenant}}, {"terms": {"conversation_id": sorted(convs)}},
                                         {"terms": {"nodes": sorted(ids)}}]}} for (tenant, ids), convs in by_ids.items()]
-        held = sorted({gid for key in need for gid in self._docs.get(key, {})})
+        held = sorted({gid for key in need if key in self._held for gid in self._held[key].docs})
         for at in range(0, len(clauses), _READS_A_SEARCH):
             query: dict[str, Any] = {"bool": {"should": clauses[at: at + _READS_A_SEARCH], "minimum_should_match": 1}}
             if held:
@@ -170,10 +180,11 @@ class EdgeSession:
                 return
             for h in hits:
                 src = h["_source"]
-                edges: list[_Edge] = orjson.loads(src["body"])
-                self._docs.setdefault((src["tenant_id"], src["conversation_id"]), {})[h["_id"]] = _Doc(
-                    (int(src["written"]), str(src["gid"])), edges,
-                    frozenset(e["source"] for e in edges) | frozenset(e["target"] for e in edges))
+                key = (str(src["tenant_id"]), str(src["conversation_id"]))
+                newer = self._held.setdefault(key, _Held()).add(h["_id"], (int(src["written"]), str(src["gid"])),
+                                                                 orjson.loads(src["body"]))
+                for edge_id in newer:
+                    self._events.pop((*key, edge_id), None)
 
     async def read_many(self, reads: Sequence[tuple[Scope, Sequence[str]]], views: Sequence[View], limit: int,
                         label: str | None) -> list[list[EdgeEvent]]:
@@ -193,17 +204,25 @@ class EdgeSession:
         vs = set(views)
         for k in wanted:
             scope, node_ids = reads[k]
+            key = (scope.tenant_id, scope.conversation_id)
+            held = self._held.get(key)
+            if held is None:
+                continue
             ids = set(node_ids)
-            docs = sorted((d for d in self._docs.get((scope.tenant_id, scope.conversation_id), {}).values()
-                           if not d.nodes.isdisjoint(ids)), key=lambda d: d.order)
-            latest: dict[str, _Edge] = {}
-            for d in docs:  # in _ORDER: later versions replace earlier ones
-                for e in d.edges:
-                    latest[e["id"]] = e
-            edges = _ranked([e for e in latest.values() if e["view"] in vs and (e["source"] in ids or e["target"] in ids)],
-                            limit)
-            out[k] = edges if label is None else [e for e in edges if e.label == label]
+            # an edge at one of ids is in no document that does not hold that id, so its latest
+            # version over every document held is its latest over those holding ids
+            found = [e for _, e in held.latest.values()
+                     if e["view"] in vs and (e["source"] in ids or e["target"] in ids)]
+            found.sort(key=lambda e: (-e["probability"], e["id"]))
+            out[k] = [self._event(key, e) for e in found[:limit] if label is None or e["label"] == label]
         return out
+
+    def _event(self, key: tuple[str, str], edge: _Edge) -> EdgeEvent:
+        """``edge`` (the latest version held) validated, once a session."""
+        event = self._events.get((*key, edge["id"]))
+        if event is None:
+            event = self._events[(*key, edge["id"])] = EdgeEvent.model_validate(edge)
+        return event
 
     async def neighbours(self, scope: Scope, node_ids: Sequence[str], views: Sequence[View], limit: int) -> list[EdgeEvent]:
         return (await self.read_many([(scope, node_ids)], views, limit, None))[0]
