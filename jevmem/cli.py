@@ -22,7 +22,7 @@ from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from jevmem import assembly, cli_errors
+from jevmem import assembly, cli_errors, heap
 from jevmem.cli_bench import bench_longmemeval
 from jevmem.cli_encryption import encryption_app
 from jevmem.cli_keys import keys_app
@@ -352,7 +352,8 @@ def serve(host: Annotated[str, typer.Option(metavar="HOST", help="Address to lis
     sign_in: DevUi | None = None
     if dev_ui:
         sign_in, keys = dev_key(settings.tenant, keys)
-    api = create_app(service, Authenticator(keys, settings.auth_cache_seconds, tokens=assembly.oidc(settings)))
+    api = create_app(service, Authenticator(keys, settings.auth_cache_seconds, tokens=assembly.oidc(settings)),
+                     started=heap.settle)
     metrics.attach(api)
     shown = f"[{host}]" if ":" in host else host
     if sign_in is not None:

@@ -418,12 +418,16 @@ def routes(service: MemoryService, auth: Authenticator) -> APIRouter:
     return router
 
 
-def create_app(service: MemoryService, auth: Authenticator) -> FastAPI:
+def create_app(service: MemoryService, auth: Authenticator, started: Callable[[], None] | None = None) -> FastAPI:
     """The API over ``service`` (the ``/v1`` :func:`routes`, ``/healthz``, the MCP tools at
-    ``/mcp`` and the memory page at ``/ui/``); ``auth`` checks every request's key."""
+    ``/mcp`` and the memory page at ``/ui/``); ``auth`` checks every request's key. ``started``
+    is called once the service has started, before the first request (``jevmem serve``:
+    ``jevmem.heap.settle``)."""
     @asynccontextmanager
     async def lifespan(_: FastAPI):  # type: ignore[no-untyped-def]
         await service.start()
+        if started is not None:
+            started()
         try:
             yield
         finally:

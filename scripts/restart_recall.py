@@ -28,7 +28,7 @@ import json
 import time
 from pathlib import Path
 
-from jevmem import assembly
+from jevmem import assembly, heap
 from jevmem.bench.locomo import percentile
 from jevmem.bench.servers import ServerStores
 from jevmem.bench.users import BenchService, Deployment, _Run
@@ -37,7 +37,7 @@ from jevmem.settings import Settings
 from jevmem.wiring import EmbeddedService
 
 
-async def main(command: str, where: str, sessions: int, stores: Deployment) -> dict[str, float]:
+async def main(command: str, where: str, sessions: int, stores: Deployment, settle: bool = True) -> dict[str, float]:
     settings = Settings()
     embedder = assembly.load_embedder(settings)
     service: BenchService
@@ -53,6 +53,8 @@ async def main(command: str, where: str, sessions: int, stores: Deployment) -> d
     t0 = time.perf_counter()
     await service.start()
     start_ms = (time.perf_counter() - t0) * 1000
+    if settle:
+        heap.settle()  # as jevmem serve does after its start
     try:
         if command == "build":
             return {"turns": len(run.turns), "ingest_s": round(await run.ingest(service), 1)}
@@ -75,9 +77,10 @@ if __name__ == "__main__":
     ap.add_argument("where", help="the store's directory (embedded) or generation prefix (distributed)")
     ap.add_argument("--sessions", type=int, default=0)
     ap.add_argument("--stores", choices=["embedded", "distributed"], default="embedded")
+    ap.add_argument("--no-settle", action="store_true", help="leave the heap as the start left it (jevmem.heap)")
     args = ap.parse_args()
     if args.command == "drop" and args.stores != "distributed":
         ap.error("drop is for a distributed generation (remove an embedded store's directory)")
     if args.command != "drop" and args.sessions <= 0:
         ap.error("--sessions N is needed")
-    print(json.dumps(asyncio.run(main(args.command, args.where, args.sessions, args.stores))))
+    print(json.dumps(asyncio.run(main(args.command, args.where, args.sessions, args.stores, not args.no_settle))))

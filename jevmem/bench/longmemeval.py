@@ -47,6 +47,7 @@ from typing import Any, Literal
 
 import numpy as np
 
+from jevmem import heap
 from jevmem.bench.dense import dense_order
 from jevmem.bench.locomo import percentile
 from jevmem.settings import Settings
@@ -332,6 +333,7 @@ async def run_longmemeval(directory: Path, settings: Settings, embedder: Embedde
     held = build.held()
     service = EmbeddedService(settings, embedder=embedder, data_dir=data_dir / "store")
     await service.start()
+    heap.settle()  # as a server settles after its start (jevmem.heap)
     per: dict[str, list[tuple[str, dict[str, float]]]] = {m: [] for m in METHODS}
     per_q: list[dict[str, Any]] = []
     ingest_s = embed_s = 0.0
@@ -368,6 +370,7 @@ async def run_longmemeval(directory: Path, settings: Settings, embedder: Embedde
                 progress("longmemeval", j + 1, len(chosen))
     finally:
         await service.stop()
+        heap.thaw()
         if tmp is not None:
             tmp.cleanup()
     return {

@@ -48,6 +48,7 @@ from collections.abc import AsyncIterator, Callable, Sequence
 from datetime import datetime
 from typing import Any, Literal, Protocol, TypeVar
 
+from jevmem import heap
 from jevmem.bench.dense import DenseSearch
 from jevmem.bench.folds import Fold, attributes_of
 from jevmem.bench.locomo import percentile
@@ -208,11 +209,13 @@ class SyntheticRun:
     async def _live(self, service: _S) -> AsyncIterator[_S]:
         """``service`` started; on exit, the service then live (a restart replaces it) stopped."""
         await service.start()
+        heap.settle()  # as a server settles after its start (jevmem.heap)
         self.live = service
         try:
             yield service
         finally:
             await (self.live or service).stop()
+            heap.thaw()
 
     def observation(self, t: SyntheticTurn) -> Observation:
         fields: dict[str, Any] = {"tenant_id": self.tenant(t.user_id), "conversation_id": t.conversation_id,
@@ -261,6 +264,7 @@ class _Run(SyntheticRun):
         await service.stop()
         again = self.live = service.restarted()
         await again.start()
+        heap.settle()
         ms = [(await self.ask(again, q))[1] for q in self.data.questions]
         later = ms[1:] or ms
         return {"first": round(ms[0], 1) if ms else 0.0, "p50": round(percentile(later, 50), 1),
