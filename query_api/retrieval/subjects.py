@@ -88,9 +88,18 @@ def about_someone_else(node: MemoryNode, asked: frozenset[str], question: str) -
         return False
     words = {w.strip("?.,!'\"").lower().removesuffix("'s") for w in question.split()}
     kin = words & KIN_WORDS
-    # "Where does Maya's sister live?" is answered by Maya's "My sister Lena lives in Berlin"
-    told = {w.strip("?.,!'\"").lower() for w in node.content.split()} & kin
-    return not (people & words or (people & KIN_WORDS and kin) or told)
+    # "Where does Maya's sister live?" is answered by Maya's "My sister Lena lives in Berlin",
+    # not by her "My friend Marta's sister lives in Vienna" (Marta's sister)
+    return not (people & words or (people & KIN_WORDS and kin) or own_kin(node.content) & kin)
+
+
+def own_kin(text: str) -> set[str]:
+    """The kin words (lowercased) of ``text`` that name its speaker's relative: each one not
+    owned by someone else's possessive just before it ("my sister", "our mum", "Lena, my sister";
+    not "Marta's sister", "my friend's mum")."""
+    tokens = [w.strip("?.,!\"").lower() for w in text.split()]
+    return {w for i, w in enumerate(tokens)
+            if w in KIN_WORDS and not (i > 0 and tokens[i - 1].endswith(("'s", "s'", "\u2019s")))}
 
 
 def own_statement(node: MemoryNode, asked: frozenset[str]) -> bool:
