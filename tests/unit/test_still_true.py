@@ -358,6 +358,24 @@ def test_a_fact_about_someone_else_is_told_apart_from_the_asked_persons() -> Non
     assert not subjects.asked_people("Where is the nearest bank?", ["Priya"])
 
 
+def test_a_relative_named_by_someone_elses_possessive_is_not_the_speakers() -> None:
+    """For a user's question about their own relative, their statement about that relative
+    answers it and their report of someone else's relative does not: the kin word of "my friend
+    Chloe's mum" is Chloe's. Relations in no table of ours; read from the words' grammar."""
+    def node(text: str) -> MemoryNode:
+        return MemoryNode.model_validate({"id": "n", "tenant_id": "t1", "conversation_id": "c1", "seq": 0,
+                                          "event_id": "e", "content": text, "speaker": "user", "role": "user"})
+
+    asked = frozenset({"user"})
+    for question, own, theirs in [
+            ("What's my mum's hobby?", "My mum spends every weekend birdwatching.", "My friend Chloe's mum does pottery."),
+            ("What does my brother do?", "My brother Tom works as a paramedic.", "My colleague Raj's brother is an architect."),
+            ("Where does my sister live?", "Lena, my sister, lives in Berlin.", "My friend Marta's sister lives in Vienna.")]:
+        assert not subjects.about_someone_else(node(own), asked, question), own
+        assert subjects.about_someone_else(node(theirs), asked, question), theirs
+    assert subjects.own_kin("Our grandma and my friend Ana's uncle came.") == {"grandma", "friend"}
+
+
 def test_only_a_persons_own_update_reorders_the_pool() -> None:
     def node(i: str, speaker: str | None) -> MemoryNode:
         return MemoryNode.model_validate({"id": i, "tenant_id": "t1", "conversation_id": "c1", "seq": 0,
