@@ -438,7 +438,7 @@ def mcp(key: Annotated[str | None, typer.Option(
     settings, service = _service(settings, distributed)
     try:
         _run(serve_stdio(service, Authenticator(key_store(settings), settings.auth_cache_seconds, tokens=assembly.oidc(settings)),
-                         key))
+                         key, started=heap.settle))
     except Unauthenticated as exc:
         cli_errors.stop(f"API key refused: {exc}", 2)
     except StoreUnavailable as exc:  # e.g. the embedded store is open in another process

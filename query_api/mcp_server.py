@@ -269,9 +269,11 @@ def build_server(service: MemoryService, principal_of: PrincipalOf) -> MCPServer
     return server
 
 
-async def serve_stdio(service: MemoryService, auth: Authenticator, key: str) -> None:
+async def serve_stdio(service: MemoryService, auth: Authenticator, key: str,
+                      started: Callable[[], None] | None = None) -> None:
     """Serve the tools over stdio (stdin/stdout) for the tenant of ``key`` until stdin closes.
-    Raises :class:`Unauthenticated` before starting anything when ``key`` is not valid."""
+    Raises :class:`Unauthenticated` before starting anything when ``key`` is not valid.
+    ``started`` is called once the service has started (``jevmem mcp``: ``jevmem.heap.settle``)."""
     header = f"Bearer {key}"
     await auth.principal(header)
 
@@ -280,6 +282,8 @@ async def serve_stdio(service: MemoryService, auth: Authenticator, key: str) -> 
 
     server = build_server(service, who)
     await service.start()
+    if started is not None:
+        started()
     try:
         await server.run_stdio_async()
     finally:
