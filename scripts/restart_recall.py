@@ -18,6 +18,9 @@ With ``--stores distributed`` the store is the generation PREFIX (ending in ``-`
 Elasticsearch and Qdrant servers of ``JEVMEM_ELASTICSEARCH_URL`` and ``JEVMEM_QDRANT_URL``,
 written and read as ``bench users --stores distributed`` does (:mod:`jevmem.bench.servers`);
 ``drop`` removes it.
+
+``ask`` settles the heap after the start, as ``jevmem serve`` does (``jevmem.heap.settle``);
+``--no-settle`` leaves it as the start left it.
 """
 
 from __future__ import annotations
