@@ -34,7 +34,8 @@ def create(tenant: Annotated[str, typer.Option(metavar="TENANT", help="The tenan
            users: Annotated[str | None, typer.Option(metavar="USERS", help=(
                "Comma-separated user ids: the key then remembers and recalls only these users' memory."))] = None,
            data_dir: DataDir = None, as_json: Json = False) -> None:
-    """Make a key and print it once (only its hash is stored)."""
+    """Make a key and print it once (only its hash is stored). In distributed mode, the tenant's
+    memories index is made now too, so that its first writes do not wait for it."""
     from jevmem.assembly import key_store
     from query_api.auth import mint
 
@@ -45,11 +46,20 @@ def create(tenant: Annotated[str, typer.Option(metavar="TENANT", help="The tenan
         raise typer.BadParameter(str(exc)) from exc
 
     async def go() -> None:
-        store = key_store(_settings(data_dir))
+        settings = _settings(data_dir)
+        store = key_store(settings)
         try:
             await store.create(record)
         finally:
             await store.close()
+        if settings.mode == "distributed":  # the tenant's index now, not on its first write
+            from jevmem.distributed import prepare_tenant
+            from topology.errors import StoreUnavailable
+
+            try:
+                await prepare_tenant(settings, record.tenant_id)
+            except StoreUnavailable as exc:  # the key is made: print it; the first write makes the index
+                _err.print(f"the tenant's index was not made now ({exc}); its first write will make it")
 
     asyncio.run(go())
     if as_json:

@@ -219,6 +219,17 @@ async def resolve_prefix(settings: Settings) -> str:
         await es.close()
 
 
+async def prepare_tenant(settings: Settings, tenant_id: str) -> None:
+    """Make the tenant's memories index in the active store generation now (``jevmem keys
+    create``), so that its first writes do not wait for the index to be created."""
+    prefix = await resolve_prefix(settings)
+    es = assembly.elasticsearch(settings)
+    try:
+        await ElasticNodeStore(es, prefix).prepare_tenant(tenant_id)
+    finally:
+        await es.close()
+
+
 class DistributedService:
     """:class:`query_api.service.MemoryService` for the distributed stack: ingest goes to Kafka,
     queries read Elasticsearch and the vector index directly. Its stores and producer translate

@@ -258,6 +258,8 @@ class Visibility:
         self.refreshes = 0
         #: indices seen to exist by any adapter sharing this (each is looked up once a process)
         self.found: set[str] = set()
+        #: indices made, or given this release's fields, by any adapter sharing this (once a process)
+        self.ready: set[str] = set()
         #: indices seen not to exist since the last :meth:`invalidate` (looked up again after it;
         #: never remembered with ``strict_reads``, whose every read sees what exists by then)
         self.absent: set[str] = set()
@@ -373,7 +375,9 @@ class _Elastic:
         self._client = client
         self._prefix = prefix
         self._visibility = visibility
-        self._ready: set[str] = set()    # created or given this release's fields by this process
+        # created or given this release's fields by this process: shared by the adapters sharing
+        # the visibility (the lexical index and the node store write one memories index)
+        self._ready: set[str] = visibility.ready if visibility is not None else set()
         # seen to exist (by a read: its fields may be an older release's), by every adapter sharing
         # the visibility: the lexical index and the node store read one memories index
         self._found: set[str] = visibility.found if visibility is not None else set()
@@ -609,6 +613,12 @@ class ElasticLexicalIndex(_Memories):
 class ElasticNodeStore(_Memories):
     """Canonical nodes (JSON body + embedding and context vector) in the tenant's memories index, and the
     forgotten-event records (``p forgotten``)."""
+
+    async def prepare_tenant(self, tenant_id: str) -> None:
+        """Make the tenant's memories index now, if missing (idempotent), so that the tenant's
+        first writes do not: creating an index is a cluster-state change, which a new tenant's
+        first batch would otherwise wait for."""
+        await self._ensure(memories_index(tenant_id), _MEMORIES, READ_HOT)
 
     async def upsert(self, nodes: Sequence[MemoryNode]) -> None:
         """Write each node's canonical fields (partial update: a node without an embedding keeps

@@ -14,12 +14,16 @@ Needs ``JEVMEM_TEST_ES_URL`` and ``JEVMEM_TEST_QDRANT_URL`` (``scripts/test`` st
 
 from __future__ import annotations
 
+import os
 import re
+import subprocess
+import sys
 import time
 import uuid
 from collections import Counter
 from collections.abc import AsyncIterator, Awaitable, Callable
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -33,9 +37,12 @@ if not (ES_URL and QDRANT_URL):
 
 import elastic_transport  # noqa: E402
 import httpx  # noqa: E402
+import orjson  # noqa: E402
+from elasticsearch import AsyncElasticsearch  # noqa: E402
 
 from jevmem.bench.servers import ServerStores  # noqa: E402
 from jevmem.settings import Settings  # noqa: E402
+from storage.elastic.store import memories_index  # noqa: E402
 from topology.embedding import default_embedder  # noqa: E402
 from topology.schemas import Observation, Realm  # noqa: E402
 
@@ -149,3 +156,35 @@ async def test_the_write_path_reads_a_users_earlier_sessions_in_one_request_a_st
     # a few reads a write chunk (the hits, then the memories kept); read one session at a time,
     # the same write made 58
     assert counted["es POST /<memories>/_mget"] <= len(later), sorted(counted.items())
+
+
+async def test_a_tenants_index_is_made_with_its_first_key_not_by_its_first_write(tmp_path: Path) -> None:
+    """``jevmem keys create`` in distributed mode makes the tenant's memories index (with the
+    codec of an index every recall reads), so the tenant's first write batch does not wait for
+    the index to be created: the index it writes is the one the key's creation made."""
+    prefix = f"kt{uuid.uuid4().hex[:8]}-"
+    env = {"JEVMEM_MODE": "distributed", "JEVMEM_ELASTICSEARCH_URL": ES_URL or "", "JEVMEM_STORE_PREFIX": prefix,
+           "JEVMEM_KEYS_INDEX": prefix + "keys"}
+    done = subprocess.run([sys.executable, "-c", "from jevmem.cli import main; main()", "keys", "create",
+                           "--tenant", "newco", "--json"], cwd=tmp_path, env={**os.environ, **env},
+                          capture_output=True, text=True, timeout=120, stdin=subprocess.DEVNULL)
+    assert done.returncode == 0, done.stderr
+    assert orjson.loads(done.stdout)["tenant"] == "newco"
+    settings = Settings(elasticsearch_url=ES_URL or "", qdrant_url=QDRANT_URL, write_batch=16)
+    writer = ServerStores(settings, default_embedder(), prefix)
+    index = prefix + memories_index("newco")
+    es = AsyncElasticsearch(ES_URL or "")
+    try:
+        made = (await es.indices.get_settings(index=index))[index]["settings"]["index"]
+        assert made["codec"] == "default"
+        await writer.start()
+        assert await writer.submit([o.model_copy(update={"tenant_id": "newco"}) for o in sessions()[:6]]) == []
+        await writer.stop()
+        after = (await es.indices.get_settings(index=index))[index]["settings"]["index"]
+        assert after["uuid"] == made["uuid"] and after["creation_date"] == made["creation_date"]
+        await es.indices.refresh(index=index)
+        assert (await es.count(index=index))["count"] == 6
+    finally:
+        await es.close()
+        await writer.stop()
+        await writer.drop()
