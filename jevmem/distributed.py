@@ -222,9 +222,9 @@ async def resolve_prefix(settings: Settings) -> str:
 async def prepare_tenant(settings: Settings, tenant_id: str) -> None:
     """Make the tenant's memories index in the active store generation now (``jevmem keys
     create``), so that its first writes do not wait for the index to be created."""
-    prefix = await resolve_prefix(settings)
     es = assembly.elasticsearch(settings)
     try:
+        prefix = settings.store_prefix or await active_generation(es)
         await ElasticNodeStore(es, prefix).prepare_tenant(tenant_id)
     finally:
         await es.close()

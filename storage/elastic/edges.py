@@ -35,7 +35,7 @@ from typing import Any
 import orjson
 from elasticsearch import NotFoundError
 
-from storage.elastic.store import _FILTER_KW, _KW, _OPAQUE, _PAGE, _Elastic, _scoped, es_errors
+from storage.elastic.store import _FILTER_KW, _KW, _OPAQUE, _PAGE, _Elastic, _scoped, es_errors, retrieved
 from topology.schemas import ConsolidationDecision, EdgeEvent, Scope, View
 
 #: The index of edge groups (see the module).
@@ -144,7 +144,7 @@ class EdgeSession:
         need = self._claim(reads)
         if need and self._failed is None:
             task = asyncio.ensure_future(self._fetch(need))
-            task.add_done_callback(_retrieved)
+            task.add_done_callback(retrieved)
             self._pending.append(task)
 
     async def _settled(self) -> None:
@@ -230,12 +230,6 @@ class EdgeSession:
     async def labelled(self, scope: Scope, node_ids: Sequence[str], views: Sequence[View], limit: int,
                        label: str) -> list[EdgeEvent]:
         return (await self.read_many([(scope, node_ids)], views, limit, label))[0]
-
-
-def _retrieved(task: asyncio.Future[None]) -> None:
-    """Mark a background fetch's failure as seen (a later read of its session raises it)."""
-    if not task.cancelled():
-        task.exception()
 
 
 class ElasticEdgeStore(_Elastic):

@@ -207,6 +207,13 @@ def failed_items(res: Any, conflicts_ok: bool = False) -> list[dict[str, Any]]:
             if "error" in i and not (conflicts_ok and i.get("status") == 409)]
 
 
+def retrieved(task: asyncio.Future[None]) -> None:
+    """A background request's done-callback: its failure is marked seen (whoever waits for it
+    raises it; nobody may)."""
+    if not task.cancelled():
+        task.exception()
+
+
 class Visibility:
     """When the write path's documents are sent, and when a search must refresh an index first.
 
@@ -335,8 +342,7 @@ class Visibility:
         wanted = [i for i in dict.fromkeys(indices)
                   if (started := self._refreshes.get(i)) is None or started[0] < self._epoch or i in self._pending]
         if wanted:
-            task = asyncio.ensure_future(self._send(wanted, self._started(wanted)))
-            task.add_done_callback(lambda t: t.cancelled() or t.exception())
+            asyncio.ensure_future(self._send(wanted, self._started(wanted))).add_done_callback(retrieved)
 
     async def _refresh(self, indices: list[str]) -> None:
         """Refresh ``indices`` in one request, as the refresh of this epoch for each of them."""
@@ -535,12 +541,16 @@ class _Memories(_Elastic):
         """Partial-update (``doc_as_upsert``) ``doc(node)`` into each node's tenant index: one bulk."""
         if not nodes:
             return
-        names = {t: await self._ensure(memories_index(t), _MEMORIES, READ_HOT) for t in sorted({n.tenant_id for n in nodes})}
+        names = {t: await self._tenant_index(t) for t in sorted({n.tenant_id for n in nodes})}
         ops: list[dict[str, Any]] = []
         for n in nodes:
             ops.append({"update": {"_index": names[n.tenant_id], "_id": n.id}})
             ops.append({"doc_as_upsert": True, "doc": doc(n)})
         await self._bulk(None, ops, deferred=True)
+
+    async def _tenant_index(self, tenant_id: str) -> str:
+        """The tenant's memories index, made now if missing (:meth:`_ensure`, :data:`READ_HOT`)."""
+        return await self._ensure(memories_index(tenant_id), _MEMORIES, READ_HOT)
 
     async def _index(self, scope: Scope) -> str | None:
         """The scope's tenant index, or None when the tenant has none yet (reads answer empty)."""
@@ -618,7 +628,7 @@ class ElasticNodeStore(_Memories):
         """Make the tenant's memories index now, if missing (idempotent), so that the tenant's
         first writes do not: creating an index is a cluster-state change, which a new tenant's
         first batch would otherwise wait for."""
-        await self._ensure(memories_index(tenant_id), _MEMORIES, READ_HOT)
+        await self._tenant_index(tenant_id)
 
     async def upsert(self, nodes: Sequence[MemoryNode]) -> None:
         """Write each node's canonical fields (partial update: a node without an embedding keeps
@@ -781,7 +791,7 @@ class ElasticNodeStore(_Memories):
             page = res["hits"]["hits"]
             ops: list[dict[str, Any]] = []
             for h in page:
-                index = await self._ensure(memories_index(h["_source"]["tenant_id"]), _MEMORIES, READ_HOT)
+                index = await self._tenant_index(h["_source"]["tenant_id"])
                 ops += [{"create": {"_index": index, "_id": h["_id"]}}, h["_source"]]
             await self._bulk(None, ops, conflicts_ok=True)  # never overwrite a document written since
             moved += len(page)
