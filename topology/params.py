@@ -159,6 +159,12 @@ class RealmRanking(BaseModel):
     #: (assistant and tool turns are left alone). The latest-statement step still takes only
     #: people a question names. False: only the people a question names are asked.
     first_person: bool = True
+    #: For such a question about the present, the asker's later statements answering it about as
+    #: well as the best one (``Params.latest_band``) are put to the update judge as possible
+    #: replacements of it, their attribute unknown to it; the latest judged at least this likely to
+    #: replace it ranks first. Chosen on the update judge's wide pool (attributes it never saw).
+    #: None: off.
+    judged_update: float | None = Field(default=0.3, ge=0.0, le=1.0)
 
 
 class HardLimits(BaseModel):

@@ -21,8 +21,7 @@ import asyncio
 import re
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
-from datetime import UTC, datetime
+from datetime import datetime
 from typing import Any
 
 import numpy as np
@@ -32,19 +31,20 @@ from query_api.retrieval import currency, formulas, scoring, subjects
 from query_api.retrieval import features as qf
 from query_api.retrieval.features import DECIMALS, ScoreRow
 from query_api.retrieval.nodeinfo import NodeInfo, NodeInfoCache, matrix
+from query_api.retrieval.present import PresentSteps
 from query_api.retrieval.reach import ConversationReach, Reach, RealmReach
+from query_api.retrieval.state import Cand, QueryState, RoundTrace, Run, Static
 from storage.ports import EdgeReader, Hit, LexicalIndex, NodeReader, NodeRows, VectorSearch
 from topology import text
 from topology.params import Params
 from topology.ports import Embedder
-from topology.schemas import MemoryNode, Realm, Scope, TemporalRef, View
-from topology.stages.updates import PERSON_ROLES
+from topology.schemas import MemoryNode, Realm, Scope, TemporalRef
 from topology.systemone.attribute_model import AttributeModel
-from topology.systemone.attributes import AttributeSpace, before_rows
+from topology.systemone.attributes import AttributeSpace
 from topology.systemone.catalog import ASSESS, ROUTE, SCORE
 from topology.systemone.features import AssessState, ScoreState
 from topology.systemone.port import CountingSystemOne, Item, SystemOne
-from topology.systemone.turn_kinds import ASSISTANT_ROLES, turn_kind
+from topology.systemone.turn_kinds import turn_kind
 
 _NAME = re.compile(r"\b[A-Z][a-zA-Z'-]+")
 
@@ -86,15 +86,6 @@ class Evidence(BaseModel):
         return f"{head}{who}{self.content}{tail}"
 
 
-class RoundTrace(BaseModel):
-    round: int
-    assess: dict[str, float]
-    expanded: list[str]
-    examined_edges: int
-    added: int
-    stop: str | None = None
-
-
 class Trace(BaseModel):
     route: dict[str, float]
     active_views: list[str]
@@ -117,111 +108,13 @@ class Retrieval(BaseModel):
     trace: Trace
 
 
-@dataclass
-class _Cand:
-    node: MemoryNode
-    #: the node's query-independent facts (its embedding row among them)
-    info: NodeInfo
-    via: str
-    p_g: float
-    pi_e: float
-    score: float = 0.0
-    relevance: float = 0.0
-    expanded: bool = False
-
-
-@dataclass(frozen=True)
-class _Static:
-    """The score features of a candidate that depend only on it and the query (its node, how it
-    was reached), as a :class:`ScoreRow` carries them (rounded where it rounds): ``head`` is
-    ``cosine_in_pool`` .. ``statement`` in :data:`STATIC_HEAD` order; ``reached`` is
-    ``expanded``, ``view_probability``, ``edge_probability``."""
-
-    head: tuple[float, ...]
-    is_question: float
-    reached: tuple[float, float, float]
-    length: float
-
-
-#: The features :attr:`_Static.head` holds, in order.
+#: The features :attr:`Static.head` holds, in order.
 STATIC_HEAD = ("cosine_in_pool", "lexical", "entity", "speaker_match", "anchor", "bm25", "vector_rank",
                "lexical_rank", "temporal_match", "date_match", "causal_match", "statement")
 #: Which of :data:`STATIC_HEAD` are passed on unrounded (:data:`query_api.retrieval.features.EXACT`).
 _HEAD_EXACT = np.asarray([name in qf.EXACT for name in STATIC_HEAD])
 #: How many other strong pool members ``max_evidence_cosine`` and ``support`` read.
 _OTHERS = 5
-
-
-@dataclass
-class _QueryState:
-    question: str
-    qvec: list[float]
-    #: the question vector as float64 (what the cosine products multiply by)
-    q: np.ndarray
-    qtokens: set[str]
-    qnames: set[str]
-    route: dict[str, float]
-    #: the roles whose words the question asks about (:func:`~query_api.retrieval.subjects.asked_roles`)
-    roles: frozenset[str] = frozenset()
-    #: the question's own vector, before any steering (what the attribute model reads)
-    asked: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.float32))
-    #: per node, the attribute model's reading of it (:meth:`RetrievalController._known`, once a query)
-    attribute_reads: dict[str, np.ndarray] = field(default_factory=dict)
-    anchor_strength: dict[str, float] = field(default_factory=dict)
-    bm25: dict[str, float] = field(default_factory=dict)
-    vec_rank: dict[str, float] = field(default_factory=dict)
-    lex_rank: dict[str, float] = field(default_factory=dict)
-    cos_range: tuple[float, float] = (0.0, 1.0)
-    cos_in_pool: dict[str, float] = field(default_factory=dict)
-    #: (conversation, seq) -> the pool member at that place
-    by_seq: dict[tuple[str, int], _Cand] = field(default_factory=dict)
-    pool: dict[str, _Cand] = field(default_factory=dict)
-    graph: qf.GraphView = field(default_factory=qf.GraphView)
-    dates: tuple[set[int], set[int]] = field(default_factory=lambda: (set(), set()))
-    #: per node, the features that depend only on the node and the question (computed once a query)
-    static: dict[str, _Static] = field(default_factory=dict)
-    #: per node, its reply_to_match once final (see ``RetrievalController._reply``)
-    reply: dict[str, float] = field(default_factory=dict)
-    #: a recall over many conversations: the ``statement`` feature is whether the turn holds a
-    #: statement (its kind, or its best sentence or clause read alone), which the realm weights
-    #: learned from; a conversation's query keeps the turn's kind alone (the LoCoMo weights')
-    realm: bool = False
-
-
-@dataclass
-class _Run:
-    """One query in progress: the plan the route gave, the pool, and what the trace reports."""
-
-    so: CountingSystemOne
-    st: _QueryState
-    views: list[View]
-    budgets: dict[View, int]
-    depth: int
-    t0: float
-    lex_hits: list[Hit]
-    #: the anchors' vector search, started as soon as the question's vector was known
-    vec_hits: asyncio.Future[list[Hit]]
-    timings: dict[str, float] = field(default_factory=dict)
-    anchors: int = 0
-    #: the latest observation time of the anchors (the recency reference t*)
-    t_star: datetime | None = None
-    rounds: list[RoundTrace] = field(default_factory=list)
-    #: expansion budget left per view
-    remaining: dict[View, int] = field(default_factory=dict)
-    examined: int = 0
-    stop: str = "depth"
-    #: a recall over many conversations (scored by ``Params.realm``)
-    realm: bool = False
-    #: only memories observed by then count, and what superseded them later does not
-    as_of: datetime | None = None
-    #: the pool's superseded memories, as of ``as_of`` (:mod:`query_api.retrieval.currency`)
-    stale: dict[str, currency.Superseded] = field(default_factory=dict)
-    #: the pool's memories that superseded another: when they became current
-    current: dict[str, datetime] = field(default_factory=dict)
-    #: the people of the pool the question names (lowercased speakers)
-    asked: frozenset[str] = frozenset()
-    #: fewer anchors than asked for: the realm holds fewer memories (``RealmRanking.min_spread``)
-    anchors_short: bool = False
 
 
 #: Called with the states of the final scoring of a query's pool (for training and inspection).
@@ -241,14 +134,14 @@ def query_names(question: str) -> set[str]:
     return {w.lower() for w in _NAME.findall(question) if w.lower() not in text.STOPWORDS}
 
 
-def _holds(c: _Cand, st: _QueryState) -> float:
+def _holds(c: Cand, st: QueryState) -> float:
     """The ``statement`` feature: p(statement) of the turn's kind; in a realm, at least that of
     its best sentence or clause; and for a turn whose role the question asks about ("the list
     you provided"), its advice counts as what it states."""
     return max(_kind(c, st)["statement"], c.info.states if st.realm and c.node.types.kind else 0.0)
 
 
-def _kind(c: _Cand, st: _QueryState) -> dict[str, float]:
+def _kind(c: Cand, st: QueryState) -> dict[str, float]:
     """p(kind) of the turn, read for the question (:func:`~query_api.retrieval.subjects.kind_for`)."""
     return subjects.kind_for(turn_kind(c.node.types), c.info.role, st.roles)
 
@@ -257,7 +150,7 @@ def _ms(since: float) -> float:
     return (time.perf_counter() - since) * 1000
 
 
-class RetrievalController:
+class RetrievalController(PresentSteps):
     def __init__(self, embedder: Embedder, so: SystemOne, vectors: VectorSearch, lexical: LexicalIndex,
                  nodes: NodeReader, edges: EdgeReader, params: Params, scorer: scoring.Scorer | None = None,
                  attribute_model: AttributeModel | None = None) -> None:
@@ -354,7 +247,7 @@ class RetrievalController:
         run.timings["total"] = _ms(run.t0)
         return await self._evidence(reach, run, top_k or self.params.top_k)
 
-    async def _route(self, reach: Reach, question: str) -> _Run:
+    async def _route(self, reach: Reach, question: str) -> Run:
         """Step 1: the route and the query state; the BM25 hits are kept for the anchors."""
         p, t0 = self.params, time.perf_counter()
         so = CountingSystemOne(self.so)
@@ -385,10 +278,10 @@ class RetrievalController:
         route = {q.key: route_ans.p(q.key) for q in ROUTE.nouls()}
         views = formulas.active_views(route, p.theta_act)
         budgets = formulas.allocate_budget({v: route[v] for v in views}, p.budget_total, p.budget_min, p.budget_gamma)
-        st = _QueryState(question, qvec, np.asarray(qvec, dtype=np.float64), set(text.tokens(question)),
+        st = QueryState(question, qvec, np.asarray(qvec, dtype=np.float64), set(text.tokens(question)),
                          query_names(question), route, subjects.asked_roles(question), asked=asked,
                          dates=qf.question_dates(question))
-        return _Run(so, st, views, budgets, formulas.depth(route["multi_hop"], p.depth_max, p.limits.depth), t0,
+        return Run(so, st, views, budgets, formulas.depth(route["multi_hop"], p.depth_max, p.limits.depth), t0,
                     lex_hits, vectors, timings={"embed": embed_ms}, remaining=dict(budgets))
 
     def _steered(self, qvec: list[float]) -> list[float]:
@@ -406,7 +299,7 @@ class RetrievalController:
             return qvec
         return [float(x) for x in space.steer(row, p.query_steer, profile)[0]]
 
-    async def _anchor(self, reach: Reach, run: _Run) -> None:
+    async def _anchor(self, reach: Reach, run: Run) -> None:
         """Step 2: the anchors (RRF of the vector and BM25 rankings) as the first pool, scored."""
         p, st, t1 = self.params, run.st, time.perf_counter()
         vec_hits = await run.vec_hits
@@ -427,14 +320,14 @@ class RetrievalController:
             st.cos_range = (float(cosines.min()), float(cosines.max()))
         run.t_star = max((n.observed_at for n, _ in fetched if n.observed_at), default=None)
         for n, info in fetched:
-            st.pool[n.id] = _Cand(n, info, "anchor", 1.0, st.anchor_strength[n.id])
+            st.pool[n.id] = Cand(n, info, "anchor", 1.0, st.anchor_strength[n.id])
             st.by_seq[(n.conversation_id, n.seq)] = st.pool[n.id]
         run.anchors = len(anchor_ids)
         run.anchors_short = len(anchor_ids) < min(p.anchors, p.limits.visited_nodes)
         run.timings["anchors"] = _ms(t1)
         await self._score(run, list(st.pool.values()))
 
-    def _out_of_budget(self, run: _Run) -> str | None:
+    def _out_of_budget(self, run: Run) -> str | None:
         """Why no further round may start (time, controller calls), or None."""
         lim = self.params.limits
         if time.perf_counter() - run.t0 > lim.seconds:
@@ -445,7 +338,7 @@ class RetrievalController:
             return "controller_call_limit"
         return None
 
-    async def _round(self, reach: Reach, run: _Run, rnd: int) -> bool:
+    async def _round(self, reach: Reach, run: Run, rnd: int) -> bool:
         """Step 3, round ``rnd``: assess the pool, then expand and rescore it; whether another
         round may follow (``run.stop`` says why not)."""
         limited = self._out_of_budget(run)
@@ -477,7 +370,7 @@ class RetrievalController:
             return False
         return True
 
-    async def _assess(self, run: _Run, rnd: int, ranked: Sequence[_Cand]) -> dict[str, float]:
+    async def _assess(self, run: Run, rnd: int, ranked: Sequence[Cand]) -> dict[str, float]:
         """One assess request about the evidence so far (``ranked``: the pool, best first)."""
         p = self.params
         strong = sum(1 for c in ranked if c.relevance >= 0.7)
@@ -492,11 +385,11 @@ class RetrievalController:
         a = (await run.so.ask([Item(ASSESS, state.model_dump())]))[0]
         return {q.key: a.p(q.key) for q in ASSESS.nouls()}
 
-    async def _expand(self, reach: Reach, run: _Run, frontier: Sequence[_Cand]) -> tuple[list[_Cand], int]:
+    async def _expand(self, reach: Reach, run: Run, frontier: Sequence[Cand]) -> tuple[list[Cand], int]:
         """The new candidates along each active view's edges from ``frontier`` (within its
         budget, the visited-node and examined-edge limits), and the number of edges read."""
         lim, st = self.params.limits, run.st
-        added: list[_Cand] = []
+        added: list[Cand] = []
         seen_edges = 0
         strength = {c.node.id: max(0.0, c.score) for c in frontier}
         for view in run.views:
@@ -524,11 +417,11 @@ class RetrievalController:
             for n, info in await self._fetch(reach, chosen, edges_next=True):
                 if not currency.recallable(n, run.as_of):
                     continue
-                added.append(_Cand(n, info, view, st.route[view], prob[n.id]))
+                added.append(Cand(n, info, view, st.route[view], prob[n.id]))
             run.remaining[view] -= len(chosen)
         return added, seen_edges
 
-    async def _evidence(self, reach: Reach, run: _Run, k: int) -> Retrieval:
+    async def _evidence(self, reach: Reach, run: Run, k: int) -> Retrieval:
         """Step 4: the pool's best ``k`` (score, then earlier seq first) and the trace."""
         st = run.st
         final = sorted(st.pool.values(), key=lambda c: (-c.score, c.node.seq))[:k]
@@ -551,7 +444,7 @@ class RetrievalController:
         )
 
     @staticmethod
-    def _statics(st: _QueryState, cands: Sequence[_Cand]) -> None:
+    def _statics(st: QueryState, cands: Sequence[Cand]) -> None:
         """Set ``st.static`` of ``cands`` (the features that depend only on the node and the
         query; computed once a query, after its ``cos_in_pool`` is set), rounded as
         :meth:`ScoreRow.of` rounds, the rounding of all of them in one array operation."""
@@ -573,13 +466,13 @@ class RetrievalController:
         raw = np.asarray(heads, dtype=np.float64).reshape(len(heads), len(STATIC_HEAD))
         done = np.where(_HEAD_EXACT, raw, qf.round_exact(raw)).tolist()
         for c, head in zip(cands, done, strict=True):
-            st.static[c.node.id] = _Static(
+            st.static[c.node.id] = Static(
                 head=tuple(head), is_question=1.0 if c.info.is_question else 0.0,
                 reached=(0.0 if c.via == "anchor" else 1.0, round(c.p_g, DECIMALS), round(c.pi_e, DECIMALS)),
                 length=c.info.length)
 
     @staticmethod
-    def _reply(st: _QueryState, n: MemoryNode) -> float:
+    def _reply(st: QueryState, n: MemoryNode) -> float:
         """reply_to_match: a reply to a question turn that matches the query often holds the
         answer. Final once the previous turn is in the pool (``by_seq`` entries never change)."""
         got = st.reply.get(n.id)
@@ -594,7 +487,7 @@ class RetrievalController:
         st.reply[n.id] = reply = round(reply, 6)
         return reply
 
-    def _rows(self, st: _QueryState, cands: Sequence[_Cand]) -> list[ScoreRow]:
+    def _rows(self, st: QueryState, cands: Sequence[Cand]) -> list[ScoreRow]:
         """Every candidate's score features; cosines come from two matrix products: to the
         question, and to the (up to 5) strongest other evidence nodes (``max_evidence_cosine``,
         ``support``). Per-candidate arithmetic is done on whole columns; the values are those of
@@ -652,7 +545,7 @@ class RetrievalController:
             "length": [x.length for x in stats]}
         return ScoreRow.rows(columns)
 
-    async def _score(self, run: _Run, cands: Sequence[_Cand]) -> None:
+    async def _score(self, run: Run, cands: Sequence[Cand]) -> None:
         """Score ``cands`` (one request) and set their combined, recency-adjusted scores."""
         st = run.st
         rows = self._rows(st, cands)
@@ -678,184 +571,3 @@ class RetrievalController:
         if self.recorder is not None and len(cands) == len(st.pool):
             self.recorder(st.question, [c.node for c in cands],
                           [scoring.state(st.question, t, row) for t, row in zip(texts(), rows, strict=True)])
-
-    def _subjects(self, run: _Run, question: str) -> None:
-        """A memory that states someone else's fact, when the question asks about people of the
-        pool (:mod:`query_api.retrieval.subjects`), keeps ``1 - params.hearsay_penalty`` of its
-        score when one of the asked people said it (their words about someone else), else
-        ``1 - params.other_subject_penalty`` (another speaker's fact)."""
-        other, hearsay = self.params.other_subject_penalty, self.params.hearsay_penalty
-        pool = run.st.pool.values()
-        run.asked = asked = subjects.asked_people(question, {c.node.speaker or "" for c in pool})
-        persons_only = not asked and run.realm and self.params.realm.first_person
-        if persons_only:
-            asked = subjects.the_asker(question, [c.node for c in pool])
-        if not asked or not (other or hearsay):
-            return
-        for c in pool:
-            if persons_only and c.node.role.lower() not in PERSON_ROLES:
-                continue  # an assistant's or a tool's turn states no one's fact of its own
-            if subjects.about_someone_else(c.node, asked, question):
-                c.score *= 1.0 - (hearsay if (c.node.speaker or "").lower() in asked else other)
-
-    def _exchanges(self, run: _Run) -> None:
-        """In a realm, a person's turn (a role of ``PERSON_ROLES``) whose reply (the next turn of
-        its conversation, by an ``ASSISTANT_ROLES`` role) is in the pool gains
-        ``RealmRanking.exchange_weight`` of the reply's score (:func:`formulas.exchange_lift`;
-        every lift read from the scores before any is added). Not when the question asks what
-        the reply's role said (``asked_roles``): then the reply is the memory asked for."""
-        weight = self.params.realm.exchange_weight
-        if not run.realm or weight <= 0.0:
-            return
-        st = run.st
-        lifts: dict[str, float] = {}
-        for c in st.pool.values():
-            if c.node.role.lower() not in PERSON_ROLES:
-                continue
-            reply = st.by_seq.get((c.node.conversation_id, c.node.seq + 1))
-            if reply is None:
-                continue
-            role = reply.node.role.lower()
-            if role in ASSISTANT_ROLES and role not in st.roles:
-                lifts[c.node.id] = formulas.exchange_lift(c.score, reply.score, weight)
-        for nid, score in lifts.items():
-            st.pool[nid].score = score
-
-    async def _latest(self, reach: Reach, run: _Run) -> None:
-        """For a question about the present naming people of the pool: the latest of a named
-        person's own statements about what it asks ranks first; a memory already superseded by
-        an edge takes no part. What it asks: the attribute the learned attribute model reads the
-        question as about (:meth:`_asked_attribute`); the person's latest statement about it
-        joins the pool when missing (:meth:`_join_latest`), and the latest of those in the pool
-        ranks first of the person's statements, or of the whole pool with ``params.latest_alone``
-        (:meth:`_about`, :func:`query_api.retrieval.currency.latest_about`). Failing that, the statements that
-        answer it about as well as the best one (:func:`query_api.retrieval.currency.latest_first`,
-        ``params.latest_band``)."""
-        st = run.st
-        if not run.asked or not currency.about_the_present(st.route, st.question):
-            return
-        attribute = self._asked_attribute(run)
-        if attribute is not None:
-            await self._join_latest(reach, run, attribute)
-        pool = {i: currency.Statement(c.score, i not in run.stale and subjects.own_statement(c.node, run.asked),
-                                      (c.node.observed_at or datetime.min.replace(tzinfo=UTC), c.node.seq))
-                for i, c in st.pool.items()}
-        own = [i for i, s in pool.items() if s.own]
-        alone = self.params.latest_alone and currency.asks_value(st.question)
-        about = await self._about(reach, run, own, attribute) if attribute is not None and len(own) > (0 if alone else 1) \
-            else []
-        scores = currency.latest_about(pool, about, alone)
-        if scores is None and self.params.latest_band <= 1.0:
-            scores = currency.latest_first(pool, self.params.latest_band)
-        for i, s in (scores or {}).items():
-            st.pool[i].score = s
-
-    def _asked_attribute(self, run: _Run) -> int | None:
-        """The attribute (column of :meth:`~topology.systemone.attributes.AttributeSpace.known`)
-        the learned attribute model reads the question as about with probability
-        ``params.latest_attribute`` or more; None without a learned model, or when it reads the
-        question as about no one attribute."""
-        gate, asked = self.params.latest_attribute, run.st.asked
-        if gate > 1.0 or not asked.size:
-            return None
-        known = self.attributes().known(asked[None, :])
-        if known is None or not known.shape[1] or float(known[0].max()) < gate:
-            return None
-        return int(known[0].argmax())
-
-    async def _join_latest(self, reach: Reach, run: _Run, attribute: int) -> None:
-        """The asked person's latest own statement about ``attribute`` among the
-        ``params.anchor_pool`` memories nearest to the question moved towards that attribute
-        (:meth:`~topology.systemone.attributes.AttributeSpace.towards` by ``params.latest_steer``),
-        read as :meth:`_about` reads them, joins the pool when it is not in it (scored in one
-        request, when the controller-call budget allows; also into a pool already holding
-        ``limits.visited_nodes``, which it then exceeds by this one memory): a statement whose
-        words the question does not share ("Dana approved my leave request today") is then ranked
-        by :meth:`_about` like the others."""
-        p, st = self.params, run.st
-        if run.so.calls + run.so.requests_for([len(SCORE.questions)]) > p.limits.controller_calls:
-            return
-        space = self.attributes()
-        query = space.towards(st.asked[None, :], attribute, p.latest_steer)[0]
-        hits = await reach.vectors([float(x) for x in query], p.anchor_pool)
-        found = [(n, info) for n, info in await self._fetch(reach, [h.id for h in hits if h.id not in st.pool])
-                 if currency.recallable(n, run.as_of) and subjects.own_statement(n, run.asked)]
-        if not found:
-            return
-        read = await self._known(reach, run, {n.id: (n, info) for n, info in found})
-        about = [(n, info) for (n, info), q in zip(found, read[:, attribute], strict=True) if q >= p.latest_attribute]
-        if not about:
-            return
-        n, info = max(about, key=lambda m: (m[0].observed_at or datetime.min.replace(tzinfo=UTC), m[0].seq, m[0].id))
-        joining = _Cand(n, info, "attribute", 1.0, 0.0)
-        st.pool[n.id] = joining
-        st.by_seq.setdefault((n.conversation_id, n.seq), joining)
-        await self._score(run, [joining])
-
-    async def _about(self, reach: Reach, run: _Run, own: Sequence[str], attribute: int) -> list[str]:
-        """Those of ``own`` (pool ids) that the learned attribute model reads as about
-        ``attribute`` with probability ``params.latest_attribute`` or more."""
-        pool = run.st.pool
-        read = await self._known(reach, run, {i: (pool[i].node, pool[i].info) for i in own})
-        return [i for i, p in zip(own, read[:, attribute], strict=True) if p >= self.params.latest_attribute]
-
-    async def _known(self, reach: Reach, run: _Run, nodes: dict[str, tuple[MemoryNode, NodeInfo]]) -> np.ndarray:
-        """The learned attribute model's reading of ``nodes`` (id -> node and info; rows in that
-        order, :meth:`~topology.systemone.attributes.AttributeSpace.known`), each node read once a
-        query. A memory is read after the turn its vector was read after (``MemoryNode.after``),
-        as the write path reads it; those turns not in the pool are read from the store at once."""
-        space, pool, reads = self.attributes(), run.st.pool, run.st.attribute_reads
-        new = {i: v for i, v in nodes.items() if i not in reads}
-        if new:
-            rows = np.stack([info.row for _, info in new.values()]).astype(np.float32)
-            before = None
-            if space.reads_before:
-                wanted = {a for n, _ in new.values() if (a := n.after)}
-                found = {i: pool[i].info.row for i in wanted if i in pool}
-                found |= {i: nodes[i][1].row for i in wanted if i in nodes and i not in found}
-                if missing := sorted(wanted - set(found)):
-                    found |= {n.id: info.row for n, info in await self._fetch(reach, missing)}
-                before = before_rows([n.after or "" for n, _ in new.values()], found, rows.shape[1])
-            read = space.known(rows, before)
-            assert read is not None
-            reads.update(zip(new, read, strict=True))
-        return np.stack([reads[i] for i in nodes])
-
-    async def _currency(self, reach: Reach, run: _Run) -> None:
-        """Step 4: read the pool's ``supersedes`` edges; a replacement missing from the pool joins
-        it (scored in one request, when the controller budget allows); a superseded memory's
-        score falls by :func:`query_api.retrieval.currency.stale_factor` (not for a question about the past),
-        and for a question about the present it ranks below its replacement
-        (:func:`query_api.retrieval.currency.current_first`)."""
-        st = run.st
-        ids = list(st.pool)
-        edges = await reach.labelled(ids, ["temporal"], 100 * len(ids) + 100, currency.SUPERSEDES)
-        if not edges:
-            return
-        missing = sorted({e.source for e in edges if e.target in st.pool} - set(st.pool))
-        fetched = [(n, i) for n, i in await self._fetch(reach, missing) if currency.recallable(n, run.as_of)] if missing else []
-        newer = {i: c.node for i, c in st.pool.items()} | {n.id: n for n, _ in fetched}
-        run.stale = {i: s for i, s in currency.superseded(edges, newer, run.as_of).items() if i in st.pool}
-        strongest: dict[str, float] = {}
-        for e in edges:
-            n = newer.get(e.source)
-            if n is not None and n.observed_at is not None and currency.recallable(n, run.as_of):
-                run.current[e.source] = n.observed_at
-            strongest[e.source] = max(strongest.get(e.source, 0.0), e.probability)
-        # each fetched node is a visible replacement of a pool member (``missing``): it joins the pool
-        joining = [_Cand(n, info, "supersedes", 1.0, strongest[n.id]) for n, info in fetched]
-        if joining and run.so.calls + run.so.requests_for([len(SCORE.questions)] * len(joining)) \
-                <= self.params.limits.controller_calls and len(st.pool) < self.params.limits.visited_nodes:
-            joining = joining[: self.params.limits.visited_nodes - len(st.pool)]
-            for c in joining:
-                st.pool[c.node.id] = c
-                st.by_seq.setdefault((c.node.conversation_id, c.node.seq), c)
-            await self._score(run, joining)
-        past = st.route.get("past", 0.0)
-        before = {i: c.score for i, c in st.pool.items()}
-        own = currency.own_updates(run.stale, {i: c.node for i, c in st.pool.items()})
-        after = currency.current_first(before, own) if currency.about_the_present(st.route, st.question) else dict(before)
-        for i, s in run.stale.items():
-            after[i] = min(after[i], before[i] * currency.stale_factor(s.probability, past, self.params.stale_weight))
-        for i, c in st.pool.items():
-            c.score = after[i]

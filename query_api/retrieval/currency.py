@@ -176,6 +176,34 @@ def latest_first(pool: Mapping[str, Statement], band: float) -> dict[str, float]
     return out
 
 
+def said_after_best(pool: Mapping[str, Statement], band: float) -> tuple[str, list[str]] | None:
+    """The best of ``pool``'s own statements (highest score, then id) and those own statements
+    said after it scoring at least ``band`` times its score (in ``pool`` order); None when no
+    statement is own or none was said after the best in the band."""
+    own = [i for i, s in pool.items() if s.own and s.score > 0.0]
+    if not own:
+        return None
+    best = max(own, key=lambda i: (pool[i].score, i))
+    top = pool[best]
+    later = [i for i in own if pool[i].said > top.said and pool[i].score >= band * top.score]
+    return (best, later) if later else None
+
+
+def judged_latest(pool: Mapping[str, Statement], best: str, replacing: Iterable[str]) -> dict[str, float]:
+    """The scores of ``pool`` with the latest of ``replacing`` (own statements judged to replace
+    ``best``, said after it) lifted to ``best``'s score and ``best`` put :data:`BELOW_MARGIN`
+    below it; unchanged when ``replacing`` is empty."""
+    out = {i: s.score for i, s in pool.items()}
+    found = [i for i in replacing if i in pool]
+    if not found or best not in pool:
+        return out
+    latest = max(found, key=lambda i: (pool[i].said, i))
+    top = pool[best].score
+    out[latest] = max(top, out[latest])
+    out[best] = top * (1.0 - BELOW_MARGIN)
+    return out
+
+
 def latest_about(pool: Mapping[str, Statement], about: Iterable[str], alone: bool = False) -> dict[str, float] | None:
     """For a question about the present that asks about one attribute of a person: ``about`` are
     the ids of the person's own statements (``own`` in ``pool``) read as about that attribute.

@@ -180,3 +180,44 @@ async def test_a_question_in_the_first_person_asks_about_the_user(
             await mem.close()
         firsts.append(res.evidence[0].event_id)
     assert firsts == [f"e{gold}", "e1"]
+
+
+FILLER = ["Can you suggest a quick dinner recipe?", "What's a good way to stay focused while working from home?",
+          "The printer jammed twice today.", "Traffic was awful this morning."]
+#: (the user's turns, a first-person question about the present, whether the last turn changes the
+#: first one's fact): attributes no table names, updated by the user's later word or restated
+LATER = [
+    (["I drink my coffee from a chipped blue mug.", *FILLER, "These days my coffee goes in a tall green thermos."],
+     "What do I drink my coffee from?", True),
+    (["I volunteer at the Eastside food bank on Saturdays.", *FILLER,
+      "I volunteer at the animal shelter on Saturdays instead."], "Where do I volunteer?", True),
+    (["I drink my coffee from a chipped blue mug.", *FILLER,
+      "I still drink my coffee from the chipped blue mug, I refuse to replace it."], "What do I drink my coffee from?", False),
+]
+
+
+@pytest.mark.parametrize(("texts", "question", "changed"), LATER)
+async def test_a_later_statement_the_update_judge_reads_as_a_change_answers_first(
+        model_embedder: Embedder, texts: list[str], question: str, changed: bool) -> None:
+    # no table names these attributes, so the write path does not link the two; at recall both
+    # answer the question about as well, and the update judge reads whether the later one changes
+    # the fact: a change ranks first, a restatement leaves the order to relevance; off, the words decide
+    last = f"e{len(texts) - 1}"
+    ranked = {}
+    for judged in (RealmRanking().judged_update, None):
+        mem = build_embedded(Settings(params=Params(realm=RealmRanking(judged_update=judged))), embedder=model_embedder,
+                             data_dir=":memory:")
+        try:
+            await mem.pipeline.ingest([Observation(tenant_id="t", conversation_id=f"session-{i}", event_id=f"e{i}",
+                                                   content=text, speaker="user", user_id="u",
+                                                   observed_at=T0 + timedelta(days=7 * i))
+                                       for i, text in enumerate(texts)])
+            res = await mem.controller.retrieve_realm(Realm(tenant_id="t", user_id="u"), question, 10)
+        finally:
+            await mem.close()
+        ranked[judged] = {e.event_id: e.score for e in res.evidence}
+        assert not any(e.superseded_by for e in res.evidence)  # no edge: the read path decides
+    off = ranked[None]
+    assert max(off, key=off.__getitem__) == "e0" and off[last] >= Params().latest_band * off["e0"]  # in the band
+    on = ranked[RealmRanking().judged_update]
+    assert max(on, key=on.__getitem__) == (last if changed else "e0"), on

@@ -404,6 +404,24 @@ def test_the_latest_of_a_persons_statements_that_answer_about_as_well_ranks_firs
     assert currency.latest_first(same_day, 0.6)["b"] == 0.5
 
 
+def test_a_statement_judged_to_replace_the_best_one_takes_its_place() -> None:
+    def st(score: float, day: int, own: bool = True) -> currency.Statement:
+        return currency.Statement(score, own, (T0 + timedelta(days=day), 0))
+
+    pool = {"old": st(0.5, 1), "new": st(0.35, 9), "newer": st(0.32, 12), "weak": st(0.2, 14),
+            "before": st(0.45, 0), "other": st(0.6, 20, own=False)}
+    # the own statements said after the best one, scoring at least 0.6 of it; not another speaker's
+    assert currency.said_after_best(pool, 0.6) == ("old", ["new", "newer"])
+    assert currency.said_after_best(pool, 0.8) is None
+    assert currency.said_after_best({"x": st(0.5, 1, own=False)}, 0.6) is None
+    # the latest of those judged to replace it takes its score, the best goes just below
+    placed = currency.judged_latest(pool, "old", ["new", "newer"])
+    assert placed["newer"] == 0.5 and 0.35 < placed["old"] < 0.5 and placed["new"] == 0.35
+    assert currency.judged_latest(pool, "old", ["new"])["new"] == 0.5
+    # none judged a replacement: the order is the words'
+    assert currency.judged_latest(pool, "old", []) == {i: s.score for i, s in pool.items()}
+
+
 def test_the_latest_statement_about_the_asked_attribute_ranks_first_however_it_scores() -> None:
     def st(score: float, day: int, own: bool = True) -> currency.Statement:
         return currency.Statement(score, own, (T0 + timedelta(days=day), 0))
