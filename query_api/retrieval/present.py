@@ -92,7 +92,8 @@ class PresentSteps:
         ranks first of the person's statements, or of the whole pool with ``params.latest_alone``
         (:meth:`_about`, :func:`query_api.retrieval.currency.latest_about`). Failing that, the statements that
         answer it about as well as the best one (:func:`query_api.retrieval.currency.latest_first`,
-        ``params.latest_band``)."""
+        ``params.latest_band``). A question in the first person that names nobody
+        (``run.asker``) takes :meth:`_judged_latest` instead."""
         st = run.st
         if not (run.asked or run.asker) or not currency.about_the_present(st.route, st.question):
             return
@@ -125,15 +126,17 @@ class PresentSteps:
         the judge is told it is unknown and reads whether the newer changes what the older
         stated (a remark on the same thing, or the same value again, does not)."""
         st, realm = run.st, self.params.realm
-        if realm.judged_update is None or self.params.latest_band > 1.0:
+        if realm.judged_update > 1.0 or self.params.latest_band > 1.0:
             return
         pool = {i: currency.Statement(c.score, i not in run.stale and subjects.own_statement(c.node, run.asker),
                                       (c.node.observed_at or datetime.min.replace(tzinfo=UTC), c.node.seq))
                 for i, c in st.pool.items()}
         later = currency.said_after_best(pool, self.params.latest_band)
-        if later is None or run.so.calls + 1 > self.params.limits.controller_calls:
+        if later is None:
             return
         best, newer = later
+        if run.so.calls + run.so.requests_for([len(RELATION.questions)] * len(newer)) > self.params.limits.controller_calls:
+            return
         old = st.pool[best]
         items = [Item(RELATION, relation_state(
             st.pool[i].node, old.node,

@@ -204,7 +204,7 @@ async def test_a_later_statement_the_update_judge_reads_as_a_change_answers_firs
     # the fact: a change ranks first, a restatement leaves the order to relevance; off, the words decide
     last = f"e{len(texts) - 1}"
     ranked = {}
-    for judged in (RealmRanking().judged_update, None):
+    for judged in (RealmRanking().judged_update, 1.5):
         mem = build_embedded(Settings(params=Params(realm=RealmRanking(judged_update=judged))), embedder=model_embedder,
                              data_dir=":memory:")
         try:
@@ -217,7 +217,7 @@ async def test_a_later_statement_the_update_judge_reads_as_a_change_answers_firs
             await mem.close()
         ranked[judged] = {e.event_id: e.score for e in res.evidence}
         assert not any(e.superseded_by for e in res.evidence)  # no edge: the read path decides
-    off = ranked[None]
+    off = ranked[1.5]
     assert max(off, key=off.__getitem__) == "e0" and off[last] >= Params().latest_band * off["e0"]  # in the band
     on = ranked[RealmRanking().judged_update]
     assert max(on, key=on.__getitem__) == (last if changed else "e0"), on
