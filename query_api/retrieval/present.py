@@ -24,6 +24,7 @@ from topology.systemone.attributes import AttributeSpace, before_rows
 from topology.systemone.catalog import RELATION, SCORE
 from topology.systemone.port import Item
 from topology.systemone.turn_kinds import ASSISTANT_ROLES
+from topology.systemone.update_model import sentences
 
 
 class PresentSteps:
@@ -124,11 +125,15 @@ class PresentSteps:
         (:func:`query_api.retrieval.currency.judged_latest`). Both answer the question, so they
         are about one thing; what the attribute is, the learned attribute model may not know, so
         the judge is told it is unknown and reads whether the newer changes what the older
-        stated (a remark on the same thing, or the same value again, does not)."""
+        stated (a remark on the same thing, or the same value again, does not). Only statements
+        of one sentence take part: the judge was validated on such pairs
+        (``scripts/choose_judged_update.py``), and on two long chat turns it is sure of changes
+        that are not there; the order of those is left to relevance."""
         st, realm = run.st, self.params.realm
         if realm.judged_update > 1.0 or self.params.latest_band > 1.0:
             return
-        pool = {i: currency.Statement(c.score, i not in run.stale and subjects.own_statement(c.node, run.asker),
+        pool = {i: currency.Statement(c.score, i not in run.stale and subjects.own_statement(c.node, run.asker)
+                                      and len(sentences(c.node.content)) == 1,
                                       (c.node.observed_at or datetime.min.replace(tzinfo=UTC), c.node.seq))
                 for i, c in st.pool.items()}
         later = currency.said_after_best(pool, self.params.latest_band)
