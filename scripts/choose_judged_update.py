@@ -5,11 +5,13 @@
 At recall, the asker's later statement that answers a first-person question about the present
 about as well as the best one is put to the update judge as a possible replacement of it, its
 attribute unknown to the judge (:meth:`query_api.retrieval.present.PresentSteps._judged_latest`).
-Both answer one question, so they are about one thing; what matters is whether the later one
-changes the fact. The wide pool (:mod:`jevmem.bench.wide`: 36 attributes beyond our tables, which
-the shipped judge never saw) has exactly those pairs: a person's statement, then (changed) an
-explicit, contrasting or cue-less update of it, or (unchanged) a restatement or a remark on the
-same thing. For each threshold, the share of each kind judged a replacement, recall, false
+Whether the later one changes the fact is what the judge reads. The wide pool
+(:mod:`jevmem.bench.wide`: 36 attributes beyond our tables, which the shipped judge never saw)
+has the pairs it meets there: a person's statement, then (changed) an explicit, contrasting or
+cue-less update of it, or (unchanged) a restatement, a remark on the same thing, or a statement
+of another attribute (answering one question about as well does not make two statements about
+one thing, and the judge, told nothing of the attribute, reads many such pairs as changes). For
+each threshold, the share of each kind judged a replacement, recall, false
 positive rate and their balanced accuracy, on the half ``--choose`` (where the threshold is
 chosen: the best balanced accuracy) and on the other half (where it is checked). Deterministic;
 prints one JSON object. The pairs' speakers and times are fixed (one person, two weeks apart).
@@ -29,7 +31,7 @@ from topology.systemone.features import RelationState
 from topology.systemone.update_model import UpdateModel
 
 CHANGED = ("explicit", "contrast", "implicit")
-UNCHANGED = ("restate", "remark")
+UNCHANGED = ("restate", "remark", "another")
 THRESHOLDS = (0.1, 0.15, 0.2, 0.25, 0.3, 0.35, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9)
 
 
@@ -38,12 +40,15 @@ def pairs(fold: WideFold, seed: int) -> list[tuple[str, str, str]]:
     later wording: a changed value for :data:`CHANGED`, the same value for :data:`UNCHANGED`."""
     rnd = random.Random(seed)
     out = []
-    for a in wide(fold):
+    attributes = wide(fold)
+    for a in attributes:
         for state in a.state:
             v1, v2 = rnd.sample(a.values, 2)
             older = state.format(v=v1)
             out += [(older, w.format(v=v2, old=v1), k) for k in CHANGED for w in getattr(a, k)]
-            out += [(older, w.format(v=v1, old=v1), k) for k in UNCHANGED for w in getattr(a, k)]
+            out += [(older, w.format(v=v1, old=v1), k) for k in ("restate", "remark") for w in getattr(a, k)]
+            for b in rnd.sample([b for b in attributes if b is not a], 3):  # a statement of another attribute
+                out.append((older, rnd.choice(b.state).format(v=rnd.choice(b.values)), "another"))
     return out
 
 

@@ -162,9 +162,9 @@ class RealmRanking(BaseModel):
     #: For such a question about the present, the asker's later statements answering it about as
     #: well as the best one (``Params.latest_band``) are put to the update judge as possible
     #: replacements of it, their attribute unknown to it; the latest judged at least this likely to
-    #: replace it ranks first. Chosen on the update judge's wide pool (attributes it never saw:
+    #: replace it ranks first. Chosen on half of the update judge's wide pool (attributes it never saw:
     #: ``scripts/choose_judged_update.py``). Above 1: off.
-    judged_update: float = Field(default=0.3, ge=0.0)
+    judged_update: float = Field(default=0.35, ge=0.0)
 
 
 class HardLimits(BaseModel):
