@@ -19,7 +19,7 @@ from query_api.retrieval.state import Cand, Run
 from topology.params import Params
 from topology.schemas import CandidateFeatures, MemoryNode
 from topology.stages.relations import relation_state
-from topology.stages.updates import PERSON_ROLES
+from topology.stages.updates import MIN_ABOUT, PERSON_ROLES
 from topology.systemone.attributes import AttributeSpace, before_rows
 from topology.systemone.catalog import RELATION, SCORE
 from topology.systemone.port import Item
@@ -99,7 +99,7 @@ class PresentSteps:
         if not (run.asked or run.asker) or not currency.about_the_present(st.route, st.question):
             return
         if not run.asked:
-            await self._judged_latest(run)
+            await self._judged_latest(reach, run)
             return
         attribute = self._asked_attribute(run)
         if attribute is not None:
@@ -117,20 +117,21 @@ class PresentSteps:
         for i, s in (scores or {}).items():
             st.pool[i].score = s
 
-    async def _judged_latest(self, run: Run) -> None:
+    async def _judged_latest(self, reach: Reach, run: Run) -> None:
         """For a question in the first person about the present (``run.asker``): of the asker's
         own statements answering it about as well as the best one (``params.latest_band``), the
         latest that the update judge reads as replacing the best one with probability
-        ``RealmRanking.judged_update`` or more ranks first
+        ``RealmRanking.judged_update`` or more ranks first (None, the default: off)
         (:func:`query_api.retrieval.currency.judged_latest`). Both answer the question, so they
         are about one thing; what the attribute is, the learned attribute model may not know, so
-        the judge is told it is unknown and reads whether the newer changes what the older
-        stated (a remark on the same thing, or the same value again, does not). Only statements
+        the judge is told it is unknown (:meth:`_overlaps`: unless the model reads one of the two
+        as an attribute it knows) and reads whether the newer changes what the older stated (a
+        remark on the same thing, or the same value again, does not). Only statements
         of one sentence take part: the judge was validated on such pairs
         (``scripts/choose_judged_update.py``), and on two long chat turns it is sure of changes
         that are not there; the order of those is left to relevance."""
         st, realm = run.st, self.params.realm
-        if realm.judged_update > 1.0 or self.params.latest_band > 1.0:
+        if realm.judged_update is None or self.params.latest_band > 1.0:
             return
         pool = {i: currency.Statement(c.score, i not in run.stale and subjects.own_statement(c.node, run.asker)
                                       and len(sentences(c.node.content)) == 1,
@@ -143,15 +144,33 @@ class PresentSteps:
         if run.so.calls + run.so.requests_for([len(RELATION.questions)] * len(newer)) > self.params.limits.controller_calls:
             return
         old = st.pool[best]
+        overlaps = await self._overlaps(reach, run, best, newer)
         items = [Item(RELATION, relation_state(
             st.pool[i].node, old.node,
             CandidateFeatures(cosine=round(float(np.dot(st.pool[i].info.row, old.info.row)), 6), lexical=0.0,
                               entity=0.0, temporal=0.0),
-            None)) for i in newer]
+            overlap)) for i, overlap in zip(newer, overlaps, strict=True)]
         answers = await run.so.ask(items)
         judged = [i for i, a in zip(newer, answers, strict=True) if a.p("updates") >= realm.judged_update]
         for i, s in currency.judged_latest(pool, best, judged).items():
             st.pool[i].score = s
+
+    async def _overlaps(self, reach: Reach, run: Run, best: str, newer: Sequence[str]) -> list[float | None]:
+        """For each of ``newer`` (pool ids), how far it and ``best`` are about one attribute, as
+        the update judge reads it at write: the overlap of the learned attribute model's readings
+        (:meth:`_known`) when the model reads either of the two as an attribute it knows (at least
+        :data:`~topology.stages.updates.MIN_ABOUT`: "I've been trying to drink more water" is
+        not about "I'm allergic to peanuts"), else None (unknown: the overlap of two readings of
+        attributes it does not know is noise). All None without a learned model."""
+        if self.attributes().learned is None:
+            return [None] * len(newer)
+        pool = run.st.pool
+        read = await self._known(reach, run, {i: (pool[i].node, pool[i].info) for i in [best, *newer]})
+        out: list[float | None] = []
+        for row in read[1:]:
+            known = max(float(read[0].max(initial=0.0)), float(row.max(initial=0.0))) >= MIN_ABOUT
+            out.append(round(float(read[0] @ row), 4) if known else None)
+        return out
 
     def _asked_attribute(self, run: Run) -> int | None:
         """The attribute (column of :meth:`~topology.systemone.attributes.AttributeSpace.known`)

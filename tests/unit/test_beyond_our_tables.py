@@ -182,6 +182,8 @@ async def test_a_question_in_the_first_person_asks_about_the_user(
     assert firsts == [f"e{gold}", "e1"]
 
 
+#: the threshold chosen on the update judge's wide pool (``scripts/choose_judged_update.py``); the step is off by default
+JUDGED = 0.35
 FILLER = ["Can you suggest a quick dinner recipe?", "What's a good way to stay focused while working from home?",
           "The printer jammed twice today.", "Traffic was awful this morning."]
 #: (the user's turns, a first-person question about the present, whether the last turn changes the
@@ -203,8 +205,8 @@ async def test_a_later_statement_the_update_judge_reads_as_a_change_answers_firs
     # answer the question about as well, and the update judge reads whether the later one changes
     # the fact: a change ranks first, a restatement leaves the order to relevance; off, the words decide
     last = f"e{len(texts) - 1}"
-    ranked = {}
-    for judged in (RealmRanking().judged_update, 1.5):
+    ranked: dict[float | None, dict[str, float]] = {}
+    for judged in (JUDGED, None):
         mem = build_embedded(Settings(params=Params(realm=RealmRanking(judged_update=judged))), embedder=model_embedder,
                              data_dir=":memory:")
         try:
@@ -217,7 +219,7 @@ async def test_a_later_statement_the_update_judge_reads_as_a_change_answers_firs
             await mem.close()
         ranked[judged] = {e.event_id: e.score for e in res.evidence}
         assert not any(e.superseded_by for e in res.evidence)  # no edge: the read path decides
-    off = ranked[1.5]
+    off = ranked[None]
     assert max(off, key=off.__getitem__) == "e0" and off[last] >= Params().latest_band * off["e0"]  # in the band
-    on = ranked[RealmRanking().judged_update]
+    on = ranked[JUDGED]
     assert max(on, key=on.__getitem__) == (last if changed else "e0"), on
