@@ -163,29 +163,21 @@ def latest_first(pool: Mapping[str, Statement], band: float) -> dict[str, float]
     current as last said). Returns the scores of ``pool`` with that latest statement lifted
     to the best one's score and the best one put :data:`BELOW_MARGIN` below it; unchanged when
     the best is already the latest, when no statement is own, or when ``band`` is above 1."""
-    out = {i: s.score for i, s in pool.items()}
-    own = [i for i, s in pool.items() if s.own and s.score > 0.0]
-    if not own or band > 1.0:
-        return out
-    best = max(own, key=lambda i: (pool[i].score, i))
-    top = pool[best].score
-    latest = max((i for i in own if pool[i].score >= band * top), key=lambda i: (pool[i].said, i))
-    if latest != best:
-        out[latest] = top
-        out[best] = top * (1.0 - BELOW_MARGIN)
-    return out
+    found = said_after_best(pool, band)
+    return judged_latest(pool, *found) if found is not None else {i: s.score for i, s in pool.items()}
 
 
 def said_after_best(pool: Mapping[str, Statement], band: float) -> tuple[str, list[str]] | None:
     """The best of ``pool``'s own statements (highest score, then id) and those own statements
-    said after it scoring at least ``band`` times its score (in ``pool`` order); None when no
-    statement is own or none was said after the best in the band."""
+    said after it (by time, then id) scoring at least ``band`` times its score (in ``pool``
+    order); None when no statement is own or none was said after the best in the band (always
+    with ``band`` above 1)."""
     own = [i for i, s in pool.items() if s.own and s.score > 0.0]
     if not own:
         return None
     best = max(own, key=lambda i: (pool[i].score, i))
     top = pool[best]
-    later = [i for i in own if pool[i].said > top.said and pool[i].score >= band * top.score]
+    later = [i for i in own if (pool[i].said, i) > (top.said, best) and pool[i].score >= band * top.score]
     return (best, later) if later else None
 
 

@@ -104,9 +104,7 @@ class PresentSteps:
         attribute = self._asked_attribute(run)
         if attribute is not None:
             await self._join_latest(reach, run, attribute)
-        pool = {i: currency.Statement(c.score, i not in run.stale and subjects.own_statement(c.node, run.asked),
-                                      (c.node.observed_at or datetime.min.replace(tzinfo=UTC), c.node.seq))
-                for i, c in st.pool.items()}
+        pool = _statements(run, run.asked)
         own = [i for i, s in pool.items() if s.own]
         alone = self.params.latest_alone and currency.asks_value(st.question)
         about = await self._about(reach, run, own, attribute) if attribute is not None and len(own) > (0 if alone else 1) \
@@ -122,21 +120,19 @@ class PresentSteps:
         own statements answering it about as well as the best one (``params.latest_band``), the
         latest that the update judge reads as replacing the best one with probability
         ``RealmRanking.judged_update`` or more ranks first (None, the default: off)
-        (:func:`query_api.retrieval.currency.judged_latest`). Both answer the question, so they
-        are about one thing; what the attribute is, the learned attribute model may not know, so
-        the judge is told it is unknown (:meth:`_overlaps`: unless the model reads one of the two
-        as an attribute it knows) and reads whether the newer changes what the older stated (a
-        remark on the same thing, or the same value again, does not). Only statements
+        (:func:`query_api.retrieval.currency.judged_latest`). The judge gets the attribute
+        model's overlap where that model knows one of the two statements' attribute, else the
+        attribute unknown (:meth:`_overlaps`), and reads whether the newer changes what the older
+        stated. Answering the question about as well is weak evidence that the two are about one
+        thing: told nothing of the attribute, the judge reads about half of the pairs of two
+        different attributes as changes, which is why the step is off by default. Only statements
         of one sentence take part: the judge was validated on such pairs
         (``scripts/choose_judged_update.py``), and on two long chat turns it is sure of changes
         that are not there; the order of those is left to relevance."""
         st, realm = run.st, self.params.realm
         if realm.judged_update is None or self.params.latest_band > 1.0:
             return
-        pool = {i: currency.Statement(c.score, i not in run.stale and subjects.own_statement(c.node, run.asker)
-                                      and len(sentences(c.node.content)) == 1,
-                                      (c.node.observed_at or datetime.min.replace(tzinfo=UTC), c.node.seq))
-                for i, c in st.pool.items()}
+        pool = _statements(run, run.asker, one_sentence=True)
         later = currency.said_after_best(pool, self.params.latest_band)
         if later is None:
             return
@@ -281,3 +277,14 @@ class PresentSteps:
             after[i] = min(after[i], before[i] * currency.stale_factor(s.probability, past, self.params.stale_weight))
         for i, c in st.pool.items():
             c.score = after[i]
+
+
+def _statements(run: Run, people: frozenset[str], one_sentence: bool = False) -> dict[str, currency.Statement]:
+    """The pool as :mod:`query_api.retrieval.currency` reads it: each member's score, whether it
+    is an own statement of one of ``people`` not already superseded (with ``one_sentence``, also
+    of one sentence: :func:`~topology.systemone.update_model.sentences`), and when it was said."""
+    return {i: currency.Statement(
+        c.score,
+        i not in run.stale and subjects.own_statement(c.node, people)
+        and (not one_sentence or len(sentences(c.node.content)) == 1),
+        (c.node.observed_at or datetime.min.replace(tzinfo=UTC), c.node.seq)) for i, c in run.st.pool.items()}
