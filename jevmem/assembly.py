@@ -131,7 +131,8 @@ def qdrant(settings: Settings, dim: int, collection: str) -> QdrantVectorIndex:
         raise ValueError("no Qdrant server configured (JEVMEM_QDRANT_URL)")
     return QdrantVectorIndex.server(settings.qdrant_url, dim, qdrant_key(settings), collection,
                                     ca_file=str(settings.qdrant_ca_file) if settings.qdrant_ca_file else None,
-                                    shards=settings.qdrant_shards, replication_factor=settings.qdrant_replication_factor)
+                                    shards=settings.qdrant_shards, replication_factor=settings.qdrant_replication_factor,
+                                    realm_ef=settings.qdrant_realm_ef)
 
 
 def qdrant_key(settings: Settings) -> str | None:

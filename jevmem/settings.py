@@ -141,6 +141,10 @@ class Settings(BaseSettings):
     qdrant_ca_file: Path | None = None  # https: the CA that signed the server's certificate (default: the system's)
     qdrant_shards: int | None = None  # a new collection's shard_number (None: the server's default)
     qdrant_replication_factor: int | None = None  # a new collection's replication_factor (None: the server's default)
+    #: realm searches (a user's or a tenant's memories across conversations) through Qdrant's HNSW
+    #: index with this ``hnsw_ef`` instead of an exact scan: faster on large realms, and no longer
+    #: the embedded store's exact ranking (see docs/benchmarks.md); None: exact (the default)
+    qdrant_realm_ef: int | None = Field(default=None, ge=1)
     elasticsearch_url: str = "http://127.0.0.1:9200"  # one node, or comma-separated nodes
     elasticsearch_api_key: SecretStr | None = None
     elasticsearch_username: str | None = None  # basic auth (with elasticsearch_password), instead of an API key

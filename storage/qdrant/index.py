@@ -21,7 +21,11 @@ Contracts:
   dot-product ranking of the scope's (or realm's) points, as the embedded store
   (:mod:`storage.sqlite.vectors`) and the Elasticsearch fallback
   (:class:`storage.elastic.vectors.ElasticVectorIndex`) compute it, so a distributed query starts
-  from the same candidates as the embedded one.
+  from the same candidates as the embedded one. The one exception is opt-in: given ``realm_ef``,
+  realm searches go through the collection's HNSW index with that ``hnsw_ef`` (approximate:
+  some of the exact ranking's points may be missing, more as ``realm_ef`` is lower). Qdrant
+  still scans a realm whose filtered points are too few for its index to pay (its
+  ``full_scan_threshold``), so small realms keep the exact answer either way.
 * Writes and deletes use ``wait=True``: a call returns once the server applied the operation (it
   is in the server's write-ahead log, which survives a SIGKILL), so a caller may commit its input
   offset afterwards.
@@ -158,22 +162,24 @@ class QdrantVectorIndex:
 
     def __init__(self, clients: AsyncQdrantClient | Sequence[AsyncQdrantClient], dim: int,
                  collection: str = COLLECTION, *, shards: int | None = None,
-                 replication_factor: int | None = None) -> None:
+                 replication_factor: int | None = None, realm_ef: int | None = None) -> None:
         self._clients = [clients] if isinstance(clients, AsyncQdrantClient) else list(clients)
         self._current = 0
         self._dim = dim
         self._collection = collection
         self._shards = shards
         self._replication_factor = replication_factor
+        #: how realm searches search (module docstring: exact, or HNSW with ``realm_ef``)
+        self.realm_params = models.SearchParams(exact=True) if realm_ef is None else models.SearchParams(hnsw_ef=realm_ef)
         self._ready = False
 
     @classmethod
     def server(cls, url: str, dim: int, api_key: str | None = None, collection: str = COLLECTION, *,
                ca_file: str | None = None, shards: int | None = None,
-               replication_factor: int | None = None) -> QdrantVectorIndex:
+               replication_factor: int | None = None, realm_ef: int | None = None) -> QdrantVectorIndex:
         """An index over the node(s) of ``url`` (comma-separated for a cluster)."""
         return cls([_client(u, api_key, ca_file) for u in urls(url)], dim, collection, shards=shards,
-                   replication_factor=replication_factor)
+                   replication_factor=replication_factor, realm_ef=realm_ef)
 
     @property
     def _client(self) -> AsyncQdrantClient:
@@ -338,7 +344,8 @@ class QdrantVectorIndex:
         return [[Hit(str(p.id), float(p.score)) for p in r.points] for r in res]
 
     async def search_realm(self, realm: Realm, query: Sequence[float] | str, limit: int) -> list[Hit]:
-        """The realm's best ``limit`` points by dot product with ``query`` (a vector), exact, in one
+        """The realm's best ``limit`` points by dot product with ``query`` (a vector), exact unless
+        ``realm_ef`` was given (module docstring), in one
         ranking over its conversations: best first, ties by earlier seq, then id; each hit names
         its conversation. An empty ``conversation_ids`` holds nothing."""
         if isinstance(query, str):
@@ -349,7 +356,7 @@ class QdrantVectorIndex:
 
         async def fetch(n: int) -> list[Point]:
             res = await self._call(lambda: self._client.query_points(
-                self._collection, query=vector, query_filter=where, limit=n, search_params=models.SearchParams(exact=True),
+                self._collection, query=vector, query_filter=where, limit=n, search_params=self.realm_params,
                 with_payload=["seq", "conversation_id"], with_vectors=False), "realm search")
             return _points(res.points)
 
@@ -364,7 +371,7 @@ class QdrantVectorIndex:
             return out
         n = first_ask(limit, REALM_MOST)
         requests = [models.QueryRequest(query=vector, filter=self._realm_filter(realm), limit=n,
-                                        params=models.SearchParams(exact=True), with_payload=["seq", "conversation_id"],
+                                        params=self.realm_params, with_payload=["seq", "conversation_id"],
                                         with_vector=False) for _, realm, vector in asked]
         res = await self._call(lambda: self._client.query_batch_points(self._collection, requests=requests), "realm search")
         for (i, realm, vector), answer in zip(asked, res, strict=True):

@@ -237,6 +237,32 @@ async def test_a_realm_search_is_one_exact_ranking_over_the_realms_conversations
     assert [h.id for h in one] == [h.id for h in await index.search(Scope(tenant_id="t1", conversation_id="c04"), vecs[0], 4)]
 
 
+async def test_realm_searches_through_hnsw_answer_a_small_realm_exactly() -> None:
+    """Given ``realm_ef``, realm searches ask for Qdrant's HNSW index (here with the lowest
+    ``hnsw_ef``, the most approximate); a realm too small for an index to pay is still scanned,
+    so it gets the exact ranking, ties included, as an index without ``realm_ef`` gives it."""
+    name = f"test_{uuid.uuid4().hex[:10]}"
+    approximate = QdrantVectorIndex.server(QDRANT_URL or "", DIM, collection=name, realm_ef=1)
+    exact = QdrantVectorIndex.server(QDRANT_URL or "", DIM, collection=name)
+    assert approximate.realm_params.hnsw_ef == 1 and not approximate.realm_params.exact
+    assert exact.realm_params.exact
+    try:
+        t1 = realm_nodes("t1")
+        await approximate.upsert(t1)
+        vecs = unit_vectors(30 * 4 + 1, 21)
+        for realm in (Realm(tenant_id="t1"), Realm(tenant_id="t1", user_id="u2")):
+            for probe in (vecs[-1], vecs[5], vecs[40]):
+                for limit in (3, 50):
+                    want = [n.id for n in brute_realm(t1, realm, probe, limit)]
+                    assert [h.id for h in await approximate.search_realm(realm, probe, limit)] == want
+                    assert [h.id for h in await exact.search_realm(realm, probe, limit)] == want
+                    assert [[h.id for h in hits] for hits in await approximate.search_realms([(realm, probe)], limit)] == [want]
+    finally:
+        await approximate._client.delete_collection(name)
+        await approximate.close()
+        await exact.close()
+
+
 async def test_realms_keep_tenants_and_users_apart(index: QdrantVectorIndex) -> None:
     """Another tenant's points never answer; nodes without a user answer the tenant's realm only;
     an empty conversation list, an unknown tenant or user hold nothing; a text is refused."""

@@ -173,3 +173,19 @@ def test_watermarks_wait_for_a_new_leader_whose_high_watermark_is_not_caught_up(
     assert c.refreshed == 1
     with pytest.raises(KafkaException):  # not transient: raised at once
         kafka_admin.watermarks(Consumer(1, KafkaError.TOPIC_AUTHORIZATION_FAILED), TopicPartition("t", 0))  # type: ignore[arg-type]
+
+
+def test_realm_searches_are_exact_unless_an_hnsw_ef_is_set(monkeypatch: pytest.MonkeyPatch) -> None:
+    """``JEVMEM_QDRANT_REALM_EF`` sends a user's or tenant's realm searches through Qdrant's HNSW
+    index with that ``hnsw_ef``; unset, they are exact scans; a value below 1 is refused."""
+    monkeypatch.setenv("JEVMEM_QDRANT_URL", "http://127.0.0.1:1")
+    default = assembly.qdrant(Settings(), 8, "c").realm_params
+    assert default.exact and default.hnsw_ef is None
+    monkeypatch.setenv("JEVMEM_QDRANT_REALM_EF", "256")
+    settings = Settings()
+    tuned = assembly.qdrant(settings, 8, "c").realm_params
+    assert tuned.hnsw_ef == 256 and not tuned.exact
+    assert settings.env()["JEVMEM_QDRANT_REALM_EF"] == "256"  # what a benchmark hands its workers
+    monkeypatch.setenv("JEVMEM_QDRANT_REALM_EF", "0")
+    with pytest.raises(ValueError, match="greater than or equal to 1"):
+        Settings()
