@@ -11,7 +11,8 @@ import pytest
 from typer.testing import CliRunner
 
 from jevmem.bench import chaos as bench_chaos
-from jevmem.cli import SHOWN_CONVERSATIONS, Fault, app, unknown_conversations, written_summary
+from jevmem.cli import SHOWN_CONVERSATIONS, app, unknown_conversations, written_summary
+from jevmem.cli_bench import Fault
 from tests.conftest import chat_observations
 from topology.ports import Embedder
 
