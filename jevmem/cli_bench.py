@@ -4,18 +4,16 @@ concern. Each command imports its benchmark when it runs, so ``--help`` loads no
 
 from __future__ import annotations
 
-import sys
 from enum import StrEnum
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
 
-import orjson
 import typer
 from rich.console import Console
 from rich.table import Table
 
 from jevmem import assembly, cli_errors
-from jevmem.cli_common import Json
+from jevmem.cli_common import Json, emit
 from jevmem.cli_common import labelled as _labelled
 from jevmem.cli_common import progress_bar as _progress
 from jevmem.cli_common import run as _run
@@ -75,7 +73,7 @@ def bench_locomo(directory: Annotated[Path, typer.Argument(metavar="DIR", help="
         out = _run(run_locomo(directory, settings, assembly.load_embedder(settings), progress,
                               ablate=ablate))
     if as_json:
-        sys.stdout.write(orjson.dumps(out).decode() + "\n")
+        emit(out, as_json)
         return
     for k in KS:
         table = Table(title=f"evidence recall@{k}")
@@ -99,10 +97,7 @@ def bench_edges(directory: Annotated[Path, typer.Argument(metavar="DIR", help="L
     settings = _settings()
     require_model(settings)
     out = _run(run_edges(directory, settings, assembly.load_embedder(settings)))
-    if as_json:
-        sys.stdout.write(orjson.dumps(out).decode() + "\n")
-        return
-    Console().print(out)
+    emit(out, as_json)
 
 
 @bench_app.command("scale")
@@ -125,10 +120,7 @@ def bench_scale(observations: Annotated[int, typer.Option(metavar="N", help="Syn
         out = _run(run_scale(settings, assembly.load_embedder(settings), observations,
                              conversations, tenants, active=active or None,
                              progress=lambda done, _: bar.update(task, completed=done), data_dir=data_dir))
-    if as_json:
-        sys.stdout.write(orjson.dumps(out).decode() + "\n")
-    else:
-        Console().print(out)
+    emit(out, as_json)
 
 
 def _fold(value: str) -> Fold:
@@ -184,7 +176,7 @@ def bench_users(users: Annotated[int, typer.Option(metavar="N", help="Users.")] 
         out = _run(run_users(settings, assembly.load_embedder(settings), users, sessions, facts, split, seed, many_sessions,
                              repeats, scale_sessions, progress, fold, where))
     if as_json:
-        sys.stdout.write(orjson.dumps(out).decode() + "\n")
+        emit(out, as_json)
         return
     table = Table(title=f"bench users ({out['mode']})")
     table.add_column("scenario")
@@ -227,10 +219,7 @@ def bench_updates(conversations: Annotated[int, typer.Option(
         progress = _labelled(bar)
         out = _run(run_updates(settings, assembly.load_embedder(settings), conversations, split, seed, turns, progress,
                                seeds, fold))
-    if as_json:
-        sys.stdout.write(orjson.dumps(out).decode() + "\n")
-    else:
-        Console().print(out)
+    emit(out, as_json)
 
 
 @bench_app.command("kafka")
@@ -279,10 +268,7 @@ def bench_kafka(directory: Annotated[Path | None, typer.Argument(
                              encryption=encryption.value))
     else:
         out = _run(run_kafka(directory, settings, workers, rate, vectors=where, encryption=encryption.value))
-    if as_json:
-        sys.stdout.write(orjson.dumps(out).decode() + "\n")
-    else:
-        Console().print(out)
+    emit(out, as_json)
 
 
 @bench_app.command("serve")
@@ -300,10 +286,7 @@ def bench_serve(directory: Annotated[Path, typer.Argument(metavar="DIR", help="L
 
     require_model(_settings())
     out = _run(run_serve(directory, tuple(clients) if clients else (1, 4, 16), seconds, ingest_every=ingest_every))
-    if as_json:
-        sys.stdout.write(orjson.dumps(out).decode() + "\n")
-    else:
-        Console().print(out)
+    emit(out, as_json)
 
 
 @bench_app.command("chaos")
@@ -331,10 +314,7 @@ def bench_chaos(directory: Annotated[Path, typer.Argument(metavar="DIR", help="L
         out = _run(run_chaos(directory, settings, rounds, turns, faults, seed))
     except SourceCheckoutNeeded as exc:
         cli_errors.stop(str(exc), 2)
-    if as_json:
-        sys.stdout.write(orjson.dumps(out).decode() + "\n")
-    else:
-        Console().print({k: v for k, v in out.items() if k != "results"})
+    emit(out, as_json, {k: v for k, v in out.items() if k != "results"})
 
 
 @bench_app.command("longmemeval")
@@ -364,7 +344,7 @@ def bench_longmemeval(
         out = _run(run_longmemeval(directory, settings, assembly.load_embedder(settings), questions, chosen,
                                    data_dir, progress))
     if as_json:
-        sys.stdout.write(orjson.dumps(out).decode() + "\n")
+        emit(out, as_json)
         return
     for key in ("turn_recall_frac@10", "turn_ndcg_any@10", "session_recall_all@5"):
         table = Table(title=key)

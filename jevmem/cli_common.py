@@ -5,10 +5,12 @@ bars."""
 from __future__ import annotations
 
 import asyncio
+import sys
 from collections.abc import Callable, Coroutine
 from pathlib import Path
 from typing import Annotated, Any, TypeVar
 
+import orjson
 import typer
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
@@ -53,3 +55,12 @@ def labelled(bar: Progress) -> Callable[[str, int, int], None]:
         bar.update(tasks[label], completed=done)
 
     return progress
+
+
+def emit(out: Any, as_json: bool, shown: Any = None) -> None:
+    """A command's result on stdout: ``out`` as one JSON line with ``as_json``, else ``shown``
+    (default ``out``) pretty-printed."""
+    if as_json:
+        sys.stdout.write(orjson.dumps(out).decode() + "\n")
+    else:
+        Console().print(out if shown is None else shown)

@@ -31,7 +31,9 @@ from topology.systemone.features import RelationState
 from topology.systemone.update_model import UpdateModel
 
 CHANGED = ("explicit", "contrast", "implicit")
-UNCHANGED = ("restate", "remark", "another")
+#: the unchanged kinds that repeat the first statement's value, and a statement of another attribute
+SAME_VALUE = ("restate", "remark")
+UNCHANGED = (*SAME_VALUE, "another")
 THRESHOLDS = (0.1, 0.15, 0.2, 0.25, 0.3, 0.35, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9)
 
 
@@ -46,7 +48,7 @@ def pairs(fold: WideFold, seed: int) -> list[tuple[str, str, str]]:
             v1, v2 = rnd.sample(a.values, 2)
             older = state.format(v=v1)
             out += [(older, w.format(v=v2, old=v1), k) for k in CHANGED for w in getattr(a, k)]
-            out += [(older, w.format(v=v1, old=v1), k) for k in ("restate", "remark") for w in getattr(a, k)]
+            out += [(older, w.format(v=v1, old=v1), k) for k in SAME_VALUE for w in getattr(a, k)]
             for b in rnd.sample([b for b in attributes if b is not a], 3):  # a statement of another attribute
                 out.append((older, rnd.choice(b.state).format(v=rnd.choice(b.values)), "another"))
     return out

@@ -162,11 +162,9 @@ class PresentSteps:
             return [None] * len(newer)
         pool = run.st.pool
         read = await self._known(reach, run, {i: (pool[i].node, pool[i].info) for i in [best, *newer]})
-        out: list[float | None] = []
-        for row in read[1:]:
-            known = max(float(read[0].max(initial=0.0)), float(row.max(initial=0.0))) >= MIN_ABOUT
-            out.append(round(float(read[0] @ row), 4) if known else None)
-        return out
+        best_known = float(read[0].max(initial=0.0))
+        return [round(float(read[0] @ row), 4) if max(best_known, float(row.max(initial=0.0))) >= MIN_ABOUT else None
+                for row in read[1:]]
 
     def _asked_attribute(self, run: Run) -> int | None:
         """The attribute (column of :meth:`~topology.systemone.attributes.AttributeSpace.known`)
