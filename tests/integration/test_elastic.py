@@ -9,11 +9,7 @@ from __future__ import annotations
 
 import os
 import random
-import uuid
-from collections.abc import AsyncIterator, Awaitable, Callable
-from dataclasses import dataclass
-from datetime import UTC, datetime, timedelta
-from itertools import pairwise
+from collections.abc import Awaitable, Callable
 
 import pytest
 
@@ -23,8 +19,6 @@ ES_URL = os.environ.get("JEVMEM_TEST_ES_URL")
 if not ES_URL:
     pytest.skip("JEVMEM_TEST_ES_URL is not set", allow_module_level=True)
 
-import elastic_transport  # noqa: E402
-import orjson  # noqa: E402
 from elasticsearch import AsyncElasticsearch  # noqa: E402
 
 from storage.elastic import store as elastic  # noqa: E402
@@ -32,137 +26,21 @@ from storage.elastic.edges import ElasticEdgeStore  # noqa: E402
 from storage.elastic.store import ElasticLexicalIndex, ElasticNodeStore  # noqa: E402
 from storage.ports import Hit  # noqa: E402
 from storage.sqlite.store import SqliteEdgeStore, SqliteLexicalIndex, SqliteNodeStore, connect  # noqa: E402
-from topology import ids  # noqa: E402
+from tests.integration.elastic_data import (  # noqa: E402
+    A2,
+    CHAT,
+    A,
+    B,
+    Stores,
+    make_decisions,
+    make_edges,
+    make_nodes,
+    snapshot,
+    write_all,
+)
 from topology.errors import StoreUnavailable  # noqa: E402
-from topology.schemas import VIEWS, ConsolidationDecision, EdgeEvent, MemoryNode, Observation, Realm, Scope, View  # noqa: E402
+from topology.schemas import VIEWS, MemoryNode, Observation, Realm, Scope  # noqa: E402
 from topology.stages.memory_nodes import describe  # noqa: E402
-
-A = Scope(tenant_id="tenant-a", conversation_id="conv-1")
-B = Scope(tenant_id="tenant-b", conversation_id="conv-1")
-A2 = Scope(tenant_id="tenant-a", conversation_id="conv-2")
-
-CHAT = [
-    ("Ana", "I adopted a puppy named Biscuit last week, he is a golden retriever."),
-    ("Ben", "That's wonderful! How is Biscuit settling in?"),
-    ("Ana", "He chews everything, so I bought him chew toys yesterday."),
-    ("Ben", "I started training for the Berlin marathon because my doctor told me to exercise more."),
-    ("Ana", "Good luck with the marathon! When is it?"),
-    ("Ben", "It is on 24 September 2023. I run every morning before work."),
-    ("Ana", "I love hiking in the Alps with my sister Clara."),
-    ("Ben", "My favourite food is ramen, I cook it every Sunday."),
-    ("Ana", "Biscuit learned to sit today, I am so proud of him."),
-    ("Ben", "I hurt my knee while running, so I had to pause the training."),
-    ("Ana", "Clara and I are planning a trip to Lisbon next month with Biscuit."),
-    ("Ben", "My knee is better now and I am back to running the Berlin marathon training."),
-]
-
-
-def make_nodes(scope: Scope, chat: list[tuple[str, str]] = CHAT) -> list[MemoryNode]:
-    """Observation nodes (seq 0..n-1, with embeddings that are not float32-exact) plus one derived node."""
-    rng = random.Random(f"{scope.tenant_id}/{scope.conversation_id}")
-    start = datetime(2023, 5, 1, 9, tzinfo=UTC)
-    nodes = []
-    for i, (speaker, content) in enumerate(chat):
-        obs = Observation(tenant_id=scope.tenant_id, conversation_id=scope.conversation_id, event_id=f"ev-{i}",
-                          content=content, speaker=speaker, observed_at=start + timedelta(hours=i),
-                          metadata={"turn": i}, provenance={"source": "test"})
-        node = describe(obs, i)
-        nodes.append(node.model_copy(update={"embedding": [round(rng.uniform(-1, 1), 3) for _ in range(8)]}))
-    derived = nodes[0].model_copy(update={
-        "id": ids.stable_uuid("derived", nodes[0].id, nodes[8].id), "event_id": "derived-0-8", "kind": "derived",
-        "seq": len(chat), "content": "Ana's puppy Biscuit is a golden retriever who learned to sit.",
-        "derived_from": [nodes[0].id, nodes[8].id], "embedding": None})
-    return [*nodes, derived]
-
-
-def make_edges(nodes: list[MemoryNode]) -> list[EdgeEvent]:
-    """Edges of every view, with tied probabilities (so the id tie-break matters)."""
-    out = []
-    for i, n in enumerate(nodes):
-        for j in range(max(0, i - 3), i):
-            view = VIEWS[(i + j) % len(VIEWS)]
-            p = [0.5, 0.9, 0.5, 0.25][(i * j) % 4]
-            label = f"{view}:{j}"
-            out.append(EdgeEvent(id=ids.edge_id(view, n.id, nodes[j].id, label), tenant_id=n.tenant_id,
-                                 conversation_id=n.conversation_id, view=view, source=n.id, target=nodes[j].id,
-                                 direction="directed", probability=p, label=label, created_by="rule"))
-    return out
-
-
-def make_decisions(nodes: list[MemoryNode]) -> list[ConsolidationDecision]:
-    return [ConsolidationDecision(id=ids.stable_uuid("consolidation", n.scope.key, n.id, m.id), tenant_id=n.tenant_id,
-                                  conversation_id=n.conversation_id, run=1, left=n.id, right=m.id, redundant=0.1,
-                                  contradiction=0.0, obsolete=0.2, link_useful=0.7,
-                                  representation={"episodic": 0.5, "semantic": 0.5}, chosen="keep_separate")
-            for n, m in pairwise(nodes)][:5]
-
-
-@dataclass
-class Stores:
-    lex: ElasticLexicalIndex
-    nodes: ElasticNodeStore
-    edges: ElasticEdgeStore
-
-
-@pytest.fixture
-async def es() -> AsyncIterator[tuple[AsyncElasticsearch, str]]:
-    client = AsyncElasticsearch(ES_URL, request_timeout=30)
-    prefix = f"jevmem-test-{uuid.uuid4().hex[:12]}-"
-    yield client, prefix
-    names = list((await client.indices.get(index=prefix + "*")).keys())  # wildcard deletes are refused
-    if names:
-        await client.indices.delete(index=",".join(names), ignore_unavailable=True)
-    await client.close()
-
-
-@pytest.fixture(params=["immediate", "deferred"])
-def stores(es: tuple[AsyncElasticsearch, str], request: pytest.FixtureRequest) -> Stores:
-    """The adapters on the test's client (the fixture closes it): each write its own refreshed
-    bulk request, or (as the workers run them) buffered in one shared :class:`Visibility`."""
-    client, prefix = es
-    seen = elastic.Visibility(client) if request.param == "deferred" else None
-    return Stores(ElasticLexicalIndex(client, prefix, seen), ElasticNodeStore(client, prefix, seen),
-                  ElasticEdgeStore(client, prefix, seen))
-
-
-async def write_all(s: Stores | tuple[SqliteLexicalIndex, SqliteNodeStore, SqliteEdgeStore],
-                    nodes: list[MemoryNode], edges: list[EdgeEvent], decisions: list[ConsolidationDecision],
-                    lexical_first: bool = True) -> None:
-    lex, ns, es_ = (s.lex, s.nodes, s.edges) if isinstance(s, Stores) else s
-    if lexical_first:
-        await lex.upsert(nodes)
-        await ns.upsert(nodes)
-    else:
-        await ns.upsert(nodes)
-        await lex.upsert(nodes)
-    await es_.upsert(edges)
-    await es_.upsert_decisions(decisions)
-
-
-async def snapshot(lex: object, ns: object, edges: object, scope: Scope, nodes: list[MemoryNode]) -> dict[str, object]:
-    """Every deterministic read of the ports, keyed by a description of the call."""
-    out: dict[str, object] = {}
-    node_ids = [n.id for n in nodes]
-    for n in nodes:
-        ents = [e.id for e in n.entities]
-        for limit in (1, 3, 50):
-            out[f"overlapping {n.seq} {limit}"] = await lex.overlapping(scope, n.tokens, n.seq + 1, limit)  # type: ignore[attr-defined]
-            out[f"entities {n.seq} {limit}"] = await ns.sharing_entities_before(scope, ents, n.seq + 1, limit)  # type: ignore[attr-defined]
-            out[f"preceding {n.seq} {limit}"] = await ns.preceding(scope, n.seq + 1, limit)  # type: ignore[attr-defined]
-        for views in (["semantic"], ["temporal", "causal"], list(VIEWS)):
-            out[f"neighbours {n.seq} {views}"] = await edges.neighbours(scope, [n.id, *node_ids[:1]], views, 4)  # type: ignore[attr-defined]
-    all_tokens = sorted({t for n in nodes for t in n.tokens})
-    out["overlapping all"] = await lex.overlapping(scope, all_tokens, 10**6, 100)  # type: ignore[attr-defined]
-    out["neighbours all"] = await edges.neighbours(scope, node_ids, list(VIEWS), 1000)  # type: ignore[attr-defined]
-    out["seqs"] = await ns.seqs(scope, [n.event_id for n in nodes] + ["missing"])  # type: ignore[attr-defined]
-    out["next_seq"] = await ns.next_seq(scope)  # type: ignore[attr-defined]
-    out["observation_count"] = await ns.observation_count(scope)  # type: ignore[attr-defined]
-    out["used_seqs"] = await ns.used_seqs(scope)  # type: ignore[attr-defined]
-    out["get"] = await ns.get(scope, [*reversed(node_ids), "missing", node_ids[0]])  # type: ignore[attr-defined]
-    out["list"] = await ns.scan(scope)  # type: ignore[attr-defined]
-    out["edges"] = await edges.scan(scope)  # type: ignore[attr-defined]
-    out["decisions"] = await edges.decisions(scope)  # type: ignore[attr-defined]
-    return out
 
 
 async def test_each_method(stores: Stores) -> None:
@@ -219,95 +97,6 @@ async def test_parity_with_sqlite(stores: Stores) -> None:
                 assert got[key] == want[key], key
     finally:
         conn.close()
-
-
-async def test_many_reads_in_one_request_answer_as_each_read_alone(stores: Stores,
-                                                                    monkeypatch: pytest.MonkeyPatch) -> None:
-    """A realm's step reads many conversations: ``read_many`` answers every read with one search
-    and ``get_many`` with one mget a tenant, each read as its own call would answer it (ids of
-    another conversation, unknown ids and a conversation asked twice included)."""
-    written = {scope: make_nodes(scope, CHAT if scope != A2 else CHAT[::-1]) for scope in (A, B, A2)}
-    for nodes in written.values():
-        await write_all(stores, nodes, make_edges(nodes), make_decisions(nodes))
-    a, b, a2 = (written[s] for s in (A, B, A2))
-    reads = [(A, [a[5].id, a[9].id, a2[0].id]), (A2, [a2[1].id, a2[7].id, "missing"]), (B, [b[3].id]),
-             (A, [a[0].id]), (A2, [])]
-    label = make_edges(a2)[0].label
-    counted = {"search": 0, "mget": 0}
-    client = stores.edges._client
-
-    def counting(name: str) -> None:
-        call = getattr(client, name)
-
-        async def wrapped(*args: object, **kwargs: object) -> object:
-            counted[name] += 1
-            return await call(*args, **kwargs)
-        monkeypatch.setattr(client, name, wrapped)
-
-    view_sets: list[list[View]] = [["semantic"], list(VIEWS)]
-    for views in view_sets:
-        alone = [await stores.edges.neighbours(scope, ids_, views, 3) for scope, ids_ in reads]
-        tagged = [await stores.edges.labelled(scope, ids_, views, 50, label) for scope, ids_ in reads]
-        nodes_alone = [await stores.nodes.get(scope, ids_) for scope, ids_ in reads]
-        counting("search")
-        counting("mget")
-        assert await stores.edges.read_many(reads, views, 3, None) == alone
-        assert await stores.edges.read_many(reads, views, 50, label) == tagged
-        assert counted["search"] == 2
-        got = await stores.nodes.get_many(reads)
-        assert counted["mget"] == 2  # one a tenant
-        assert got == nodes_alone and any(got[0]) and got[4] == []
-        assert [n.id for n in got[0]] == [a[5].id, a[9].id]  # another conversation's id is not this one's
-        heads = await stores.nodes.get_many(reads, vectors=False)
-        assert heads == [[n.without_embedding() for n in part] for part in nodes_alone]
-        assert await stores.nodes.get_heads(A, [a[2].id, "missing"]) == [a[2].without_embedding()]
-        monkeypatch.undo()
-        counted.update(search=0, mget=0)
-
-
-async def test_an_edge_session_fetches_each_document_once_and_answers_as_the_store(
-        stores: Stores, monkeypatch: pytest.MonkeyPatch) -> None:
-    """One retrieval's edge reads (``EdgeSession``): what ``ahead`` fetched answers later reads
-    without a request; a read asks once for what it lacks, in one search for all its
-    conversations; every answer is the store's; a failed fetch fails the reads after it."""
-    written = {scope: make_nodes(scope, CHAT if scope != A2 else CHAT[::-1]) for scope in (A, B, A2)}
-    for nodes in written.values():
-        await write_all(stores, nodes, make_edges(nodes), make_decisions(nodes))
-    a, b, a2 = (written[s] for s in (A, B, A2))
-    label = make_edges(a2)[0].label
-    views: list[View] = list(VIEWS)
-    reads = [(A, [a[5].id, a[9].id, a2[0].id]), (A2, [a2[1].id, a2[7].id]), (B, [b[3].id])]
-    alone = [await stores.edges.neighbours(scope, ids_, views, 3) for scope, ids_ in reads]
-    tagged = await stores.edges.labelled(A2, [a2[1].id], views, 50, label)
-    wider = await stores.edges.neighbours(A, [a[5].id, a[6].id], views, 10)
-    searches = 0
-    search = stores.edges._client.search
-
-    async def counting(*args: object, **kwargs: object) -> object:
-        nonlocal searches
-        searches += 1
-        return await search(*args, **kwargs)
-    monkeypatch.setattr(stores.edges._client, "search", counting)
-
-    session = stores.edges.session()
-    session.ahead(reads[:2])
-    assert searches == 0  # started, not yet sent
-    assert [await session.neighbours(scope, ids_, views, 3) for scope, ids_ in reads[:2]] == alone[:2]
-    assert await session.labelled(A2, [a2[1].id], views, 50, label) == tagged
-    assert searches == 1  # the one fetch ahead answered all three
-    assert await session.read_many(reads, views, 3, None) == alone
-    assert await session.neighbours(A, [a[5].id, a[6].id], views, 10) == wider
-    assert searches == 3  # B's documents, then A's at a[6]: what each read lacked
-
-    failing = stores.edges.session()
-
-    async def down(*args: object, **kwargs: object) -> object:
-        raise elastic_transport.ConnectionError("down")
-    monkeypatch.setattr(stores.edges._client, "search", down)
-    failing.ahead(reads)
-    for _ in range(2):  # the failure is raised by the read that waits for it, and by every later one
-        with pytest.raises(StoreUnavailable):
-            await failing.neighbours(*reads[0], views, 3)
 
 
 async def test_idempotent_and_order_independent(stores: Stores) -> None:
@@ -596,66 +385,6 @@ async def test_deletes_remove_exactly_the_scope_records(es: tuple[AsyncElasticse
     assert await s.nodes.forgotten(A) == {} and await s.lex.search(A, "Biscuit", 5) == []
     assert await vec.search(A, a[0].embedding or [], 50) == []
     assert len(await s.nodes.scan(B)) == len(per_scope[B]) and len(await s.nodes.scan(A2)) == len(per_scope[A2])
-
-
-async def test_edges_are_one_document_per_conversation_per_write_and_the_last_write_wins(
-        es: tuple[AsyncElasticsearch, str]) -> None:
-    """Edge groups answer as one document per edge would (the SQLite store here): a write is one
-    document per conversation, an edge written again takes its latest version, and a delete
-    counts each edge once however many groups held it."""
-    from storage.elastic.edges import GROUPS
-
-    client, prefix = es
-    groups = ElasticEdgeStore(client, prefix)
-    sq = SqliteEdgeStore(connect(":memory:"))
-    a, b = make_nodes(A), make_nodes(B)
-    ea, eb = make_edges(a), make_edges(b)
-    for store in (groups, sq):
-        await store.upsert(ea + eb)
-    assert (await client.count(index=prefix + GROUPS))["count"] == 2
-    again = [e.model_copy(update={"probability": round(1.0 - e.probability, 3)}) for e in ea[:4]]
-    for store in (groups, sq):
-        await store.upsert(again)
-    assert (await client.count(index=prefix + GROUPS))["count"] == 3
-    ids = [n.id for n in a]
-    for views in (["semantic"], ["temporal", "entity"], list(VIEWS)):
-        for limit in (1, 3, 1000):
-            assert await groups.neighbours(A, ids[:3], views, limit) == await sq.neighbours(A, ids[:3], views, limit)
-    assert await groups.scan(A) == await sq.scan(A) and await groups.scan(B) == await sq.scan(B)
-    assert {e.id: e.probability for e in await groups.scan(A)}[again[0].id] == again[0].probability
-    doomed = [again[0].source]
-    both = [ids[0], b[0].id, "nowhere"]
-    for tenant, probe in ((A.tenant_id, both), (A.tenant_id, doomed), (A.tenant_id, []), ("other", both)):
-        assert await groups.conversations_touching(tenant, probe) == await sq.conversations_touching(tenant, probe)
-    assert await groups.conversations_touching(A.tenant_id, both) == [A.conversation_id]  # B is another tenant
-    assert await groups.conversations_touching(B.tenant_id, [ids[0]]) == []
-    assert await groups.delete(A, doomed) == await sq.delete(A, doomed) > 0
-    assert await groups.scan(A) == await sq.scan(A)
-    assert await groups.delete_scope(A) == await sq.delete_scope(A) > 0
-    assert await groups.scan(A) == [] and await groups.scan(B) == await sq.scan(B)
-
-
-async def test_a_legacy_edge_index_is_moved_into_groups(es: tuple[AsyncElasticsearch, str]) -> None:
-    """A generation of one document per edge (an earlier release) is moved into groups by
-    ``prepare``: the same edges read back, later writes win over them, the old index goes."""
-    client, prefix = es
-    nodes = make_nodes(A)
-    edges = make_edges(nodes)
-    ops: list[dict[str, object]] = []
-    for e in edges:
-        ops += [{"index": {"_id": e.id}}, {"tenant_id": e.tenant_id, "conversation_id": e.conversation_id, "id": e.id,
-                                           "body": orjson.dumps(e.model_dump(mode="json")).decode()}]
-    await client.indices.create(index=prefix + "edges", settings=elastic._SETTINGS, mappings={"properties": {
-        "tenant_id": {"type": "keyword"}, "conversation_id": {"type": "keyword"}, "id": {"type": "keyword"},
-        "body": {"type": "keyword", "index": False, "doc_values": False}}})
-    await client.bulk(index=prefix + "edges", operations=ops, refresh=True)
-    store = ElasticEdgeStore(client, prefix)
-    await store.prepare()
-    assert not await client.indices.exists(index=prefix + "edges")
-    assert await store.scan(A) == sorted(edges, key=lambda e: e.id)
-    newer = edges[0].model_copy(update={"probability": 0.01})
-    await store.upsert([newer])
-    assert {e.id: e.probability for e in await store.scan(A)}[newer.id] == 0.01
 
 
 async def test_a_shared_memories_index_is_split_per_tenant(es: tuple[AsyncElasticsearch, str]) -> None:
