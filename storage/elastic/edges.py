@@ -35,7 +35,7 @@ from typing import Any, NamedTuple
 import orjson
 from elasticsearch import NotFoundError
 
-from storage.elastic.store import _FILTER_KW, _KW, _OPAQUE, _PAGE, _Elastic, _scoped, es_errors, retrieved
+from storage.elastic.store import _FILTER_KW, _KW, _OPAQUE, _PAGE, READ_HOT, _Elastic, _scoped, es_errors, retrieved
 from topology.schemas import SCHEMA_VERSION, ConsolidationDecision, EdgeEvent, Scope, View
 
 #: The index of edge groups (see the module).
@@ -289,7 +289,7 @@ class ElasticEdgeStore(_Elastic):
     async def prepare(self) -> None:
         """Create the edge-group and decisions indices now (a worker at startup, not on first
         write), and move a legacy one-document-per-edge index into groups."""
-        await self._ensure(GROUPS, _GROUP_MAPPING)
+        await self._ensure(GROUPS, _GROUP_MAPPING, READ_HOT)
         await self._ensure("decisions", _DECISIONS)
         await self.move_legacy()
 
@@ -299,7 +299,7 @@ class ElasticEdgeStore(_Elastic):
         old = await self._existing(LEGACY)
         if old is None:
             return 0
-        index = await self._ensure(GROUPS, _GROUP_MAPPING)
+        index = await self._ensure(GROUPS, _GROUP_MAPPING, READ_HOT)
         hits = await self._hits(old, {"match_all": {}}, [{"id": "asc"}], ["body"])
         by_scope: dict[tuple[str, str], list[_Edge]] = {}
         for h in hits:
@@ -326,7 +326,7 @@ class ElasticEdgeStore(_Elastic):
         """One group document per conversation of ``edges`` (an edge given twice: the last)."""
         if not edges:
             return
-        index = await self._ensure(GROUPS, _GROUP_MAPPING)
+        index = await self._ensure(GROUPS, _GROUP_MAPPING, READ_HOT)
         by_scope: dict[tuple[str, str], dict[str, _Edge]] = {}
         for e in edges:
             by_scope.setdefault((e.tenant_id, e.conversation_id), {})[e.id] = _Edge.of(e)

@@ -256,14 +256,14 @@ async def test_a_refresh_started_ahead_serves_the_reads_of_its_epoch(es: tuple[A
 
 
 async def test_indices_read_by_every_recall_use_the_fast_codec_the_rest_the_compact_one(stores: Stores) -> None:
-    """A tenant's memories index (BM25 hits and node mgets on every recall) is made with the
-    default codec; the edge groups and the decisions keep ``best_compression``."""
+    """A tenant's memories index (BM25 hits and node mgets on every recall) and the edge groups
+    (searched on every recall) are made with the default codec; the decisions keep ``best_compression``."""
     nodes = make_nodes(A)
     await write_all(stores, nodes, make_edges(nodes), make_decisions(nodes))
     client, prefix = stores.nodes._client, stores.nodes._prefix
     codec = {name: body["settings"]["index"].get("codec", "default")
              for name, body in (await client.indices.get_settings(index=prefix + "*")).items()}
-    assert codec == {prefix + elastic.memories_index(A.tenant_id): "default", prefix + "edges-grouped": "best_compression",
+    assert codec == {prefix + elastic.memories_index(A.tenant_id): "default", prefix + "edges-grouped": "default",
                      prefix + "decisions": "best_compression"}, codec
 
 
