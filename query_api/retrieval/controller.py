@@ -38,7 +38,7 @@ from storage.ports import EdgeReader, Hit, LexicalIndex, NodeReader, NodeRows, V
 from topology import text
 from topology.params import Params
 from topology.ports import Embedder
-from topology.schemas import MemoryNode, Realm, Scope, TemporalRef
+from topology.schemas import MemoryNode, Realm, Scope, TemporalRef, View
 from topology.systemone.attribute_model import AttributeModel
 from topology.systemone.attributes import AttributeSpace
 from topology.systemone.catalog import ASSESS, ROUTE, SCORE
@@ -387,37 +387,59 @@ class RetrievalController(PresentSteps):
 
     async def _expand(self, reach: Reach, run: Run, frontier: Sequence[Cand]) -> tuple[list[Cand], int]:
         """The new candidates along each active view's edges from ``frontier`` (within its
-        budget, the visited-node and examined-edge limits), and the number of edges read."""
+        budget, the visited-node and examined-edge limits), and the number of edges read.
+
+        Each view in turn takes its best neighbours not yet in the pool nor taken by a view
+        before it (a neighbour is worth what its best edge from the frontier carries: p(edge) *
+        score). The nodes are read together: every view's edges first, then, in one read, the
+        picks as they fall if every pick is found and recallable; a view whose picks move on
+        because one before was not reads the rest then (the same picks as one read a view)."""
         lim, st = self.params.limits, run.st
-        added: list[Cand] = []
-        seen_edges = 0
         strength = {c.node.id: max(0.0, c.score) for c in frontier}
+        seen_edges = 0
+        #: per view: its neighbours best first, and the p(edge) each is reached by
+        ranked: list[tuple[View, list[str], dict[str, float]]] = []
         for view in run.views:
-            room = lim.visited_nodes - len(st.pool) - len(added)
             if run.remaining.get(view, 0) <= 0 or run.examined + seen_edges >= lim.examined_edges:
                 continue
             limit = min(lim.examined_edges - run.examined - seen_edges, 4 * run.remaining[view] + 40)
             edges = await reach.neighbours(list(strength), [view], limit)
             seen_edges += len(edges)
             st.graph.add(edges)
-            if room <= 0:
-                continue
-            # a neighbour is worth what its best edge from the frontier carries: p(edge) * score
             want: dict[str, float] = {}
             prob: dict[str, float] = {}
-            taken = {x.node.id for x in added}
             for e in edges:
                 src, other = (e.source, e.target) if e.source in strength else (e.target, e.source)
-                if other in st.pool or other in taken:
+                if other in st.pool:
                     continue
                 v = e.probability * strength.get(src, 0.0)
                 if v > want.get(other, -1.0):
                     want[other], prob[other] = v, e.probability
-            chosen = sorted(want, key=lambda i: (-want[i], i))[: min(run.remaining[view], room)]
-            for n, info in await self._fetch(reach, chosen, edges_next=True):
-                if not currency.recallable(n, run.as_of):
-                    continue
-                added.append(Cand(n, info, view, st.route[view], prob[n.id]))
+            ranked.append((view, sorted(want, key=lambda i: (-want[i], i)), prob))
+        # the picks as they fall if every one is read and recallable: read together
+        picks: list[str] = []
+        for view, best, _ in ranked:
+            room = lim.visited_nodes - len(st.pool) - len(picks)
+            if room > 0:
+                taken = set(picks)
+                picks += [i for i in best if i not in taken][: min(run.remaining[view], room)]
+        got = {n.id: (n, info) for n, info in await self._fetch(reach, picks, edges_next=True)} if picks else {}
+        read = set(picks)
+        added: list[Cand] = []
+        for view, best, prob in ranked:
+            room = lim.visited_nodes - len(st.pool) - len(added)
+            if room <= 0:
+                continue
+            taken = {x.node.id for x in added}
+            chosen = [i for i in best if i not in taken][: min(run.remaining[view], room)]
+            unread = [i for i in chosen if i not in read]
+            if unread:  # a pick before was missing or not recallable, so this view picks further
+                got.update((n.id, (n, info)) for n, info in await self._fetch(reach, unread, edges_next=True))
+                read.update(unread)
+            for i in chosen:
+                if i in got and currency.recallable(got[i][0], run.as_of):
+                    n, info = got[i]
+                    added.append(Cand(n, info, view, st.route[view], prob[i]))
             run.remaining[view] -= len(chosen)
         return added, seen_edges
 

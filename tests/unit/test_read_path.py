@@ -52,6 +52,36 @@ async def test_graph_expansion_brings_neighbours(embedder: Embedder) -> None:
     assert len(res.evidence) == min(10, res.trace.visited)
 
 
+async def test_a_round_reads_the_nodes_its_views_pick_in_one_read(embedder: Embedder,
+                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every view's picks of a round are read together (one read for the anchors, then one a
+    round that adds); with ``as_of`` before the later turns, the picks that are not recallable are
+    read and left out, and nothing said after ``as_of`` is evidence."""
+    mem = build_embedded(Settings(params=Params(anchors=2)), embedder=embedder, data_dir=":memory:")
+    question = "Why did Ben start training for the marathon and how did it go?"
+    try:
+        await mem.pipeline.ingest(chat_observations())
+        reads: list[list[str]] = []
+        fetch = mem.controller._fetch
+
+        async def counting(reach: object, ids: Sequence[str], edges_next: bool = False) -> object:
+            reads.append(list(ids))
+            return await fetch(reach, ids, edges_next)  # type: ignore[arg-type]
+        monkeypatch.setattr(mem.controller, "_fetch", counting)
+        res = await mem.controller.retrieve(SCOPE, question, 10)
+        adding = [r for r in res.trace.rounds if r.added]
+        assert adding and len(res.trace.active_views) > 1
+        assert len(reads) == 1 + len(adding)
+        assert len({e.via for e in res.evidence} - {"anchor"}) > 1  # more than one view picked, in that one read
+        cut = chat_observations()[5].observed_at
+        reads.clear()
+        before = await mem.controller.retrieve(SCOPE, question, 10, as_of=cut)
+        assert before.evidence and all(e.observed_at is not None and e.observed_at <= cut for e in before.evidence)
+        assert len({i for ids in reads for i in ids}) > before.trace.visited  # later turns read, not kept
+    finally:
+        await mem.close()
+
+
 async def test_temporal_question_gets_grounded_dates(memory: Embedded) -> None:
     await memory.pipeline.ingest(chat_observations())
     res = await memory.controller.retrieve(SCOPE, "When did Ana buy chew toys?", 3)
