@@ -3,7 +3,7 @@
     python scripts/train_update_judge.py [--out FILE] [--rounds N] [--seed S] [--l2 L] [--wide FOLD]
         [--attributes FOLD --attribute-model FILE]
 
-Builds labelled (older, newer) pairs from our own generator (:func:`jevmem.bench.updates_data.judge_pairs`):
+Builds labelled (older, newer) pairs from our own generator (:func:`jevmem.bench.update_pairs.judge_pairs`):
 updates (a statement and its explicit, contrasting or cue-less update by the same person; a
 third party's value and that party's update) and non-updates (look-alikes about someone else,
 the same wording by another speaker, restatements, another attribute, small talk, the partner's
@@ -43,7 +43,7 @@ import orjson
 
 from jevmem.bench.attributes_data import embedded_after
 from jevmem.bench.folds import FOLDS, Fold, attributes_of, other
-from jevmem.bench.updates_data import ROUNDS, SEED, Pair, judge_pairs
+from jevmem.bench.update_pairs import ROUNDS, SEED, Pair, judge_pairs
 from jevmem.bench.wide import WIDE_CHOICES, WideFold, held_out, wide
 from topology.embedding import default_embedder
 from topology.ports import Embedder

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from jevmem import assembly
-from jevmem.bench import updates_data, users_data
+from jevmem.bench import update_pairs, updates_data, users_data
 from jevmem.bench.attributes_data import examples
 from jevmem.bench.folds import ATTRIBUTE_FOLDS, attributes_of, other
 from jevmem.settings import Settings
@@ -40,7 +40,7 @@ def test_a_fold_states_and_asks_about_its_attributes_only(fold: str) -> None:
     assert {q.kind for q in data.questions} == {"present", "past", "stable"}
     users = users_data.generate(3, 8, 5, attributes=names)
     assert users.questions and {q.fact for q in users.questions} <= names
-    pairs = updates_data.judge_pairs("train", rounds=2, attributes=names)
+    pairs = update_pairs.judge_pairs("train", rounds=2, attributes=names)
     assert pairs and {p.attribute for p in pairs} <= names
     assert any(p.label for p in pairs) and any(p.kind == "other_attribute" for p in pairs)
     labels = {e[1] for e in examples(repeats=1, attributes=names)}
@@ -49,9 +49,9 @@ def test_a_fold_states_and_asks_about_its_attributes_only(fold: str) -> None:
 
 def test_every_attribute_is_the_default() -> None:
     assert updates_data.generate(3, seed=4, attributes=None).questions == updates_data.generate(3, seed=4).questions
-    assert len(updates_data.judge_pairs("train", rounds=1, attributes=None)) == len(updates_data.judge_pairs("train", rounds=1))
+    assert len(update_pairs.judge_pairs("train", rounds=1, attributes=None)) == len(update_pairs.judge_pairs("train", rounds=1))
     with pytest.raises(ValueError, match="three attributes"):
-        updates_data.judge_pairs("train", rounds=1, attributes={"city", "car"})
+        update_pairs.judge_pairs("train", rounds=1, attributes={"city", "car"})
 
 
 def test_trained_weights_are_given_to_the_product_by_path(tmp_path: Path) -> None:

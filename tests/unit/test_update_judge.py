@@ -14,7 +14,7 @@ from typing import Any, cast
 import numpy as np
 import pytest
 
-from jevmem.bench.updates_data import ROUNDS, SEED, judge_pairs
+from jevmem.bench.update_pairs import ROUNDS, SEED, judge_pairs
 from topology.errors import SystemOneError
 from topology.ports import Embedder
 from topology.schemas import CandidateFeatures, MemoryNode

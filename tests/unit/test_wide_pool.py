@@ -5,7 +5,8 @@ from __future__ import annotations
 import string
 
 from jevmem.bench.folds import ATTRIBUTE_FOLDS
-from jevmem.bench.updates_data import ATTRIBUTES, PARTS, judge_pairs
+from jevmem.bench.update_pairs import judge_pairs
+from jevmem.bench.updates_data import ATTRIBUTES, PARTS
 from jevmem.bench.wide import WIDE, WIDE_FOLDS, held_out, wide
 
 SLOTS = {"v", "old", "who", "who_l", "name"}

@@ -23,7 +23,7 @@ another attribute, nor someone else's turn). The answer is a logistic regression
 
 Hand-written cue lists are features only: the decision is the fitted weights. The weights are a
 JSON document (:data:`SHIPPED`) written by ``scripts/train_update_judge.py`` from the training
-wordings of :mod:`jevmem.bench.updates_data` and validated there on held-out wordings; the
+wordings of :mod:`jevmem.bench.updates_data` (pairs: :mod:`jevmem.bench.update_pairs`) and validated there on held-out wordings; the
 attribute feature is fitted under one embedder (:func:`attributes_embedder`). The fit weighs
 the two classes equally, so 0.5 means the features are as likely for an update as for another
 pair of the same families.
