@@ -160,12 +160,12 @@ class RealmRanking(BaseModel):
     #: people a question names. False: only the people a question names are asked.
     first_person: bool = True
     #: For such a question about the present, the asker's later statements answering it about as
-    #: well as the best one (``Params.latest_band``) may be put to the update judge as possible
-    #: replacements of it, and the latest judged at least this likely to replace it ranks first.
-    #: None (the default): off; measured and not on by default (docs/benchmarks.md, "Updates of
-    #: facts no table names"). 0.35 is the threshold chosen on half of the update judge's wide pool
-    #: (``scripts/choose_judged_update.py``).
-    judged_update: float | None = Field(default=None, ge=0.0, le=1.0)
+    #: well as the best one (``Params.latest_band``) and sharing a content word with it may be put
+    #: to the update judge as possible replacements of it, and the latest judged at least this
+    #: likely to replace it ranks first (docs/benchmarks.md, "Updates of facts no table names").
+    #: 0.35 is the threshold chosen on half of the update judge's wide pool
+    #: (``scripts/choose_judged_update.py``); None: off.
+    judged_update: float | None = Field(default=0.35, ge=0.0, le=1.0)
 
 
 class HardLimits(BaseModel):

@@ -117,16 +117,19 @@ class PresentSteps:
 
     async def _judged_latest(self, reach: Reach, run: Run) -> None:
         """For a question in the first person about the present (``run.asker``): of the asker's
-        own statements answering it about as well as the best one (``params.latest_band``), the
-        latest that the update judge reads as replacing the best one with probability
-        ``RealmRanking.judged_update`` or more ranks first (None, the default: off)
+        own statements answering it about as well as the best one (``params.latest_band``) and
+        sharing a content word with it (:attr:`~query_api.retrieval.nodeinfo.NodeInfo.content_tokens`),
+        the latest that the update judge reads as replacing the best one with probability
+        ``RealmRanking.judged_update`` or more ranks first (None: off)
         (:func:`query_api.retrieval.currency.judged_latest`). The judge gets the attribute
         model's overlap where that model knows one of the two statements' attribute, else the
         attribute unknown (:meth:`_overlaps`), and reads whether the newer changes what the older
         stated. Answering the question about as well is weak evidence that the two are about one
         thing: told nothing of the attribute, the judge reads about half of the pairs of two
-        different attributes as changes, which is why the step is off by default. Only statements
-        of one sentence take part: the judge was validated on such pairs
+        different attributes as changes, and in a user's thousands of turns small talk answers a
+        question about as well as a stated fact ("I've been trying to drink more water lately."
+        for "Which allergy do I have?"); a shared word of substance is asked for as well. Only
+        statements of one sentence take part: the judge was validated on such pairs
         (``scripts/choose_judged_update.py``), and on two long chat turns it is sure of changes
         that are not there; the order of those is left to relevance."""
         st, realm = run.st, self.params.realm
@@ -137,9 +140,14 @@ class PresentSteps:
         if later is None:
             return
         best, newer = later
+        old = st.pool[best]
+        # two statements about one thing share a word of substance ("coffee", "dentist"): small
+        # talk that answers the question about as well shares none with the fact
+        newer = [i for i in newer if st.pool[i].info.content_tokens & old.info.content_tokens]
+        if not newer:
+            return
         if run.so.calls + run.so.requests_for([len(RELATION.questions)] * len(newer)) > self.params.limits.controller_calls:
             return
-        old = st.pool[best]
         overlaps = await self._overlaps(reach, run, best, newer)
         items = [Item(RELATION, relation_state(
             st.pool[i].node, old.node,

@@ -182,12 +182,14 @@ async def test_a_question_in_the_first_person_asks_about_the_user(
     assert firsts == [f"e{gold}", "e1"]
 
 
-#: the threshold chosen on the update judge's wide pool (``scripts/choose_judged_update.py``); the step is off by default
+#: the threshold chosen on the update judge's wide pool (``scripts/choose_judged_update.py``), the default
 JUDGED = 0.35
 FILLER = ["Can you suggest a quick dinner recipe?", "What's a good way to stay focused while working from home?",
           "The printer jammed twice today.", "Traffic was awful this morning."]
 #: (the user's turns, a first-person question about the present, whether the last turn changes the
-#: first one's fact): attributes no table names, updated by the user's later word or restated
+#: first one's fact): attributes no table names, updated by the user's later word, restated, or
+#: followed by small talk that answers the question about as well and shares no word with the fact
+#: (the update judge, told nothing of the attribute, reads that one as a change)
 LATER = [
     (["I drink my coffee from a chipped blue mug.", *FILLER, "These days my coffee goes in a tall green thermos."],
      "What do I drink my coffee from?", True),
@@ -195,6 +197,8 @@ LATER = [
       "I volunteer at the animal shelter on Saturdays instead."], "Where do I volunteer?", True),
     (["I drink my coffee from a chipped blue mug.", *FILLER,
       "I still drink my coffee from the chipped blue mug, I refuse to replace it."], "What do I drink my coffee from?", False),
+    (["I've been vegetarian for three years now.", *FILLER, "I've been trying to drink more water lately."],
+     "What diet do I follow?", False),
 ]
 
 
