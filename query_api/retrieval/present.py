@@ -291,6 +291,6 @@ def _statements(run: Run, people: frozenset[str], one_sentence: bool = False) ->
     of one sentence: :func:`~topology.systemone.update_model.sentences`), and when it was said."""
     return {i: currency.Statement(
         c.score,
-        i not in run.stale and subjects.own_statement(c.node, people)
-        and (not one_sentence or len(sentences(c.node.content)) == 1),
+        i not in run.stale and (not one_sentence or len(sentences(c.node.content)) == 1)
+        and subjects.own_statement(c.node, people),
         (c.node.observed_at or datetime.min.replace(tzinfo=UTC), c.node.seq)) for i, c in run.st.pool.items()}

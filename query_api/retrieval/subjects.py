@@ -108,8 +108,9 @@ def own_statement(node: MemoryNode, asked: frozenset[str]) -> bool:
     (:func:`topology.stages.updates.statement`), and worded as a fact
     (:attr:`~topology.systemone.update_model.Text.worded_as_fact`)."""
     speaker = (node.speaker or "").lower()
-    text = analyse(node.content)
-    found = read_subjects(node)
-    if speaker not in asked or (found and f"person:{speaker}" not in found):
+    if speaker not in asked:  # before reading the text: most of a pool is someone else's
         return False
-    return text.worded_as_fact and statement(node)
+    found = read_subjects(node)
+    if found and f"person:{speaker}" not in found:
+        return False
+    return analyse(node.content).worded_as_fact and statement(node)
