@@ -20,7 +20,7 @@ from __future__ import annotations
 import asyncio
 import re
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
 from datetime import datetime
 from typing import Any
 
@@ -416,22 +416,21 @@ class RetrievalController(PresentSteps):
                 if v > want.get(other, -1.0):
                     want[other], prob[other] = v, e.probability
             ranked.append((view, sorted(want, key=lambda i: (-want[i], i)), prob))
+
+        def pick(view: View, best: list[str], taken: Collection[str]) -> list[str]:
+            """The view's best not ``taken``, within its budget and the pool's room after ``taken``."""
+            room = lim.visited_nodes - len(st.pool) - len(taken)
+            return [i for i in best if i not in taken][: min(run.remaining[view], room)] if room > 0 else []
+
         # the picks as they fall if every one is read and recallable: read together
         picks: list[str] = []
         for view, best, _ in ranked:
-            room = lim.visited_nodes - len(st.pool) - len(picks)
-            if room > 0:
-                taken = set(picks)
-                picks += [i for i in best if i not in taken][: min(run.remaining[view], room)]
+            picks += pick(view, best, set(picks))
         got = {n.id: (n, info) for n, info in await self._fetch(reach, picks, edges_next=True)} if picks else {}
         read = set(picks)
         added: list[Cand] = []
         for view, best, prob in ranked:
-            room = lim.visited_nodes - len(st.pool) - len(added)
-            if room <= 0:
-                continue
-            taken = {x.node.id for x in added}
-            chosen = [i for i in best if i not in taken][: min(run.remaining[view], room)]
+            chosen = pick(view, best, {x.node.id for x in added})
             unread = [i for i in chosen if i not in read]
             if unread:  # a pick before was missing or not recallable, so this view picks further
                 got.update((n.id, (n, info)) for n, info in await self._fetch(reach, unread, edges_next=True))

@@ -4,7 +4,6 @@ generation (``es``, ``stores``) are in this folder's conftest."""
 
 from __future__ import annotations
 
-import os
 import random
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
@@ -16,8 +15,6 @@ from storage.sqlite.store import SqliteEdgeStore, SqliteLexicalIndex, SqliteNode
 from topology import ids
 from topology.schemas import VIEWS, ConsolidationDecision, EdgeEvent, MemoryNode, Observation, Scope
 from topology.stages.memory_nodes import describe
-
-ES_URL = os.environ.get("JEVMEM_TEST_ES_URL", "")
 
 A = Scope(tenant_id="tenant-a", conversation_id="conv-1")
 B = Scope(tenant_id="tenant-b", conversation_id="conv-1")
