@@ -124,7 +124,10 @@ class PresentSteps:
         (:func:`query_api.retrieval.currency.judged_latest`). The judge gets the attribute
         model's overlap where that model knows one of the two statements' attribute, else the
         attribute unknown (:meth:`_overlaps`), and reads whether the newer changes what the older
-        stated. Answering the question about as well is weak evidence that the two are about one
+        stated; the question goes with each pair, so the words it asks with ("favourite band")
+        are read as what both statements are about, not as a value the newer one keeps
+        (:func:`topology.systemone.update_model.update_features`). Answering the question about
+        as well is weak evidence that the two are about one
         thing: told nothing of the attribute, the judge reads about half of the pairs of two
         different attributes as changes, and in a user's thousands of turns small talk answers a
         question about as well as a stated fact ("I've been trying to drink more water lately."
@@ -153,7 +156,7 @@ class PresentSteps:
             st.pool[i].node, old.node,
             CandidateFeatures(cosine=round(float(np.dot(st.pool[i].info.row, old.info.row)), 6), lexical=0.0,
                               entity=0.0, temporal=0.0),
-            overlap)) for i, overlap in zip(newer, overlaps, strict=True)]
+            overlap, st.question)) for i, overlap in zip(newer, overlaps, strict=True)]
         answers = await run.so.ask(items)
         judged = [i for i, a in zip(newer, answers, strict=True) if a.p("updates") >= realm.judged_update]
         for i, s in currency.judged_latest(pool, best, judged).items():

@@ -187,7 +187,8 @@ JUDGED = 0.35
 FILLER = ["Can you suggest a quick dinner recipe?", "What's a good way to stay focused while working from home?",
           "The printer jammed twice today.", "Traffic was awful this morning."]
 #: (the user's turns, a first-person question about the present, whether the last turn changes the
-#: first one's fact): attributes no table names, updated by the user's later word, restated, or
+#: first one's fact): attributes no table names, updated by the user's later word (in the fact's
+#: own words too: the question's words are no value either keeps), restated, or
 #: followed by small talk that answers the question about as well and shares no word with the fact
 #: (the update judge, told nothing of the attribute, reads that one as a change)
 LATER = [
@@ -195,6 +196,8 @@ LATER = [
      "What do I drink my coffee from?", True),
     (["I volunteer at the Eastside food bank on Saturdays.", *FILLER,
       "I volunteer at the animal shelter on Saturdays instead."], "Where do I volunteer?", True),
+    (["My favourite hiking trail is the Ridgeback Loop.", *FILLER, "My favourite hiking trail is the Cedar Falls path."],
+     "What's my favourite hiking trail?", True),
     (["I drink my coffee from a chipped blue mug.", *FILLER,
       "I still drink my coffee from the chipped blue mug, I refuse to replace it."], "What do I drink my coffee from?", False),
     (["I've been vegetarian for three years now.", *FILLER, "I've been trying to drink more water lately."],

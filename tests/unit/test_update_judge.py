@@ -124,6 +124,19 @@ def test_an_update_needs_the_same_attribute() -> None:
     assert p[0] < p[1] < p[2]
 
 
+def test_the_words_a_question_asks_with_are_no_value_the_newer_keeps() -> None:
+    """Judged for a question at recall, the words it asks with ("favourite hiking trail") are what
+    both statements are about: a new value in the same words is a change, which the words alone
+    read as the value kept; a restatement or a remark that keeps the value stays none."""
+    asked = "What's my favourite hiking trail?"
+    older = "My favourite hiking trail is the Ridgeback Loop."
+    change = _state(older, "My favourite hiking trail is the Cedar Falls path.")
+    assert relation(change).p("updates") < 0.35 <= 0.8 <= relation({**change, "question": asked}).p("updates")
+    for kept in ("The Ridgeback Loop is still my favourite hiking trail.",
+                 "I walked the Ridgeback Loop again, my favourite hiking trail."):
+        assert relation({**_state(older, kept), "question": asked}).p("updates") < 0.35
+
+
 def test_two_chat_turns_are_judged_sentence_by_sentence() -> None:
     """Two multi-sentence chat turns whose cues only add up across sentences (a shared name in
     one, new words in another) are no update; an update inside a longer turn still is, and a
@@ -134,6 +147,9 @@ def test_two_chat_turns_are_judged_sentence_by_sentence() -> None:
     assert whole >= SENTENCE_CHECK and relation(chat).p("updates") < min(whole, 0.5)  # the check lowers it
     assert sentences("Big news! I moved to Lisbon last month. The flat is tiny but bright.") == [
         "Big news!", "I moved to Lisbon last month.", "The flat is tiny but bright."]
+    # an initial or a title ends no sentence
+    assert sentences("N. K. Jemisin has become my favourite author.") == ["N. K. Jemisin has become my favourite author."]
+    assert sentences("I see Dr. Patel now. She is great.") == ["I see Dr. Patel now.", "She is great."]
     assert relation(_state("I live in Porto, near the river.",
                            "Big news! I moved to Lisbon last month. The flat is tiny but bright.")).p("updates") >= 0.8
     assert relation(_state("My manager is Claire. She is great.",
@@ -223,6 +239,7 @@ def test_the_write_path_state_carries_speakers_roles_and_hours() -> None:
     f = CandidateFeatures(cosine=0.5, lexical=0.2, entity=0.0, temporal=0.1)
     state = relation_state(node(9, "I moved to Lisbon.", "Ana", "user", t0 + timedelta(hours=30)),
                            node(2, "I live in Porto.", "Ana", "user", t0), f)
+    assert "question" not in state  # a question goes with a pair judged at recall only
     st = RelationState.model_validate(state)
     assert (st.older_speaker, st.newer_speaker, st.older_role, st.newer_role) == ("Ana", "Ana", "user", "user")
     assert st.hours == pytest.approx(30.0) and st.gap == 7 and st.same_speaker

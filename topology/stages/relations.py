@@ -107,11 +107,12 @@ def _alias_pairs(node: MemoryNode, other: MemoryNode) -> list[tuple[str, str]]:
 
 
 def relation_state(node: MemoryNode, other: MemoryNode, f: CandidateFeatures,
-                   attribute: float | None = None) -> dict[str, object]:
+                   attribute: float | None = None, question: str = "") -> dict[str, object]:
     """The relation question's state for the pair (``other`` older, ``node`` newer): the pair's
     features, and for the ``updates`` question each side's speaker and role, the hours from
-    the older observation to the newer (None when either time is unknown) and ``attribute``, how
-    far both are about one attribute of a person (:class:`Attributes`; None: unknown)."""
+    the older observation to the newer (None when either time is unknown), ``attribute``, how
+    far both are about one attribute of a person (:class:`Attributes`; None: unknown), and the
+    ``question`` the pair is judged for at recall (sent only when given)."""
     hours = (None if node.observed_at is None or other.observed_at is None
              else round((node.observed_at - other.observed_at).total_seconds() / 3600.0, 4))
     return {"newer": node.content, "older": other.content, "cosine": f.cosine, "lexical": f.lexical,
@@ -119,7 +120,7 @@ def relation_state(node: MemoryNode, other: MemoryNode, f: CandidateFeatures,
             "same_speaker": bool(node.speaker) and node.speaker == other.speaker,
             "older_speaker": other.speaker or "", "newer_speaker": node.speaker or "",
             "older_role": other.role, "newer_role": node.role, "hours": hours,
-            "attribute": attribute}
+            "attribute": attribute, **({"question": question} if question else {})}
 
 
 class Attributes:

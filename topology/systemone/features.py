@@ -32,7 +32,8 @@ class RelationState(_State):
     speaker and role ("" when unknown), ``hours`` from the older to the newer observation
     (None when a time is unknown) and ``attribute``, how far the two are about the same attribute
     of a person (:meth:`topology.systemone.attributes.AttributeSpace.similarity`, 0 to 1; None
-    when unknown)."""
+    when unknown); ``question``: the question the pair is judged for at recall ("" on the write
+    path), whose words name what both statements are about, so the judge reads them as no value."""
 
     newer: str
     older: str
@@ -47,6 +48,7 @@ class RelationState(_State):
     newer_role: str = ""
     hours: float | None = None
     attribute: float | None = None
+    question: str = ""
 
 
 class AliasState(_State):

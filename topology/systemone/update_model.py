@@ -31,6 +31,7 @@ pair of the same families.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import math
 import re
@@ -395,11 +396,14 @@ _UNGATED: list[float] = [0.0] * len(GATED_FEATURES)
 SENTENCE_CHECK = 0.5
 #: Sentences of a text read by the sentence check: its first ones (a chat turn states its news first).
 MAX_SENTENCES = 4
-_SENTENCE_END = re.compile(r"(?<=[.!?])\s+(?=[A-Z\"'\[(])")
+#: A sentence ends after ".", "!" or "?" before a capital, but not after an initial ("N. K.
+#: Jemisin") or a title ("Dr. Patel").
+_SENTENCE_END = re.compile(r"(?<=[.!?])(?<!\b[A-Z]\.)(?<!\b(?:Dr|Mr|Ms|St)\.)(?<!\bMrs\.)\s+(?=[A-Z\"'\[(])")
 
 
 def sentences(text: str) -> list[str]:
-    """The sentences of ``text`` (split after ".", "!" or "?" before a capital), at most
+    """The sentences of ``text`` (split after ".", "!" or "?" before a capital, not after an
+    initial or a title), at most
     :data:`MAX_SENTENCES`; the text itself when it is one sentence."""
     parts = [p for p in _SENTENCE_END.split(text.strip()) if p.strip()]
     return parts[:MAX_SENTENCES] if len(parts) > 1 else [text]
@@ -415,13 +419,28 @@ def sentence_pairs(st: RelationState) -> list[tuple[str, str]]:
 
 
 def update_features(st: RelationState) -> list[float]:
-    """The feature vector of one (older, newer) pair, in :data:`UPDATE_FEATURES` order."""
+    """The feature vector of one (older, newer) pair, in :data:`UPDATE_FEATURES` order. With a
+    ``question`` (a pair judged at recall), the words the question asks with are what both texts
+    are about, not values (:func:`asked_about`): "My favourite band is Radiohead." then "My
+    favourite band is Fontaines D.C." for "What's my favourite band?" share no value, as "I live
+    in Lisbon" and "I moved to Porto" share none (the slot words of :data:`SLOTS` are no values
+    either)."""
     return _features(st, analyse(st.older), analyse(st.newer))
+
+
+def asked_about(text: Text, question: str) -> Text:
+    """``text`` without the words of ``question`` among its values and names (``question``
+    empty: ``text`` itself)."""
+    if not question:
+        return text
+    values, words = value_words(question), frozenset(_WORD.findall(question.lower()))
+    return dataclasses.replace(text, values=text.values - values, caps=text.caps - words)
 
 
 def _features(st: RelationState, old: Text, new: Text) -> list[float]:
     """:func:`update_features` of ``st`` with the analysed texts ``old`` and ``new`` (the
     state's own, or one sentence of each; its speakers, roles and times kept)."""
+    old, new = asked_about(old, st.question), asked_about(new, st.question)
     same_speaker = st.same_speaker or (bool(st.older_speaker) and st.older_speaker == st.newer_speaker)
     # a caller that names no speakers but says one person said both (an older state) still has one speaker
     older_speaker = st.older_speaker or (UNNAMED if st.same_speaker and not st.newer_speaker else "")
