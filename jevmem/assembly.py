@@ -112,7 +112,7 @@ def kafka(settings: Settings) -> KafkaClient:
 
 def elasticsearch(settings: Settings) -> AsyncElasticsearch:
     """A client of the configured Elasticsearch node(s), with their credentials and CA."""
-    from storage.elastic.store import es_client
+    from storage.elastic.client import es_client
 
     key = settings.elasticsearch_api_key.get_secret_value() if settings.elasticsearch_api_key else None
     auth = None

@@ -19,13 +19,13 @@ from jevmem.settings import Settings
 from query_api.items import ItemError
 from query_api.retrieval.controller import Retrieval, RetrievalController
 from query_api.service import ForgetAccepted
+from storage.elastic.client import es_errors
 from storage.elastic.edges import GROUPS, ElasticEdgeStore
 from storage.elastic.store import (
     ElasticLexicalIndex,
     ElasticNodeStore,
     Visibility,
     check_prefix,
-    es_errors,
     memories_index,
 )
 from storage.elastic.vectors import ElasticVectorIndex

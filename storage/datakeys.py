@@ -16,7 +16,7 @@ from typing import Any, ClassVar
 
 from elasticsearch import ApiError, AsyncElasticsearch
 
-from storage.elastic.store import es_errors, failed_items
+from storage.elastic.client import es_errors, failed_items
 from storage.ports import WrappedKey
 from storage.sqlite.base import scrub
 from storage.sqlite.store import open_file, sqlite_errors, translated

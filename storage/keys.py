@@ -14,7 +14,7 @@ from typing import Any, ClassVar
 
 from elasticsearch import ApiError, AsyncElasticsearch, NotFoundError
 
-from storage.elastic.store import es_errors
+from storage.elastic.client import es_errors
 from storage.ports import ApiKeyRecord
 from storage.sqlite.store import open_file, sqlite_errors, translated
 

@@ -144,6 +144,18 @@ class NodeReads(Protocol):
 
 
 @runtime_checkable
+class NodeRowReads(Protocol):
+    """Many row reads in one call (optional): a realm's reads of many conversations, each answered
+    as :meth:`NodeRows.get_rows` answers it, which a server store makes one request."""
+
+    async def get_rows_many(self, reads: Sequence[tuple[Scope, Sequence[str]]],
+                            dim: int) -> list[tuple[list[MemoryNode], np.ndarray]]:
+        """For each ``(scope, ids)`` of ``reads``, in order, what :meth:`NodeRows.get_rows` returns
+        for it: the nodes without their vectors and their float32 retrieval rows."""
+        ...
+
+
+@runtime_checkable
 class NodeHeads(Protocol):
     """A node store that can read nodes without their vectors (optional): for a caller that
     filters many nodes by their fields and needs the vectors of a few of them."""

@@ -38,7 +38,7 @@ from typing import Any
 
 from elasticsearch import AsyncElasticsearch
 
-from storage.elastic.store import es_errors
+from storage.elastic.client import es_errors
 from topology.errors import StoreUnavailable
 
 log = logging.getLogger("jevmem.storage")

@@ -14,8 +14,9 @@ turns its reads (anchor searches, node fetches, edge reads) into store calls:
   later session: a labelled read (:meth:`RealmReach.labelled`) asks every conversation of the
   given nodes about all of them. Conversations without a candidate are never read, so a realm
   may hold any number of conversations. A store that answers many reads in one call
-  (:class:`~storage.ports.EdgeReads`, :class:`~storage.ports.NodeReads`: a server's one request
-  instead of one a conversation) is asked once for all of a step's conversations.
+  (:class:`~storage.ports.EdgeReads`, :class:`~storage.ports.NodeReads`,
+  :class:`~storage.ports.NodeRowReads`: a server's one request instead of one a conversation) is
+  asked once for all of a step's conversations.
 """
 
 from __future__ import annotations
@@ -34,6 +35,7 @@ from storage.ports import (
     LexicalIndex,
     NodeReader,
     NodeReads,
+    NodeRowReads,
     NodeRows,
     RealmSearch,
     VectorSearch,
@@ -73,14 +75,23 @@ class _Reads:
     def __init__(self, vectors: VectorSearch, lexical: LexicalIndex, nodes: NodeReader, edges: EdgeReader) -> None:
         self._vec, self._lex, self._nodes = vectors, lexical, nodes
         self._row_reader: NodeRows | None = nodes if isinstance(nodes, NodeRows) else None
+        self._row_reads: NodeRowReads | None = nodes if isinstance(nodes, NodeRowReads) else None
         #: one retrieval's edge session, when the store has them (:class:`~storage.ports.EdgeSessions`)
         self._session: EdgeSession | None = edges.session() if isinstance(edges, EdgeSessions) else None
         self._edges: EdgeReader = self._session if self._session is not None else edges
 
+    @property
+    def _with_rows(self) -> bool:
+        """Whether node reads come without vectors, with retrieval rows."""
+        return self._row_reader is not None or self._row_reads is not None
+
     async def _rows_of(self, scope: Scope, ids: Sequence[str], dim: int) -> tuple[list[MemoryNode], np.ndarray | None]:
-        if self._row_reader is None:
-            return await self._nodes.get(scope, ids), None
-        return await self._row_reader.get_rows(scope, ids, dim)
+        if self._row_reader is not None:
+            return await self._row_reader.get_rows(scope, ids, dim)
+        if self._row_reads is not None:
+            nodes, rows = (await self._row_reads.get_rows_many([(scope, ids)], dim))[0]
+            return nodes, rows
+        return await self._nodes.get(scope, ids), None
 
 
 class ConversationReach(_Reads):
@@ -174,7 +185,9 @@ class RealmReach(_Reads):
         if edges_next:
             self._ahead(groups)
         parts: Sequence[tuple[list[MemoryNode], np.ndarray | None]]
-        if self._row_reader is None and isinstance(self._nodes, NodeReads):  # one call for every conversation
+        if self._row_reader is None and self._row_reads is not None:  # one call for every conversation
+            parts = await self._row_reads.get_rows_many([(self._scope(c), got) for c, got in groups.items()], dim)
+        elif self._row_reader is None and isinstance(self._nodes, NodeReads):
             parts = [(nodes, None) for nodes in await self._nodes.get_many([(self._scope(c), got)
                                                                            for c, got in groups.items()])]
         else:
@@ -186,7 +199,7 @@ class RealmReach(_Reads):
                     found[n.id] = (n, None if rows is None else rows[j])
         kept = [found[i] for i in ids if i in found]
         nodes_out = [n for n, _ in kept]
-        if self._row_reader is None:
+        if not self._with_rows:
             return nodes_out, None
         matrix = np.stack([r for _, r in kept if r is not None]) if kept else np.zeros((0, dim), dtype=np.float32)
         return nodes_out, matrix.astype(np.float32, copy=False)

@@ -35,7 +35,8 @@ from typing import Any, NamedTuple
 import orjson
 from elasticsearch import NotFoundError
 
-from storage.elastic.store import _FILTER_KW, _KW, _OPAQUE, _PAGE, READ_HOT, _Elastic, _scoped, es_errors, retrieved
+from storage.elastic.client import es_errors, retrieved
+from storage.elastic.store import _FILTER_KW, _KW, _OPAQUE, _PAGE, READ_HOT, _Elastic, _scoped
 from topology.schemas import SCHEMA_VERSION, ConsolidationDecision, EdgeEvent, Scope, View
 
 #: The index of edge groups (see the module).

@@ -46,19 +46,20 @@ distinct query token/entity), ties broken by seq descending, then node id.
 from __future__ import annotations
 
 import asyncio
-import base64
 import contextlib
 import hashlib
 import logging
 import re
-from collections.abc import Collection, Iterator, Sequence
+from collections.abc import Collection, Sequence
 from typing import Any, Self
 
 import numpy as np
 import orjson
-from elasticsearch import ApiError, AsyncElasticsearch, BadRequestError, NotFoundError, TransportError
-from elasticsearch.serializer import NdjsonSerializer, OrjsonSerializer
+from elasticsearch import AsyncElasticsearch, BadRequestError, NotFoundError
 
+from storage.elastic.client import es_client as es_client
+from storage.elastic.client import es_errors, failed_items, retrieved
+from storage.elastic.decoded import VECTOR_FIELDS, DecodedNodes, encode_vector, full_node, rows_matrix
 from storage.ports import Hit
 from topology import ids as idsmod
 from topology.errors import StoreUnavailable
@@ -102,17 +103,6 @@ _FILTER_KW = {"type": "keyword", "doc_values": False}
 _FORGOTTEN: dict[str, Any] = {"dynamic": "strict", "properties": {
     "tenant_id": _KW, "conversation_id": _KW, "event_id": _KW, "seq": {"type": "integer"},
 }}
-
-
-def encode_vector(vector: Sequence[float], dtype: str = "<f4") -> str:
-    """A vector as base64 of its little-endian float32 values (``dtype``; what the models produce):
-    exact, and a quarter of the bytes of a JSON float list, which Elasticsearch also parses."""
-    return base64.b64encode(np.asarray(vector, dtype=dtype).tobytes()).decode("ascii")
-
-
-def decode_vector(text: str, dtype: str = "<f4") -> list[float]:
-    values: list[float] = np.frombuffer(base64.b64decode(text), dtype=dtype).astype(float).tolist()
-    return values
 
 
 #: What Elasticsearch accepts at the start of an index name, as a store prefix: lowercase letters,
@@ -161,58 +151,6 @@ def _count_of(field: str, values: Sequence[str], filters: list[dict[str, Any]]) 
 def _source(fields: list[str]) -> dict[str, Any]:
     """Search kwargs fetching only ``fields`` of ``_source`` (none when empty)."""
     return {"source_includes": fields} if fields else {"source": False}
-
-
-
-class _OrjsonNdjson(NdjsonSerializer):
-    """Bulk bodies through orjson (the default ndjson serializer uses the standard json module)."""
-
-    def json_dumps(self, data: Any) -> bytes:
-        return orjson.dumps(data, default=self.default, option=orjson.OPT_SERIALIZE_NUMPY)
-
-    def json_loads(self, data: bytes) -> Any:
-        return orjson.loads(data)
-
-
-def es_client(url: str, api_key: str | None = None, *, basic_auth: tuple[str, str] | None = None,
-              ca_file: str | None = None) -> AsyncElasticsearch:
-    """An async client of the node(s) of ``url`` (comma-separated) that encodes and decodes with
-    orjson (vectors make JSON the hot path). Credentials: an API key or ``basic_auth`` (user,
-    password); ``https`` nodes are verified against ``ca_file`` (or the system's CAs)."""
-    if api_key and basic_auth:
-        raise ValueError("give Elasticsearch an API key or a username and password, not both")
-    hosts = [u.strip() for u in url.split(",") if u.strip()]
-    tls: dict[str, Any] = {"ca_certs": ca_file} if ca_file else {}
-    return AsyncElasticsearch(hosts, api_key=api_key, basic_auth=basic_auth, **tls, serializers={
-        "application/json": OrjsonSerializer(), "application/x-ndjson": _OrjsonNdjson()})
-
-
-@contextlib.contextmanager
-def es_errors(what: str) -> Iterator[None]:
-    """The client's errors raised inside (``ApiError``: the server answered with an error;
-    ``TransportError``: no answer) become :class:`StoreUnavailable` ``"elasticsearch {what}:
-    {error}"``, the original as its cause; ``what`` names the operation and its index. The one
-    place this adapter translates its backend's exceptions."""
-    try:
-        yield
-    except (ApiError, TransportError) as exc:
-        raise StoreUnavailable(f"elasticsearch {what}: {exc}") from exc
-
-
-def failed_items(res: Any, conflicts_ok: bool = False) -> list[dict[str, Any]]:
-    """The failed items of a bulk response (``conflicts_ok``: a ``create`` of an existing
-    document, status 409, is not a failure)."""
-    if not res.get("errors"):
-        return []
-    return [i for item in res["items"] for i in item.values()
-            if "error" in i and not (conflicts_ok and i.get("status") == 409)]
-
-
-def retrieved(task: asyncio.Future[None]) -> None:
-    """A background request's done-callback: its failure is marked seen (whoever waits for it
-    raises it; nobody may)."""
-    if not task.cancelled():
-        task.exception()
 
 
 class Visibility:
@@ -625,6 +563,10 @@ class ElasticNodeStore(_Memories):
     """Canonical nodes (JSON body + embedding and context vector) in the tenant's memories index, and the
     forgotten-event records (``p forgotten``)."""
 
+    def __init__(self, client: AsyncElasticsearch, prefix: str = "jevmem-", visibility: Visibility | None = None) -> None:
+        super().__init__(client, prefix, visibility)
+        self._decoded = DecodedNodes()
+
     async def prepare_tenant(self, tenant_id: str) -> None:
         """Make the tenant's memories index now, if missing (idempotent), so that the tenant's
         first writes do not: creating an index is a cluster-state change, which a new tenant's
@@ -657,30 +599,46 @@ class ElasticNodeStore(_Memories):
                        vectors: bool = True) -> list[list[MemoryNode]]:
         """:class:`~storage.ports.NodeReads`: each read as :meth:`get` (``vectors`` False:
         :meth:`get_heads`) answers it, with one ``mget`` a tenant index for all of them."""
+        found = {k: full_node(doc["_source"], vectors) for k, (_, doc) in (await self._mget(reads, vectors)).items()}
+        return [[n for i in ids if (n := found.get((scope.tenant_id, scope.conversation_id, i))) is not None]
+                for scope, ids in reads]
+
+    async def get_rows_many(self, reads: Sequence[tuple[Scope, Sequence[str]]],
+                            dim: int) -> list[tuple[list[MemoryNode], np.ndarray]]:
+        """:class:`~storage.ports.NodeRowReads`: each read as :meth:`get` answers it, without the
+        vectors, with the nodes' retrieval rows; one ``mget`` a tenant index for all of them.
+        A node read before and unchanged since is not decoded again (:class:`DecodedNodes`)."""
+        found = {k: self._decoded.take(index, doc) for k, (index, doc) in (await self._mget(reads, True)).items()}
+        out: list[tuple[list[MemoryNode], np.ndarray]] = []
+        for scope, ids in reads:
+            got = [g for i in ids if (g := found.get((scope.tenant_id, scope.conversation_id, i))) is not None]
+            out.append(([n for n, _ in got], rows_matrix([r for _, r in got], dim)))
+        return out
+
+    async def _mget(self, reads: Sequence[tuple[Scope, Sequence[str]]],
+                    vectors: bool) -> dict[tuple[str, str, str], tuple[str, dict[str, Any]]]:
+        """(tenant, conversation, node id) -> (its index, its found ``mget`` document, with its
+        body and, with ``vectors``, its vectors) for the ids of ``reads``: one ``mget`` a tenant
+        index."""
         by_index: dict[str, list[int]] = {}
         for k, (scope, ids) in enumerate(reads):
             index = await self._index(scope) if ids else None
             if index is not None:
                 by_index.setdefault(index, []).append(k)
+        found: dict[tuple[str, str, str], tuple[str, dict[str, Any]]] = {}
         if not by_index:
-            return [[] for _ in reads]
+            return found
         await self._sent()
-        found: dict[tuple[str, str, str], MemoryNode] = {}  # (tenant, conversation, node id)
         for index, ks in by_index.items():
             wanted = list(dict.fromkeys(i for k in ks for i in reads[k][1]))
-            fields = ["tenant_id", "conversation_id", "body", *(("embedding_f32", "embedding", "context_f16") if vectors
-                                                                 else ())]
+            fields = ["tenant_id", "conversation_id", "body", *(VECTOR_FIELDS if vectors else ())]
             with es_errors(f"mget {index}"):
                 res = await self._client.mget(index=index, ids=wanted, source=fields)
             for d in res["docs"]:
                 src = d.get("_source") or {}
                 if d.get("found") and "body" in src:
-                    vector = decode_vector(src["embedding_f32"]) if "embedding_f32" in src else src.get("embedding")
-                    context = decode_vector(src["context_f16"], "<f2") if src.get("context_f16") else None
-                    found[(str(src.get("tenant_id")), str(src.get("conversation_id")), d["_id"])] = \
-                        MemoryNode.model_validate({**orjson.loads(src["body"]), "embedding": vector, "context": context})
-        return [[n for i in ids if (n := found.get((scope.tenant_id, scope.conversation_id, i))) is not None]
-                for scope, ids in reads]
+                    found[(str(src.get("tenant_id")), str(src.get("conversation_id")), d["_id"])] = (index, d)
+        return found
 
     async def seqs(self, scope: Scope, event_ids: Sequence[str]) -> dict[str, int]:
         """event_id -> seq for the events already stored."""

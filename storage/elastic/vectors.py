@@ -17,7 +17,8 @@ from typing import Any
 
 from elasticsearch import AsyncElasticsearch
 
-from storage.elastic.store import _KW, READ_HOT, Visibility, _Elastic, _in_realm, _scoped, _user, es_errors
+from storage.elastic.client import es_errors
+from storage.elastic.store import _KW, READ_HOT, Visibility, _Elastic, _in_realm, _scoped, _user
 from storage.ports import Hit
 from storage.realm import Point, rank_with_ties
 from topology.schemas import MemoryNode, Realm, Scope

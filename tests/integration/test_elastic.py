@@ -11,6 +11,7 @@ import os
 import random
 from collections.abc import Awaitable, Callable
 
+import numpy as np
 import pytest
 
 pytestmark = pytest.mark.integration
@@ -95,6 +96,31 @@ async def test_parity_with_sqlite(stores: Stores) -> None:
             assert got.keys() == want.keys()
             for key in want:
                 assert got[key] == want[key], key
+    finally:
+        conn.close()
+
+
+async def test_row_reads_are_the_embedded_stores_and_never_an_older_version(stores: Stores) -> None:
+    # a realm's reads take the nodes without their vectors, with their retrieval rows, as the
+    # embedded store gives them, for many conversations at once; an unchanged node read again is
+    # the same object, a rewritten one is read anew
+    conn = connect(":memory:")
+    sqlite = SqliteNodeStore(conn)
+    try:
+        nodes = make_nodes(A)
+        await write_all(stores, nodes, [], [])
+        await sqlite.upsert(nodes)
+        wanted = [nodes[3].id, "nope", nodes[-1].id, nodes[1].id]  # the last: a derived node without vectors
+        (got, rows), (other, none) = await stores.nodes.get_rows_many([(A, wanted), (B, wanted)], 8)
+        want, want_rows = await sqlite.get_rows(A, wanted, 8)
+        assert got == want and rows.dtype == np.float32 and np.array_equal(rows, want_rows)
+        assert other == [] and none.shape == (0, 8)
+        again, _ = (await stores.nodes.get_rows_many([(A, wanted)], 8))[0]
+        assert all(a is b for a, b in zip(again, got, strict=True))
+        changed = nodes[3].model_copy(update={"content": "Biscuit learned to roll over."})
+        await stores.nodes.upsert([changed])
+        (fresh, _), = await stores.nodes.get_rows_many([(A, [nodes[3].id])], 8)
+        assert fresh == [changed.without_embedding()]
     finally:
         conn.close()
 
