@@ -1,23 +1,27 @@
-"""Nodes as a read takes them from a tenant's memories index: decoded once, kept while unchanged.
+"""Documents as a read takes them: decoded once, kept while unchanged.
+
+A user's recalls read the same documents again and again, and decoding one costs more than
+fetching it. :class:`Kept` keeps what was decoded from the most recently read documents and hands
+it back for as long as the document is the version it was decoded from: Elasticsearch gives
+every version of a document a new ``_seq_no`` under its ``_primary_term``, which a read asks for
+(``mget`` returns them; a search with ``seq_no_primary_term``) and checks. So a read never
+answers an older version, and an unchanged document comes back as the same objects, which lets
+the read path reuse what it derived from them. Edge-group documents (:mod:`storage.elastic.edges`)
+are kept so, and node documents (:class:`DecodedNodes`).
 
 A node document holds its JSON body and its vectors as base64 (``embedding_f32``: the float32
 embedding, exact; ``context_f16``: the context vector; an index written by an early release holds
-``embedding`` as a JSON list instead). Decoding one (the body through the schema, the vectors into
-Python lists) costs more than fetching it, and a user's recalls read the same nodes again and
-again. :class:`DecodedNodes` keeps, for the most recently read nodes, the node without its
-vectors and its retrieval row (float32, :func:`topology.vectors.retrieval_rows`), and hands them
-back for as long as the document is the one they were decoded from: Elasticsearch gives every
-version of a document a new ``_seq_no`` under its ``_primary_term``, which every ``mget``
-returns, and a read checks both. So a read never answers an older version, and an unchanged
-node comes back as the same object, which lets the read path reuse what it derived from it.
+``embedding`` as a JSON list instead). The read path takes a node without its vectors and with
+its retrieval row (float32, :func:`topology.vectors.retrieval_rows`), as the embedded store gives
+it (:class:`storage.ports.NodeRowReads`).
 """
 
 from __future__ import annotations
 
 import base64
 from collections import OrderedDict
-from collections.abc import Mapping, Sequence
-from typing import Any
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, Generic, TypeVar
 
 import numpy as np
 import orjson
@@ -28,6 +32,8 @@ from topology.vectors import retrieval_rows
 #: Nodes kept decoded (each without its vectors, with its float32 retrieval row: about 6 KB at
 #: 384 dimensions), as many as the embedded store keeps.
 NODE_CACHE = 4096
+T = TypeVar("T")
+
 #: The stored fields a read of vectors takes besides the body.
 VECTOR_FIELDS = ("embedding_f32", "embedding", "context_f16")
 
@@ -75,34 +81,58 @@ def retrieval_row(src: Mapping[str, Any]) -> np.ndarray | None:
     return row
 
 
+class Kept(Generic[T]):
+    """What was decoded from recently read documents, keyed by index and id, handed back while the
+    document is the version it was decoded from (its ``_seq_no`` and ``_primary_term``, which a
+    read asks for); at most ``limit`` in weight (each value's ``weight``), the least recently
+    read dropped first."""
+
+    def __init__(self, limit: int, weight: Callable[[T], int] = lambda _: 1) -> None:
+        self._limit, self._weight, self._total = limit, weight, 0
+        #: (index, id) -> (seq_no, primary_term, the decoded value, its weight)
+        self._held: OrderedDict[tuple[str, str], tuple[int, int, T, int]] = OrderedDict()
+
+    def take(self, index: str, doc: Mapping[str, Any], decode: Callable[[Mapping[str, Any]], T]) -> T:
+        """``decode(doc["_source"])``, or the kept value when the document is unchanged since."""
+        key, seq_no, term = (index, str(doc["_id"])), doc.get("_seq_no"), doc.get("_primary_term")
+        held = self._held.get(key)
+        if held is not None and (held[0], held[1]) == (seq_no, term):
+            self._held.move_to_end(key)
+            return held[2]
+        value = decode(doc["_source"])
+        if held is not None:
+            del self._held[key]
+            self._total -= held[3]
+        if isinstance(seq_no, int) and isinstance(term, int):
+            w = self._weight(value)
+            self._held[key] = (seq_no, term, value, w)
+            self._total += w
+            while self._total > self._limit and self._held:
+                self._total -= self._held.popitem(last=False)[1][3]
+        return value
+
+    def __len__(self) -> int:
+        return len(self._held)
+
+
+def _node_and_row(src: Mapping[str, Any]) -> tuple[MemoryNode, np.ndarray | None]:
+    return full_node(src, vectors=False), retrieval_row(src)
+
+
 class DecodedNodes:
-    """The decoded form of recently read node documents, keyed by index and id (see module)."""
+    """The decoded form of recently read node documents (see the module)."""
 
     def __init__(self, limit: int = NODE_CACHE) -> None:
-        self._limit = limit
-        #: (index, id) -> (seq_no, primary_term, the node without its vectors, its retrieval row)
-        self._held: OrderedDict[tuple[str, str], tuple[int, int, MemoryNode, np.ndarray | None]] = OrderedDict()
+        self._kept: Kept[tuple[MemoryNode, np.ndarray | None]] = Kept(limit)
 
     def take(self, index: str, doc: Mapping[str, Any]) -> tuple[MemoryNode, np.ndarray | None]:
         """The node of a found ``mget`` document read with its vectors (:data:`VECTOR_FIELDS`),
         without them, and its retrieval row (None without an embedding): the kept ones when the
         document's ``_seq_no`` and ``_primary_term`` are those they were decoded from."""
-        key, version = (index, str(doc["_id"])), (doc.get("_seq_no"), doc.get("_primary_term"))
-        held = self._held.get(key)
-        if held is not None and (held[0], held[1]) == version:
-            self._held.move_to_end(key)
-            return held[2], held[3]
-        src = doc["_source"]
-        node, row = full_node(src, vectors=False), retrieval_row(src)
-        if isinstance(version[0], int) and isinstance(version[1], int):
-            self._held[key] = (version[0], version[1], node, row)
-            self._held.move_to_end(key)
-            while len(self._held) > self._limit:
-                self._held.popitem(last=False)
-        return node, row
+        return self._kept.take(index, doc, _node_and_row)
 
     def __len__(self) -> int:
-        return len(self._held)
+        return len(self._kept)
 
 
 def rows_matrix(rows: Sequence[np.ndarray | None], dim: int) -> np.ndarray:

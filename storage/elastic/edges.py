@@ -29,14 +29,16 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import time
-from collections.abc import Sequence
+from collections import OrderedDict
+from collections.abc import Mapping, Sequence
 from typing import Any, NamedTuple
 
 import orjson
-from elasticsearch import NotFoundError
+from elasticsearch import AsyncElasticsearch, NotFoundError
 
 from storage.elastic.client import es_errors, retrieved
-from storage.elastic.store import _FILTER_KW, _KW, _OPAQUE, _PAGE, READ_HOT, _Elastic, _scoped
+from storage.elastic.decoded import Kept
+from storage.elastic.store import _FILTER_KW, _KW, _OPAQUE, _PAGE, READ_HOT, Visibility, _Elastic, _scoped
 from topology.schemas import SCHEMA_VERSION, ConsolidationDecision, EdgeEvent, Scope, View
 
 #: The index of edge groups (see the module).
@@ -57,6 +59,10 @@ _ORDER = [{"written": "asc"}, {"gid": "asc"}]
 _READS_A_SEARCH = 128
 #: Edges per group document when moving a legacy index.
 _MOVE_CHUNK = 500
+#: Edges kept decoded across recalls, in the group documents read last (:class:`Kept`: handed
+#: back while a document is unchanged), and edges kept validated: about 60 and 400 bytes each.
+EDGES_KEPT = 100_000
+EVENTS_KEPT = 20_000
 
 #: The body format :func:`encode_body` writes (a body of earlier releases is a JSON array).
 BODY_FORMAT = 2
@@ -172,8 +178,6 @@ class EdgeSession:
         self._store = store
         #: (tenant, conversation) -> its documents held
         self._held: dict[tuple[str, str], _Held] = {}
-        #: (tenant, conversation, edge id) -> its latest version held, validated once
-        self._events: dict[tuple[str, str, str], EdgeEvent] = {}
         #: (tenant, conversation) -> the ids whose documents are fetched or being fetched
         self._covered: dict[tuple[str, str], set[str]] = {}
         self._pending: list[asyncio.Future[None]] = []
@@ -228,16 +232,15 @@ class EdgeSession:
             if held:
                 query["bool"]["must_not"] = [{"ids": {"values": held}}]
             try:
-                hits = await self._store._hits(index, query, _ORDER, ["body", "written", "gid", "tenant_id", "conversation_id"])
+                hits = await self._store._hits(index, query, _ORDER, ["body", "written", "gid", "tenant_id", "conversation_id"],
+                                               versions=True)
             except NotFoundError:
                 return
             for h in hits:
                 src = h["_source"]
                 key = (str(src["tenant_id"]), str(src["conversation_id"]))
-                newer = self._held.setdefault(key, _Held()).add(h["_id"], (int(src["written"]), str(src["gid"])),
-                                                                 decode_body(src["body"]))
-                for edge_id in newer:
-                    self._events.pop((*key, edge_id), None)
+                self._held.setdefault(key, _Held()).add(h["_id"], (int(src["written"]), str(src["gid"])),
+                                                        self._store._kept.take(index, h, _edges_of))
 
     async def read_many(self, reads: Sequence[tuple[Scope, Sequence[str]]], views: Sequence[View], limit: int,
                         label: str | None) -> list[list[EdgeEvent]]:
@@ -270,11 +273,8 @@ class EdgeSession:
         return out
 
     def _event(self, key: tuple[str, str], edge: _Edge) -> EdgeEvent:
-        """``edge`` (the latest version held) validated, once a session."""
-        event = self._events.get((*key, edge.id))
-        if event is None:
-            event = self._events[(*key, edge.id)] = edge.event(*key)
-        return event
+        """``edge`` (the latest version held) validated (once while the store keeps it)."""
+        return self._store.event(key, edge)
 
     async def neighbours(self, scope: Scope, node_ids: Sequence[str], views: Sequence[View], limit: int) -> list[EdgeEvent]:
         return (await self.read_many([(scope, node_ids)], views, limit, None))[0]
@@ -284,8 +284,32 @@ class EdgeSession:
         return (await self.read_many([(scope, node_ids)], views, limit, label))[0]
 
 
+def _edges_of(src: Mapping[str, Any]) -> list[_Edge]:
+    return decode_body(src["body"])
+
+
 class ElasticEdgeStore(_Elastic):
-    """Edges of the four views in groups (see the module) and consolidation decisions."""
+    """Edges of the four views in groups (see the module) and consolidation decisions. Group
+    documents read by a session are decoded once while unchanged (:class:`Kept`), and their
+    edges validated once (:meth:`event`)."""
+
+    def __init__(self, client: AsyncElasticsearch, prefix: str = "jevmem-", visibility: Visibility | None = None) -> None:
+        super().__init__(client, prefix, visibility)
+        self._kept: Kept[list[_Edge]] = Kept(EDGES_KEPT, len)
+        self._events: OrderedDict[tuple[str, str, _Edge], EdgeEvent] = OrderedDict()
+
+    def event(self, key: tuple[str, str], edge: _Edge) -> EdgeEvent:
+        """``edge`` of the conversation ``key`` (tenant, conversation) as an event, validated once
+        while kept (at most :data:`EVENTS_KEPT`, the least recently used dropped first)."""
+        at = (*key, edge)
+        event = self._events.get(at)
+        if event is None:
+            event = self._events[at] = edge.event(*key)
+            if len(self._events) > EVENTS_KEPT:
+                self._events.popitem(last=False)
+        else:
+            self._events.move_to_end(at)
+        return event
 
     async def prepare(self) -> None:
         """Create the edge-group and decisions indices now (a worker at startup, not on first

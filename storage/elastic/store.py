@@ -455,8 +455,9 @@ class _Elastic:
             deleted += sum(1 for item in out if item.get("delete", {}).get("result") == "deleted")
 
     async def _hits(self, index: str, query: dict[str, Any], sort: list[Any], source: list[str],
-                    limit: int | None = None) -> list[dict[str, Any]]:
-        """Hits of ``query`` in ``sort`` order (up to ``limit``; all when None), paged by search_after."""
+                    limit: int | None = None, versions: bool = False) -> list[dict[str, Any]]:
+        """Hits of ``query`` in ``sort`` order (up to ``limit``; all when None), paged by search_after;
+        ``versions``: each with its ``_seq_no`` and ``_primary_term``."""
         out: list[dict[str, Any]] = []
         after: list[Any] | None = None
         await self._own_writes(index)
@@ -464,7 +465,8 @@ class _Elastic:
             size = _PAGE if limit is None else min(_PAGE, limit - len(out))
             with es_errors(f"search {index}"):
                 res = await self._client.search(index=index, query=query, sort=sort, size=size, **_source(source),
-                                                search_after=after, track_total_hits=False)
+                                                search_after=after, track_total_hits=False,
+                                                seq_no_primary_term=True if versions else None)
             page: list[dict[str, Any]] = res["hits"]["hits"]
             out.extend(page)
             if len(page) < size:

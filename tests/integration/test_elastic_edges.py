@@ -128,6 +128,24 @@ async def test_an_edge_session_fetches_each_document_once_and_answers_as_the_sto
             await failing.neighbours(*reads[0], views, 3)
 
 
+async def test_sessions_decode_an_unchanged_group_once_and_a_rewritten_one_again(stores: Stores) -> None:
+    """Group documents are decoded, and their edges validated, once while unchanged: a later
+    session answers with the same edge objects; a group rewritten since (a forgotten edge) is
+    read anew, so no session answers an edge that is gone."""
+    nodes = make_nodes(A)
+    await write_all(stores, nodes, make_edges(nodes), make_decisions(nodes))
+    views: list[View] = list(VIEWS)
+    at = [nodes[5].id]
+    first = await stores.edges.session().neighbours(A, at, views, 10)
+    again = await stores.edges.session().neighbours(A, at, views, 10)
+    assert first and again == first and all(x is y for x, y in zip(again, first, strict=True))
+    gone = first[0]
+    assert await stores.edges.delete_edges(A, nodes[5].id, [gone.id]) == 1
+    after = await stores.edges.session().neighbours(A, at, views, 10)
+    assert gone.id not in {e.id for e in after}
+    assert after == await stores.edges.neighbours(A, at, views, 10)  # the store's answer
+
+
 async def test_edges_are_one_document_per_conversation_per_write_and_the_last_write_wins(
         es: tuple[AsyncElasticsearch, str]) -> None:
     """Edge groups answer as one document per edge would (the SQLite store here): a write is one
