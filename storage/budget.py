@@ -7,7 +7,8 @@ conversation's rows, and a realm file's lookups; a realm file's vectors are mapp
 operating system's page cache rather than the process). Everything
 else a process holds is bounded by constants and does not grow with the store: the embedding
 model and runtime (about 150-350 MB by model), the read path's decoded-node, node-info and edge
-caches (about 60 MB), and the allocator's slack.
+caches (about 60 MB; with the distributed stores, their decoded node and edge-group documents,
+about 75 MB more: :mod:`storage.elastic.decoded`), and the allocator's slack.
 """
 
 from __future__ import annotations

@@ -60,7 +60,8 @@ _READS_A_SEARCH = 128
 #: Edges per group document when moving a legacy index.
 _MOVE_CHUNK = 500
 #: Edges kept decoded across recalls, in the group documents read last (:class:`Kept`: handed
-#: back while a document is unchanged), and edges kept validated: about 60 and 400 bytes each.
+#: back while a document is unchanged), and edges kept validated: about 250 bytes and 1.3 KB
+#: each, so at most about 25 MB each.
 EDGES_KEPT = 100_000
 EVENTS_KEPT = 20_000
 
