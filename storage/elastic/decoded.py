@@ -92,13 +92,27 @@ class Kept(Generic[T]):
         #: (index, id) -> (seq_no, primary_term, the decoded value, its weight)
         self._held: OrderedDict[tuple[str, str], tuple[int, int, T, int]] = OrderedDict()
 
+    def held(self, index: str, doc_id: str) -> T | None:
+        """The value kept for a document, whatever its version now (None: none kept)."""
+        held = self._held.get((index, doc_id))
+        return None if held is None else held[2]
+
+    def unchanged(self, index: str, doc: Mapping[str, Any]) -> T | None:
+        """The value kept for ``doc`` (read with or without its ``_source``) when the document is
+        the version it was decoded from, else None."""
+        key = (index, str(doc["_id"]))
+        held = self._held.get(key)
+        if held is None or (held[0], held[1]) != (doc.get("_seq_no"), doc.get("_primary_term")):
+            return None
+        self._held.move_to_end(key)
+        return held[2]
+
     def take(self, index: str, doc: Mapping[str, Any], decode: Callable[[Mapping[str, Any]], T]) -> T:
         """``decode(doc["_source"])``, or the kept value when the document is unchanged since."""
+        if (value := self.unchanged(index, doc)) is not None:
+            return value
         key, seq_no, term = (index, str(doc["_id"])), doc.get("_seq_no"), doc.get("_primary_term")
         held = self._held.get(key)
-        if held is not None and (held[0], held[1]) == (seq_no, term):
-            self._held.move_to_end(key)
-            return held[2]
         value = decode(doc["_source"])
         if held is not None:
             del self._held[key]
@@ -125,10 +139,18 @@ class DecodedNodes:
     def __init__(self, limit: int = NODE_CACHE) -> None:
         self._kept: Kept[tuple[MemoryNode, np.ndarray | None]] = Kept(limit)
 
-    def take(self, index: str, doc: Mapping[str, Any]) -> tuple[MemoryNode, np.ndarray | None]:
+    def held(self, index: str, doc_id: str) -> MemoryNode | None:
+        """The node kept for a document (whatever its version now), or None."""
+        got = self._kept.held(index, doc_id)
+        return None if got is None else got[0]
+
+    def take(self, index: str, doc: Mapping[str, Any]) -> tuple[MemoryNode, np.ndarray | None] | None:
         """The node of a found ``mget`` document read with its vectors (:data:`VECTOR_FIELDS`),
         without them, and its retrieval row (None without an embedding): the kept ones when the
-        document's ``_seq_no`` and ``_primary_term`` are those they were decoded from."""
+        document's ``_seq_no`` and ``_primary_term`` are those they were decoded from; None for a
+        document read without its ``_source`` (its version only) that changed since."""
+        if "_source" not in doc:
+            return self._kept.unchanged(index, doc)
         return self._kept.take(index, doc, _node_and_row)
 
     def __len__(self) -> int:

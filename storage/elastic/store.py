@@ -50,7 +50,7 @@ import contextlib
 import hashlib
 import logging
 import re
-from collections.abc import Collection, Sequence
+from collections.abc import Callable, Collection, Sequence
 from typing import Any, Self
 
 import numpy as np
@@ -609,19 +609,34 @@ class ElasticNodeStore(_Memories):
                             dim: int) -> list[tuple[list[MemoryNode], np.ndarray]]:
         """:class:`~storage.ports.NodeRowReads`: each read as :meth:`get` answers it, without the
         vectors, with the nodes' retrieval rows; one ``mget`` a tenant index for all of them.
-        A node read before and unchanged since is not decoded again (:class:`DecodedNodes`)."""
-        found = {k: self._decoded.take(index, doc) for k, (index, doc) in (await self._mget(reads, True)).items()}
+        A node decoded before (:class:`DecodedNodes`) is asked for its version only, and is not
+        decoded again unless it changed since (then it is read again, whole)."""
+        found: dict[tuple[str, str, str], tuple[MemoryNode, np.ndarray | None]] = {}
+        changed: dict[tuple[str, str], list[str]] = {}
+        for key, (index, doc) in (await self._mget(reads, True, self._decoded.held)).items():
+            taken = self._decoded.take(index, doc)
+            if taken is None:
+                changed.setdefault(key[:2], []).append(key[2])
+            else:
+                found[key] = taken
+        if changed:  # read again, whole
+            again = [(Scope(tenant_id=t, conversation_id=c), ids) for (t, c), ids in changed.items()]
+            for key, (index, doc) in (await self._mget(again, True)).items():
+                if (taken := self._decoded.take(index, doc)) is not None:
+                    found[key] = taken
         out: list[tuple[list[MemoryNode], np.ndarray]] = []
         for scope, ids in reads:
             got = [g for i in ids if (g := found.get((scope.tenant_id, scope.conversation_id, i))) is not None]
             out.append(([n for n, _ in got], rows_matrix([r for _, r in got], dim)))
         return out
 
-    async def _mget(self, reads: Sequence[tuple[Scope, Sequence[str]]],
-                    vectors: bool) -> dict[tuple[str, str, str], tuple[str, dict[str, Any]]]:
+    async def _mget(self, reads: Sequence[tuple[Scope, Sequence[str]]], vectors: bool,
+                    held: Callable[[str, str], MemoryNode | None] | None = None,
+                    ) -> dict[tuple[str, str, str], tuple[str, dict[str, Any]]]:
         """(tenant, conversation, node id) -> (its index, its found ``mget`` document, with its
         body and, with ``vectors``, its vectors) for the ids of ``reads``: one ``mget`` a tenant
-        index."""
+        index. An id whose node ``held(index, id)`` names is asked for its version only (no
+        ``_source``), and is placed by that node's scope."""
         by_index: dict[str, list[int]] = {}
         for k, (scope, ids) in enumerate(reads):
             index = await self._index(scope) if ids else None
@@ -631,14 +646,19 @@ class ElasticNodeStore(_Memories):
         if not by_index:
             return found
         await self._sent()
+        fields = ["tenant_id", "conversation_id", "body", *(VECTOR_FIELDS if vectors else ())]
         for index, ks in by_index.items():
             wanted = list(dict.fromkeys(i for k in ks for i in reads[k][1]))
-            fields = ["tenant_id", "conversation_id", "body", *(VECTOR_FIELDS if vectors else ())]
+            known = {i: n for i in wanted if held is not None and (n := held(index, i)) is not None}
+            docs = [{"_id": i, "_source": False if i in known else fields} for i in wanted]
             with es_errors(f"mget {index}"):
-                res = await self._client.mget(index=index, ids=wanted, source=fields)
+                res = await self._client.mget(index=index, docs=docs)
             for d in res["docs"]:
-                src = d.get("_source") or {}
-                if d.get("found") and "body" in src:
+                if not d.get("found"):
+                    continue
+                if (n := known.get(d["_id"])) is not None:
+                    found[(n.tenant_id, n.conversation_id, d["_id"])] = (index, d)
+                elif "body" in (src := d.get("_source") or {}):
                     found[(str(src.get("tenant_id")), str(src.get("conversation_id")), d["_id"])] = (index, d)
         return found
 

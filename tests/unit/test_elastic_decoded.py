@@ -45,6 +45,10 @@ def test_a_node_is_decoded_again_only_when_its_document_changed() -> None:
     kept = DecodedNodes(limit=2)
     first, _ = kept.take("idx", _doc(_node(1), 7, [1.0, 0.0]))
     assert kept.take("idx", _doc(_node(1), 7, [1.0, 0.0]))[0] is first  # unchanged: the same object
+    bare = {k: v for k, v in _doc(_node(1), 7, [1.0, 0.0]).items() if k != "_source"}  # its version only
+    again = kept.take("idx", bare)
+    assert kept.held("idx", "n1") is first and again is not None and again[0] is first
+    assert kept.take("idx", {**bare, "_seq_no": 8}) is None  # changed since: to be read whole
     moved, _ = kept.take("idx", _doc(_node(1, "I ride a gravel bike now."), 8, [0.0, 1.0]))
     assert moved is not first and moved.content == "I ride a gravel bike now."  # a new version is read anew
     assert kept.take("other", _doc(_node(1), 8, [1.0, 0.0]))[0] is not moved  # another index, another node
