@@ -89,8 +89,7 @@ class _Reads:
         if self._row_reader is not None:
             return await self._row_reader.get_rows(scope, ids, dim)
         if self._row_reads is not None:
-            nodes, rows = (await self._row_reads.get_rows_many([(scope, ids)], dim))[0]
-            return nodes, rows
+            return (await self._row_reads.get_rows_many([(scope, ids)], dim))[0]
         return await self._nodes.get(scope, ids), None
 
 

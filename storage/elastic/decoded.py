@@ -51,7 +51,7 @@ def decode_array(text: str, dtype: str = "<f4") -> np.ndarray:
 
 def decode_vector(text: str, dtype: str = "<f4") -> list[float]:
     """:func:`decode_array` as a list of floats (what :class:`MemoryNode` holds)."""
-    values: list[float] = np.frombuffer(base64.b64decode(text), dtype=dtype).astype(float).tolist()
+    values: list[float] = decode_array(text, dtype).tolist()
     return values
 
 
@@ -109,10 +109,11 @@ class Kept(Generic[T]):
 
     def take(self, index: str, doc: Mapping[str, Any], decode: Callable[[Mapping[str, Any]], T]) -> T:
         """``decode(doc["_source"])``, or the kept value when the document is unchanged since."""
-        if (value := self.unchanged(index, doc)) is not None:
-            return value
         key, seq_no, term = (index, str(doc["_id"])), doc.get("_seq_no"), doc.get("_primary_term")
         held = self._held.get(key)
+        if held is not None and (held[0], held[1]) == (seq_no, term):
+            self._held.move_to_end(key)
+            return held[2]
         value = decode(doc["_source"])
         if held is not None:
             del self._held[key]

@@ -149,16 +149,13 @@ class _Held:
         #: edge id -> (its document's order, the edge)
         self.latest: dict[str, tuple[tuple[int, str], _Edge]] = {}
 
-    def add(self, doc_id: str, order: tuple[int, str], edges: list[_Edge]) -> list[str]:
-        """Take a document; returns the ids of the edges whose latest version it now holds."""
+    def add(self, doc_id: str, order: tuple[int, str], edges: list[_Edge]) -> None:
+        """Take a document: each of its edges whose latest version it holds now is held so."""
         self.docs.add(doc_id)
-        newer = []
         for e in edges:
             held = self.latest.get(e.id)
             if held is None or held[0] < order:
                 self.latest[e.id] = (order, e)
-                newer.append(e.id)
-        return newer
 
 
 class EdgeSession:

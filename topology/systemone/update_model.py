@@ -433,8 +433,14 @@ def asked_about(text: Text, question: str) -> Text:
     empty: ``text`` itself)."""
     if not question:
         return text
-    values, words = value_words(question), frozenset(_WORD.findall(question.lower()))
+    values, words = _asked_words(question)
     return dataclasses.replace(text, values=text.values - values, caps=text.caps - words)
+
+
+@functools.lru_cache(maxsize=256)
+def _asked_words(question: str) -> tuple[frozenset[str], frozenset[str]]:
+    """The value words and the lowercased words of ``question`` (read once for all its pairs)."""
+    return value_words(question), frozenset(_WORD.findall(question.lower()))
 
 
 def _features(st: RelationState, old: Text, new: Text) -> list[float]:
